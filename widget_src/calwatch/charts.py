@@ -1,0 +1,246 @@
+"""Altair chart builders: summary frames in, ``alt.Chart`` out (no widget needed).
+
+Every chart reads one of three long-format datasets (see :func:`datasets`), either inline (a
+static chart of the stream so far) or by name (``alt.NamedData``), which is how the live widget
+uses the same specs and appends rows with Vega changesets. Every chart has a top-level
+``calibrator`` parameter (``"(all)"`` by default) that filters to one calibrator.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import altair as alt
+import polars as pl
+
+if TYPE_CHECKING:
+    from calwatch.monitor import Monitor
+
+DATASETS = ("batches", "set_sizes", "class_coverage")
+CALIBRATOR_PARAM = "calibrator"
+ALL_CALIBRATORS = "(all)"
+_FILTER = f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || datum.calibrator == {CALIBRATOR_PARAM}"
+_HEIGHT = 150
+
+Source = pl.DataFrame | None
+
+
+def datasets(monitor: Monitor, batches: tuple[int, ...] | None = None) -> dict[str, pl.DataFrame]:
+    """The chart datasets for some (default all) batches, each row with a unique ``key``."""
+    summary = monitor.summary(batches).drop("observed_at")
+    sizes = monitor.set_size_counts(batches)
+    classes = monitor.class_coverage(batches).select(
+        "batch", "calibrator", "class", "n_labelled", "n_covered", "target"
+    )
+    key = pl.concat_str
+    return {
+        "batches": summary.with_columns(key=key("batch", "calibrator", separator="|")),
+        "set_sizes": sizes.with_columns(key=key("batch", "calibrator", "size", separator="|")),
+        "class_coverage": classes.with_columns(
+            key=key("batch", "calibrator", "class", separator="|")
+        ),
+    }
+
+
+def _base(source: Source, dataset: str) -> alt.Chart:
+    data: Any = alt.NamedData(dataset) if source is None else source
+    return alt.Chart(data).transform_filter(_FILTER)
+
+
+def _finish(chart: Any, title: str) -> alt.TopLevelMixin:
+    param = alt.param(name=CALIBRATOR_PARAM, value=ALL_CALIBRATORS)
+    return chart.add_params(param).properties(width="container", height=_HEIGHT, title=title)
+
+
+def _color() -> alt.Color:
+    return alt.Color("calibrator:N", legend=alt.Legend(orient="bottom", title=None))
+
+
+def coverage_chart(batches: Source = None) -> alt.TopLevelMixin:
+    """Coverage of labelled rows per batch, its 95% Clopper-Pearson band, and the target 1−α."""
+    base = _base(batches, "batches")
+    x = alt.X("batch:Q", title="batch", axis=alt.Axis(format="d", tickMinStep=1))
+    tooltip = [
+        alt.Tooltip("name:N", title="batch"),
+        alt.Tooltip("calibrator:N"),
+        alt.Tooltip("coverage:Q", format=".3f"),
+        alt.Tooltip("coverage_lo:Q", format=".3f", title="95% low"),
+        alt.Tooltip("coverage_hi:Q", format=".3f", title="95% high"),
+        alt.Tooltip("target:Q", format=".3f"),
+        alt.Tooltip("n_labelled:Q", title="labelled"),
+        alt.Tooltip("n_pending:Q", title="awaiting labels"),
+    ]
+    labelled = base.transform_filter("datum.n_labelled > 0")
+    band = labelled.mark_area(opacity=0.18).encode(
+        x=x, y=alt.Y("coverage_lo:Q", title="coverage"), y2="coverage_hi:Q", color=_color()
+    )
+    line = labelled.mark_line(point=True).encode(
+        x=x,
+        y=alt.Y("coverage:Q", scale=alt.Scale(zero=False)),
+        color=_color(),
+        tooltip=tooltip,
+    )
+    target = base.mark_rule(strokeDash=[5, 4], opacity=0.8).encode(
+        y=alt.Y("mean(target):Q"), color=_color(), tooltip=[alt.Tooltip("mean(target):Q", format=".3f", title="target")]
+    )
+    return _finish(alt.layer(band, line, target), "Coverage of labelled rows (target dashed)")
+
+
+def set_size_chart(batches: Source = None) -> alt.TopLevelMixin:
+    """Mean prediction-set size per batch."""
+    base = _base(batches, "batches")
+    return _finish(
+        base.mark_line(point=True).encode(
+            x=alt.X("batch:Q", axis=alt.Axis(format="d", tickMinStep=1)),
+            y=alt.Y("mean_set_size:Q", title="mean set size", scale=alt.Scale(zero=False)),
+            color=_color(),
+            tooltip=[
+                alt.Tooltip("name:N", title="batch"),
+                alt.Tooltip("calibrator:N"),
+                alt.Tooltip("mean_set_size:Q", format=".3f", title="mean size"),
+                alt.Tooltip("singleton_share:Q", format=".1%", title="singletons"),
+                alt.Tooltip("full_share:Q", format=".1%", title="full sets"),
+                alt.Tooltip("n_rows:Q", title="rows"),
+            ],
+        ),
+        "Mean set size",
+    )
+
+
+def set_shares_chart(batches: Source = None) -> alt.TopLevelMixin:
+    """Share of singleton sets and of full sets (every class) per batch."""
+    base = _base(batches, "batches").transform_fold(
+        ["singleton_share", "full_share"], as_=["kind", "share"]
+    )
+    return _finish(
+        base.mark_line(point=True).encode(
+            x=alt.X("batch:Q", axis=alt.Axis(format="d", tickMinStep=1)),
+            y=alt.Y("share:Q", axis=alt.Axis(format="%"), title="share of rows"),
+            color=_color(),
+            strokeDash=alt.StrokeDash("kind:N", legend=alt.Legend(orient="bottom", title=None)),
+            tooltip=[
+                alt.Tooltip("name:N", title="batch"),
+                alt.Tooltip("calibrator:N"),
+                alt.Tooltip("kind:N"),
+                alt.Tooltip("share:Q", format=".1%"),
+            ],
+        ),
+        "Singleton and full sets",
+    )
+
+
+def set_sizes_chart(set_sizes: Source = None) -> alt.TopLevelMixin:
+    """Distribution of prediction-set sizes over the whole stream."""
+    base = _base(set_sizes, "set_sizes")
+    return _finish(
+        base.mark_bar().encode(
+            x=alt.X("size:O", title="set size"),
+            xOffset="calibrator:N",
+            y=alt.Y("sum(count):Q", title="rows"),
+            color=_color(),
+            tooltip=[
+                alt.Tooltip("calibrator:N"),
+                alt.Tooltip("size:O", title="set size"),
+                alt.Tooltip("sum(count):Q", title="rows", format=","),
+            ],
+        ),
+        "Set-size distribution",
+    )
+
+
+def class_coverage_chart(class_coverage: Source = None) -> alt.TopLevelMixin:
+    """Coverage by true class over the stream, with a 95% Wilson interval and the target."""
+    z = 1.959964
+    base = (
+        _base(class_coverage, "class_coverage")
+        .transform_aggregate(
+            n_labelled="sum(n_labelled)",
+            n_covered="sum(n_covered)",
+            target="mean(target)",
+            groupby=["calibrator", "class"],
+        )
+        .transform_calculate(
+            coverage="datum.n_covered / datum.n_labelled",
+            centre=f"(datum.coverage + {z**2} / (2 * datum.n_labelled)) / (1 + {z**2} / datum.n_labelled)",
+            half=(
+                f"{z} / (1 + {z**2} / datum.n_labelled) * sqrt(datum.coverage * (1 - datum.coverage)"
+                f" / datum.n_labelled + {z**2} / (4 * datum.n_labelled * datum.n_labelled))"
+            ),
+            lo="datum.centre - datum.half",
+            hi="datum.centre + datum.half",
+        )
+    )
+    x = alt.X("class:N", title="true class")
+    tooltip = [
+        alt.Tooltip("calibrator:N"),
+        alt.Tooltip("class:N"),
+        alt.Tooltip("coverage:Q", format=".3f"),
+        alt.Tooltip("lo:Q", format=".3f", title="95% low"),
+        alt.Tooltip("hi:Q", format=".3f", title="95% high"),
+        alt.Tooltip("n_labelled:Q", title="labelled"),
+        alt.Tooltip("target:Q", format=".3f"),
+    ]
+    bars = base.mark_bar(opacity=0.85).encode(
+        x=x,
+        xOffset="calibrator:N",
+        y=alt.Y("coverage:Q", title="coverage", scale=alt.Scale(domain=[0, 1])),
+        color=_color(),
+        tooltip=tooltip,
+    )
+    errors = base.mark_rule().encode(x=x, xOffset="calibrator:N", y="lo:Q", y2="hi:Q")
+    target = base.mark_rule(strokeDash=[5, 4], color="#444").encode(y="mean(target):Q")
+    return _finish(alt.layer(bars, errors, target), "Coverage by true class")
+
+
+def labels_chart(batches: Source = None) -> alt.TopLevelMixin:
+    """Labelled rows and rows awaiting labels per batch."""
+    base = (
+        alt.Chart(alt.NamedData("batches") if batches is None else batches)
+        .transform_aggregate(
+            labelled="max(n_labelled)", awaiting="max(n_pending)", groupby=["batch", "name"]
+        )
+        .transform_fold(["labelled", "awaiting"], as_=["status", "rows"])
+    )
+    return _finish(
+        base.mark_bar().encode(
+            x=alt.X("batch:O", title="batch", axis=alt.Axis(labelOverlap=True)),
+            y=alt.Y("rows:Q", stack=True, title="rows"),
+            color=alt.Color(
+                "status:N",
+                scale=alt.Scale(domain=["labelled", "awaiting"], range=["#4c78a8", "#d8d8d8"]),
+                legend=alt.Legend(orient="bottom", title=None),
+            ),
+            tooltip=[
+                alt.Tooltip("name:N", title="batch"),
+                alt.Tooltip("status:N"),
+                alt.Tooltip("rows:Q", format=","),
+            ],
+        ),
+        "Labels received",
+    )
+
+
+#: chart name -> (builder, dataset it reads), in display order.
+CHARTS: dict[str, tuple[Any, str]] = {
+    "coverage": (coverage_chart, "batches"),
+    "class_coverage": (class_coverage_chart, "class_coverage"),
+    "set_size": (set_size_chart, "batches"),
+    "set_shares": (set_shares_chart, "batches"),
+    "set_sizes": (set_sizes_chart, "set_sizes"),
+    "labels": (labels_chart, "batches"),
+}
+
+
+def build(kind: str, monitor: Monitor) -> alt.TopLevelMixin:
+    """A chart of the monitor's stream so far, with the data inline."""
+    if kind not in CHARTS:
+        msg = f"kind must be one of {list(CHARTS)}; got {kind!r}"
+        raise ValueError(msg)
+    builder, dataset = CHARTS[kind]
+    frame = datasets(monitor)[dataset]
+    return builder(frame)  # type: ignore[no-any-return]
+
+
+def live_specs() -> dict[str, dict[str, Any]]:
+    """Vega-Lite specs of every chart reading named datasets (for the live widget)."""
+    return {name: builder(None).to_dict() for name, (builder, _) in CHARTS.items()}

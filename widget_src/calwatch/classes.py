@@ -1,0 +1,71 @@
+"""Mapping between user-facing class labels and the class indices the engine works with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.intp]
+
+
+def as_1d_array(values: Any, name: str) -> npt.NDArray[Any]:
+    """A 1-D numpy array from a list, numpy array, polars/pandas Series."""
+    if hasattr(values, "to_numpy"):
+        values = values.to_numpy()
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        msg = f"{name} must be 1-D (one value per row); got shape {arr.shape}"
+        raise ValueError(msg)
+    return arr
+
+
+class ClassEncoder:
+    """Encode class labels (any sortable values) as indices ``0..K-1`` in the model's column order.
+
+    Parameters
+    ----------
+    classes : array-like of shape (K,)
+        The class label of each probability column.
+    """
+
+    def __init__(self, classes: Any) -> None:
+        arr = as_1d_array(classes, "classes")
+        if len(np.unique(arr)) != arr.shape[0]:
+            msg = f"classes must be distinct; got {arr.tolist()}"
+            raise ValueError(msg)
+        self.classes = arr
+        self._order = np.argsort(arr, kind="stable")
+        self._sorted = arr[self._order]
+
+    def __len__(self) -> int:
+        return int(self.classes.shape[0])
+
+    def encode(self, y: Any, name: str = "y", *, n_rows: int | None = None) -> IntArray:
+        """Column index of each label; raise ``ValueError`` naming ``name`` for unknown labels."""
+        values = as_1d_array(y, name)
+        if n_rows is not None and values.shape[0] != n_rows:
+            msg = f"{name} has {values.shape[0]} labels but there are {n_rows} rows"
+            raise ValueError(msg)
+        if values.shape[0] == 0:
+            return np.zeros(0, dtype=np.intp)
+        if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
+            msg = f"{name} contains NaN or inf; expected one of the classes {self.classes.tolist()}"
+            raise ValueError(msg)
+        try:
+            position = np.searchsorted(self._sorted, values)
+        except TypeError as err:
+            msg = f"{name} holds values of another type than the classes {self.classes.tolist()}"
+            raise TypeError(msg) from err
+        clipped = np.minimum(position, len(self) - 1)
+        known = np.asarray(self._sorted[clipped] == values, dtype=bool)
+        if not known.all():
+            unknown = np.unique(values[~known])[:5].tolist()
+            msg = f"{name} holds labels outside the known classes {self.classes.tolist()}: {unknown}"
+            raise ValueError(msg)
+        return self._order[clipped].astype(np.intp)
+
+    def decode(self, index: IntArray) -> npt.NDArray[Any]:
+        """Class label of each column index."""
+        return self.classes[index]

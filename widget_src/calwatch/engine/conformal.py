@@ -1,0 +1,380 @@
+"""Split and Mondrian conformal classification (ALGORITHMS.md §1).
+
+:class:`SplitConformalClassifier` turns any probability model into prediction sets with
+marginal coverage ``≥ 1 − α`` (or, Mondrian, coverage ``≥ 1 − α`` within every category: every
+true label, or any user taxonomy), and conformal p-values for every class.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from calwatch.engine._validation import check_alpha, check_labels, check_probabilities
+from calwatch.engine.quantiles import conformal_quantile, p_values_against
+from calwatch.engine.scores import SCORE_NAMES, ScoreName, class_scores, label_ranks, label_scores
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.intp]
+MondrianName = Literal["label", "category"]
+TuneName = Literal["size", "adapt"]
+
+#: λ grid searched by ``tune=`` for RAPS (Angelopoulos et al. 2021, §3).
+RAPS_LAMBDA_GRID: tuple[float, ...] = (0.001, 0.01, 0.05, 0.1, 0.2, 0.5)
+#: Share of the calibration rows held out to tune RAPS when ``tune`` is set.
+RAPS_TUNE_FRACTION = 0.2
+#: Set-size strata for the size-stratified coverage violation (the "adapt" tuning).
+_SSCV_SIZE_EDGES = (1, 2, 4, 11, 101, 1001)
+
+
+class NotFittedError(RuntimeError):
+    """Raised when a calibrator is used before ``fit``."""
+
+
+class SplitConformalClassifier:
+    """Split (or Mondrian) conformal prediction sets on top of any classifier's probabilities.
+
+    Parameters
+    ----------
+    score : {"lac", "aps", "raps"}
+        Nonconformity score: LAC ``1 − p_y``; APS, the probability mass ranked at or above ``y``;
+        RAPS, APS plus ``λ·max(0, rank(y) − k_reg)``.
+    alpha : float
+        Miscoverage level; the target coverage is ``1 − alpha``.
+    mondrian : {None, "label", "category"}
+        ``None``: one threshold for all rows (marginal coverage). ``"label"``: one threshold per
+        true class (class-conditional coverage). ``"category"``: one threshold per category of
+        the array passed as ``categories`` to ``fit`` and ``predict_sets`` (passing
+        ``categories`` with ``mondrian=None`` also selects this).
+    randomized : bool
+        Randomise APS/RAPS scores with ``u ~ U(0, 1)`` per row (and break p-value ties at
+        random) for exact rather than conservative coverage. ``False`` uses ``u = 1``.
+    raps_lambda, raps_k_reg : float, int
+        RAPS regularisation; ignored by LAC and APS.
+    tune : {None, "size", "adapt"}
+        RAPS only: choose ``k_reg`` and ``λ`` on a held-out 20% of the calibration rows, for the
+        smallest sets ("size") or the most even coverage across set sizes ("adapt").
+    kappa : int
+        Mondrian guard: a category with fewer than ``kappa`` calibration rows gets the full set.
+    seed : int
+        Seed for randomisation and the tuning split.
+
+    Attributes
+    ----------
+    quantiles_ : float or dict
+        The fitted threshold ``q̂``: one float, or ``{category: q̂}`` for Mondrian (class index
+        for ``mondrian="label"``). ``inf`` means "every class".
+    n_classes_ : int
+        Number of classes seen at fit time.
+    category_counts_ : dict
+        Calibration rows per category (Mondrian only).
+
+    Examples
+    --------
+    >>> P = np.array([[0.7, 0.2, 0.1], [0.5, 0.4, 0.1], [0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
+    >>> c = SplitConformalClassifier(score="lac", alpha=0.4).fit(P, np.array([0, 1, 2, 0]))
+    >>> c.quantiles_
+    0.5
+    >>> c.predict_sets(np.array([[0.55, 0.45, 0.0]])).tolist()
+    [[True, False, False]]
+    """
+
+    def __init__(
+        self,
+        *,
+        score: ScoreName = "lac",
+        alpha: float = 0.1,
+        mondrian: MondrianName | None = None,
+        randomized: bool = False,
+        raps_lambda: float = 0.01,
+        raps_k_reg: int = 1,
+        tune: TuneName | None = None,
+        kappa: int = 0,
+        seed: int = 0,
+    ) -> None:
+        if score not in SCORE_NAMES:
+            msg = f"score must be one of {SCORE_NAMES}; got {score!r}"
+            raise ValueError(msg)
+        if mondrian not in (None, "label", "category"):
+            msg = f"mondrian must be None, 'label' or 'category'; got {mondrian!r}"
+            raise ValueError(msg)
+        if tune not in (None, "size", "adapt"):
+            msg = f"tune must be None, 'size' or 'adapt'; got {tune!r}"
+            raise ValueError(msg)
+        if tune is not None and score != "raps":
+            msg = f"tune={tune!r} tunes RAPS's λ and k_reg; it needs score='raps', got {score!r}"
+            raise ValueError(msg)
+        if not (math.isfinite(raps_lambda) and raps_lambda >= 0):
+            msg = f"raps_lambda must be a finite number ≥ 0; got {raps_lambda!r}"
+            raise ValueError(msg)
+        if int(raps_k_reg) != raps_k_reg or raps_k_reg < 0:
+            msg = f"raps_k_reg must be an integer ≥ 0; got {raps_k_reg!r}"
+            raise ValueError(msg)
+        if int(kappa) != kappa or kappa < 0:
+            msg = f"kappa must be an integer ≥ 0; got {kappa!r}"
+            raise ValueError(msg)
+        self.score: ScoreName = score
+        self.alpha = check_alpha(alpha)
+        self.mondrian = mondrian
+        self.randomized = bool(randomized)
+        self.raps_lambda = float(raps_lambda)
+        self.raps_k_reg = int(raps_k_reg)
+        self.tune = tune
+        self.kappa = int(kappa)
+        self.seed = int(seed)
+
+    def __repr__(self) -> str:
+        options = [f"score={self.score!r}", f"alpha={self.alpha!r}"]
+        if self.mondrian is not None:
+            options.append(f"mondrian={self.mondrian!r}")
+        if self.randomized:
+            options.append("randomized=True")
+        if self.score == "raps":
+            options += [f"raps_lambda={self.raps_lambda!r}", f"raps_k_reg={self.raps_k_reg!r}"]
+        if self.tune is not None:
+            options.append(f"tune={self.tune!r}")
+        if self.kappa:
+            options.append(f"kappa={self.kappa!r}")
+        return f"SplitConformalClassifier({', '.join(options)})"
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, P_cal: Any, y_cal: Any, categories: Any = None) -> SplitConformalClassifier:
+        """Compute calibration scores and the conformal threshold(s).
+
+        Parameters
+        ----------
+        P_cal : array-like of shape (n, K)
+            Model probabilities of the calibration rows.
+        y_cal : array-like of shape (n,)
+            Their true class indices in ``0..K-1``.
+        categories : array-like of shape (n,), optional
+            Mondrian category of each calibration row (any comparable values).
+
+        Returns
+        -------
+        SplitConformalClassifier
+            ``self``, fitted.
+        """
+        P = check_probabilities(P_cal, "P_cal")
+        n, K = P.shape
+        y = check_labels(y_cal, K, "y_cal", n_rows=n)
+        mode = self._mondrian_mode(categories, fitting=True)
+        groups: npt.NDArray[Any] | None = None
+        if mode == "category":
+            groups = _as_category_array(categories, "categories", n)
+        rng = np.random.default_rng(self.seed)
+        lam, k_reg = self.raps_lambda, self.raps_k_reg
+        if self.tune is not None:
+            P, y, groups, lam, k_reg = self._tune_raps(P, y, groups, rng)
+        self.raps_lambda_ = lam
+        self.raps_k_reg_ = k_reg
+        u = rng.uniform(size=P.shape[0]) if self.randomized else None
+        scores = label_scores(P, y, self.score, u=u, raps_lambda=lam, raps_k_reg=k_reg)
+        self.n_classes_ = K
+        self.n_calibration_ = int(P.shape[0])
+        self.mode_: Literal["marginal", "label", "category"] = mode
+        self._predict_rng = np.random.default_rng([self.seed, 1])
+        if mode == "marginal":
+            self.quantiles_: float | dict[Any, float] = conformal_quantile(scores, self.alpha)
+            self._sorted_scores = {None: np.sort(scores)}
+            self.category_counts_: dict[Any, int] = {}
+            return self
+        keys = y if mode == "label" else groups
+        assert keys is not None  # noqa: S101  (narrowing only: set just above)
+        if mode == "label":
+            uniq: npt.NDArray[Any] = np.arange(K)
+            inverse = y
+        else:
+            uniq, inverse = np.unique(keys, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
+        self._sorted_scores = {}
+        self.quantiles_ = {}
+        self.category_counts_ = {}
+        for index, key in enumerate(uniq.tolist()):
+            group_scores = scores[order[bounds[index] : bounds[index + 1]]]
+            count = int(group_scores.shape[0])
+            self.category_counts_[key] = count
+            self._sorted_scores[key] = np.sort(group_scores)
+            guarded = count == 0 or count < self.kappa
+            self.quantiles_[key] = math.inf if guarded else conformal_quantile(group_scores, self.alpha)
+        self._category_keys = uniq
+        self._category_thresholds = np.array([self.quantiles_[k] for k in uniq.tolist()])
+        return self
+
+    def _mondrian_mode(self, categories: Any, *, fitting: bool) -> Literal["marginal", "label", "category"]:
+        if self.mondrian == "label":
+            if categories is not None:
+                msg = "categories must be None with mondrian='label' (the label is the category)"
+                raise ValueError(msg)
+            return "label"
+        if self.mondrian == "category" or categories is not None:
+            if categories is None:
+                where = "fit" if fitting else "predict"
+                msg = f"categories is required at {where} time: mondrian='category'"
+                raise ValueError(msg)
+            return "category"
+        return "marginal"
+
+    def _tune_raps(
+        self,
+        P: FloatArray,
+        y: IntArray,
+        groups: npt.NDArray[Any] | None,
+        rng: np.random.Generator,
+    ) -> tuple[FloatArray, IntArray, npt.NDArray[Any] | None, float, int]:
+        """Pick RAPS's ``k_reg`` and ``λ`` on a held-out share; return the remaining rows."""
+        n = P.shape[0]
+        n_tune = int(round(RAPS_TUNE_FRACTION * n))
+        if n_tune < 20 or n - n_tune < 20:
+            msg = f"tune={self.tune!r} needs at least 100 calibration rows; got {n}"
+            raise ValueError(msg)
+        perm = rng.permutation(n)
+        tune_rows, keep_rows = perm[:n_tune], perm[n_tune:]
+        P_t, y_t = P[tune_rows], y[tune_rows]
+        # k_reg: the (1 − α) conformal quantile of the true label's rank (RAPS, Alg. "pick k_reg").
+        k_reg = int(conformal_quantile(label_ranks(P_t, y_t).astype(np.float64), self.alpha))
+        k_reg = min(k_reg, P.shape[1])
+        half = n_tune // 2
+        best_lam, best_value = RAPS_LAMBDA_GRID[0], math.inf
+        for lam in RAPS_LAMBDA_GRID:
+            s_fit = label_scores(P_t[:half], y_t[:half], "raps", raps_lambda=lam, raps_k_reg=k_reg)
+            q = conformal_quantile(s_fit, self.alpha)
+            S = class_scores(P_t[half:], "raps", raps_lambda=lam, raps_k_reg=k_reg) <= q
+            S[np.arange(S.shape[0]), P_t[half:].argmax(axis=1)] = True
+            if self.tune == "size":
+                value = float(S.sum(axis=1).mean())
+            else:
+                value = _size_stratified_violation(S, y_t[half:], self.alpha)
+            if value < best_value - 1e-12:
+                best_lam, best_value = lam, value
+        kept_groups = None if groups is None else groups[keep_rows]
+        return P[keep_rows], y[keep_rows], kept_groups, best_lam, k_reg
+
+    # --------------------------------------------------------------- prediction
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "quantiles_"):
+            msg = "this SplitConformalClassifier is not fitted yet: call fit(P_cal, y_cal) first"
+            raise NotFittedError(msg)
+
+    def class_scores(self, P: Any, *, _validated: bool = False) -> FloatArray:
+        """Nonconformity score of every class for each row, shape ``(m, K)``.
+
+        Randomised scores draw fresh ``u`` from the calibrator's seeded stream.
+        """
+        self._check_fitted()
+        Pv = P if _validated else check_probabilities(P, "P", n_classes=self.n_classes_)
+        u = self._predict_rng.uniform(size=Pv.shape[0]) if self.randomized else None
+        return class_scores(
+            Pv, self.score, u=u, raps_lambda=self.raps_lambda_, raps_k_reg=self.raps_k_reg_
+        )
+
+    def label_scores(self, P: Any, y: Any) -> FloatArray:
+        """Nonconformity score ``s(x, y)`` of the given labels, shape ``(m,)``."""
+        self._check_fitted()
+        Pv = check_probabilities(P, "P", n_classes=self.n_classes_)
+        yv = check_labels(y, self.n_classes_, "y", n_rows=Pv.shape[0])
+        return self.class_scores(Pv, _validated=True)[np.arange(Pv.shape[0]), yv]
+
+    def _row_thresholds(self, m: int, categories: Any) -> FloatArray:
+        """Threshold per row and class, broadcastable to ``(m, K)``."""
+        mode = self._mondrian_mode(categories, fitting=False)
+        if mode == "marginal":
+            return np.full((1, 1), self.quantiles_, dtype=np.float64)
+        if mode == "label":
+            return self._category_thresholds[None, :].astype(np.float64)
+        cats = _as_category_array(categories, "categories", m)
+        index, known = _lookup_categories(self._category_keys, cats)
+        thresholds = np.full(m, math.inf)
+        thresholds[known] = self._category_thresholds[index[known]]
+        return thresholds[:, None]
+
+    def predict_sets(self, P: Any, categories: Any = None) -> BoolArray:
+        """Prediction sets as a boolean matrix: ``out[i, c]`` is True when class ``c`` is in row
+        ``i``'s set. The top class is always included (no empty sets).
+
+        Parameters
+        ----------
+        P : array-like of shape (m, K)
+            Model probabilities.
+        categories : array-like of shape (m,), optional
+            Mondrian categories (required when fitted with categories). A category never seen
+            at fit time gets the full set.
+        """
+        self._check_fitted()
+        Pv = check_probabilities(P, "P", n_classes=self.n_classes_)
+        thresholds = self._row_thresholds(Pv.shape[0], categories)
+        sets = self.class_scores(Pv, _validated=True) <= thresholds
+        sets[np.arange(Pv.shape[0]), Pv.argmax(axis=1)] = True
+        return sets
+
+    def p_values(self, P: Any, categories: Any = None) -> FloatArray:
+        """Conformal p-value of every class for each row, shape ``(m, K)``, float64.
+
+        ``(1 + #{j : s_j ≥ s(x, c)}) / (n + 1)`` against the calibration scores of the row's
+        category (of class ``c`` for ``mondrian="label"``); randomised tie-breaking when
+        ``randomized=True``. Without randomisation, ``p > α`` exactly when ``c`` is in the set
+        before the top class is added. A category with no calibration rows gets p-value 1.
+        """
+        self._check_fitted()
+        Pv = check_probabilities(P, "P", n_classes=self.n_classes_)
+        m, K = Pv.shape
+        S = self.class_scores(Pv, _validated=True)
+        theta = self._predict_rng.uniform(size=S.shape) if self.randomized else None
+        mode = self._mondrian_mode(categories, fitting=False)
+        if mode == "marginal":
+            return p_values_against(self._sorted_scores[None], S, theta)
+        out = np.ones((m, K), dtype=np.float64)
+        if mode == "label":
+            for c in range(K):
+                col_theta = None if theta is None else theta[:, c]
+                out[:, c] = p_values_against(self._sorted_scores[c], S[:, c], col_theta)
+            return out
+        cats = _as_category_array(categories, "categories", m)
+        index, known = _lookup_categories(self._category_keys, cats)
+        keys = self._category_keys.tolist()
+        for code in np.unique(index[known]).tolist():
+            rows = known & (index == code)
+            sub_theta = None if theta is None else theta[rows]
+            out[rows] = p_values_against(self._sorted_scores[keys[code]], S[rows], sub_theta)
+        return out
+
+
+def _as_category_array(categories: Any, name: str, n_rows: int) -> npt.NDArray[Any]:
+    if hasattr(categories, "to_numpy"):
+        categories = categories.to_numpy()
+    arr = np.asarray(categories)
+    if arr.ndim != 1 or arr.shape[0] != n_rows:
+        msg = f"{name} must be a 1-D array with one category per row ({n_rows}); got shape {arr.shape}"
+        raise ValueError(msg)
+    return arr
+
+
+def _lookup_categories(keys: npt.NDArray[Any], cats: npt.NDArray[Any]) -> tuple[IntArray, BoolArray]:
+    """Index of each value of ``cats`` in the sorted ``keys``, and whether it was found."""
+    if keys.shape[0] == 0:
+        return np.zeros(cats.shape[0], dtype=np.intp), np.zeros(cats.shape[0], dtype=bool)
+    try:
+        index = np.searchsorted(keys, cats)
+    except TypeError as err:
+        msg = f"categories must be comparable with the fitted categories {keys[:3].tolist()}…"
+        raise TypeError(msg) from err
+    clipped = np.minimum(index, keys.shape[0] - 1)
+    known = keys[clipped] == cats
+    return clipped.astype(np.intp), np.asarray(known, dtype=bool)
+
+
+def _size_stratified_violation(sets: BoolArray, y: IntArray, alpha: float) -> float:
+    """Largest gap between coverage within a set-size stratum and ``1 − α`` (RAPS's SSCV)."""
+    sizes = sets.sum(axis=1)
+    covered = sets[np.arange(sets.shape[0]), y]
+    worst = 0.0
+    for lo, hi in zip(_SSCV_SIZE_EDGES[:-1], _SSCV_SIZE_EDGES[1:], strict=True):
+        stratum = (sizes >= lo) & (sizes < hi)
+        if stratum.any():
+            worst = max(worst, abs(float(covered[stratum].mean()) - (1.0 - alpha)))
+    return worst

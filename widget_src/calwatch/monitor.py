@@ -1,0 +1,667 @@
+"""The streaming :class:`Monitor`: calibrators + stream state + delayed labels + live views."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from calwatch.classes import ClassEncoder, as_1d_array
+from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE, check_probabilities
+from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
+from calwatch.engine.metrics import clopper_pearson
+from calwatch.models import ModelAdapter, ModelOutputs, wrap
+from calwatch.stream import (
+    NO_LABEL,
+    BatchRecord,
+    BatchRows,
+    CalibratorBatchStats,
+    StreamState,
+)
+
+if TYPE_CHECKING:
+    import altair as alt
+
+    from calwatch.widget import MonitorWidget
+
+IntArray = npt.NDArray[np.intp]
+DEFAULT_WINDOW = 100_000
+
+
+class SetCalibrator(Protocol):
+    """What the monitor needs of a set-valued calibrator (e.g. ``SplitConformalClassifier``)."""
+
+    alpha: float
+
+    def fit(self, P_cal: Any, y_cal: Any, categories: Any = None) -> Any:
+        """Fit on calibration probabilities and class indices."""
+
+    def predict_sets(self, P: Any, categories: Any = None) -> npt.NDArray[np.bool_]:
+        """Boolean ``(m, K)`` prediction sets."""
+
+
+@dataclass(frozen=True)
+class LabelReport:
+    """What a :meth:`Monitor.label` call did.
+
+    Attributes
+    ----------
+    matched : int
+        Labels joined to rows in the window.
+    unmatched : int
+        Labels for ids that are unknown or whose rows left the window (counted, not applied).
+    relabelled : int
+        Matched rows that already had a label (the new label replaces it).
+    batches : tuple of int
+        The batches whose labelled metrics changed.
+    """
+
+    matched: int
+    unmatched: int
+    relabelled: int
+    batches: tuple[int, ...]
+
+
+# A listener gets the batches whose statistics changed (live views subscribe to this).
+Listener = Callable[[tuple[int, ...]], None]
+
+
+class Monitor:
+    """Watch whether a model's prediction sets keep their promised coverage on a stream.
+
+    Parameters
+    ----------
+    model : optional
+        Anything :func:`calwatch.wrap` accepts (scikit-learn classifier, torch module,
+        callable). ``None``: outputs are passed directly as ``probs=``.
+    calibrators : dict of str to calibrator, optional
+        Named set-valued calibrators (default: APS at α = 0.1).
+    classes : array-like, optional
+        Class label of each probability column (default: the model's ``classes_``, else
+        ``0..K-1``).
+    window : int
+        Raw rows kept for late labels and row inspection (default 100,000); per-batch
+        statistics are kept for the whole stream.
+    name : str
+        Shown in the widget and reports.
+    embedding_layer : str, optional
+        Torch models: layer whose output is kept as the embedding.
+    probability_tolerance : float
+        How far a row of probabilities may sum from 1.
+
+    Examples
+    --------
+    >>> import calwatch as cw
+    >>> mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)})
+    >>> mon.calibrate(probs=P_cal, y=y_cal)  # doctest: +SKIP
+    >>> mon.observe(probs=P, ids=ids)  # doctest: +SKIP
+    >>> mon.label(ids, y)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        calibrators: Mapping[str, SetCalibrator] | None = None,
+        *,
+        classes: Any = None,
+        window: int = DEFAULT_WINDOW,
+        name: str = "calwatch",
+        embedding_layer: str | None = None,
+        probability_tolerance: float = PROBABILITY_SUM_TOLERANCE,
+    ) -> None:
+        self._adapter: ModelAdapter | None = (
+            None if model is None else wrap(model, embedding_layer=embedding_layer)
+        )
+        if calibrators is None:
+            calibrators = {"aps": SplitConformalClassifier(score="aps", alpha=0.1)}
+        if not isinstance(calibrators, Mapping) or not calibrators:
+            msg = "calibrators must be a non-empty dict of name -> calibrator"
+            raise TypeError(msg)
+        for key, calibrator in calibrators.items():
+            if not isinstance(key, str) or not key:
+                msg = f"calibrators keys must be non-empty strings; got {key!r}"
+                raise TypeError(msg)
+            if not (hasattr(calibrator, "fit") and hasattr(calibrator, "predict_sets")):
+                msg = (
+                    f"calibrators[{key!r}] must have fit(P, y) and predict_sets(P); "
+                    f"got {type(calibrator).__name__}"
+                )
+                raise TypeError(msg)
+        if int(window) != window or window < 1:
+            msg = f"window must be a positive integer (rows); got {window!r}"
+            raise ValueError(msg)
+        self.name = str(name)
+        self._calibrators: dict[str, SetCalibrator] = dict(calibrators)
+        self._fixed_classes = None if classes is None else as_1d_array(classes, "classes")
+        self._encoder: ClassEncoder | None = None
+        self._tolerance = float(probability_tolerance)
+        self._stream = StreamState(int(window))
+        self._listeners: list[Listener] = []
+        self._widget: MonitorWidget | None = None
+        self._next_auto_id = 0
+        self.calibration_: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        state = "calibrated" if self.calibration_ else "not calibrated"
+        return (
+            f"Monitor(name={self.name!r}, calibrators={list(self._calibrators)}, {state}, "
+            f"batches={len(self._stream.batches)}, rows_seen={self._stream.rows_seen})"
+        )
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def calibrators(self) -> dict[str, SetCalibrator]:
+        """The attached calibrators by name (a copy of the mapping)."""
+        return dict(self._calibrators)
+
+    @property
+    def classes_(self) -> npt.NDArray[Any]:
+        """Class label of each probability column (after :meth:`calibrate`)."""
+        return self._require_encoder().classes
+
+    @property
+    def window(self) -> int:
+        """Raw rows kept for late labels."""
+        return self._stream.window
+
+    @property
+    def n_batches(self) -> int:
+        """Batches observed so far."""
+        return len(self._stream.batches)
+
+    # ------------------------------------------------------------------ inputs
+    def _outputs(self, X: Any, probs: Any, logits: Any, *, n_classes: int | None) -> ModelOutputs:
+        if X is not None and (probs is not None or logits is not None):
+            msg = "pass either X (inputs for the model) or probs=/logits= (its outputs), not both"
+            raise ValueError(msg)
+        if X is not None:
+            if self._adapter is None:
+                msg = "X was given but the monitor has no model: pass probs= instead, or Monitor(model)"
+                raise ValueError(msg)
+            if hasattr(X, "__len__") and len(X) == 0:
+                msg = "X is empty: a batch needs at least one row"
+                raise ValueError(msg)
+            outputs = self._adapter(X)
+        else:
+            if probs is None and logits is None:
+                msg = "no data: pass X (with a model) or probs= (precomputed probabilities)"
+                raise ValueError(msg)
+            outputs = ModelOutputs.from_arrays(probs, logits=logits)
+        P = check_probabilities(outputs.probs, "probs", n_classes=n_classes, tolerance=self._tolerance)
+        return ModelOutputs(P, outputs.logits, outputs.embeddings)
+
+    def _require_encoder(self) -> ClassEncoder:
+        if self._encoder is None:
+            msg = "the monitor is not calibrated yet: call calibrate(X, y) or calibrate(probs=..., y=...)"
+            raise NotFittedError(msg)
+        return self._encoder
+
+    def _make_encoder(self, K: int) -> ClassEncoder:
+        classes = self._fixed_classes
+        if classes is None and self._adapter is not None:
+            classes = self._adapter.classes
+        if classes is None:
+            classes = np.arange(K)
+        if len(classes) != K:
+            msg = f"classes has {len(classes)} entries but the model outputs {K} columns"
+            raise ValueError(msg)
+        return ClassEncoder(classes)
+
+    @staticmethod
+    def _categories_for(calibrator: SetCalibrator, categories: Any) -> Any:
+        return categories if getattr(calibrator, "mondrian", None) == "category" else None
+
+    # ------------------------------------------------------------------ calibrate
+    def calibrate(
+        self,
+        X: Any = None,
+        y: Any = None,
+        *,
+        probs: Any = None,
+        logits: Any = None,
+        categories: Any = None,
+    ) -> Monitor:
+        """Fit every calibrator on labelled calibration data.
+
+        Parameters
+        ----------
+        X : array-like, optional
+            Model inputs (needs a model); or pass ``probs=``.
+        y : array-like of shape (n,)
+            True labels (class labels as the model names them).
+        probs, logits : array-like of shape (n, K), optional
+            Precomputed model outputs instead of ``X``.
+        categories : array-like of shape (n,), optional
+            Mondrian categories for calibrators built with ``mondrian="category"``.
+
+        Returns
+        -------
+        Monitor
+            ``self``. If any calibrator fails to fit, nothing changes.
+        """
+        if y is None:
+            msg = "y is required: the true labels of the calibration rows"
+            raise ValueError(msg)
+        outputs = self._outputs(X, probs, logits, n_classes=None)
+        encoder = self._make_encoder(outputs.n_classes)
+        y_idx = encoder.encode(y, "y", n_rows=len(outputs))
+        fitted = {}
+        for key, calibrator in self._calibrators.items():
+            candidate = copy.deepcopy(calibrator)
+            candidate.fit(outputs.probs, y_idx, categories=self._categories_for(calibrator, categories))
+            fitted[key] = candidate
+        # Commit only once every calibrator fitted.
+        for key, candidate in fitted.items():
+            self._calibrators[key] = candidate
+        self._encoder = encoder
+        counts = np.bincount(y_idx, minlength=len(encoder))
+        self.calibration_ = {
+            "n_rows": len(outputs),
+            "class_counts": dict(zip(encoder.classes.tolist(), counts.tolist(), strict=True)),
+            "calibrated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        if self._widget is not None:
+            self._widget.refresh_layout()
+        return self
+
+    # ------------------------------------------------------------------ observe
+    def observe(
+        self,
+        X: Any = None,
+        *,
+        probs: Any = None,
+        logits: Any = None,
+        ids: Any = None,
+        y: Any = None,
+        categories: Any = None,
+        name: str | None = None,
+    ) -> int:
+        """Run a batch through the model and every calibrator, and record it.
+
+        Parameters
+        ----------
+        X : array-like, optional
+            Model inputs; or pass the model's outputs as ``probs=`` / ``logits=``.
+        ids : sequence of hashables or a polars/pandas Series, optional
+            Row ids, so labels can be joined later with :meth:`label`. Default: consecutive
+            integers. Must be distinct within the batch and from rows still in the window.
+        y : array-like, optional
+            Labels, when they are known at once.
+        categories : array-like, optional
+            Mondrian categories (for ``mondrian="category"`` calibrators).
+        name : str, optional
+            Batch name shown in tables and charts (default: its index).
+
+        Returns
+        -------
+        int
+            The batch index. A rejected batch raises and leaves the monitor unchanged.
+        """
+        encoder = self._require_encoder()
+        outputs = self._outputs(X, probs, logits, n_classes=len(encoder))
+        m = len(outputs)
+        row_ids = self._batch_ids(ids, m)
+        labels = None if y is None else encoder.encode(y, "y", n_rows=m)
+        cats = None if categories is None else as_1d_array(categories, "categories")
+        if cats is not None and cats.shape[0] != m:
+            msg = f"categories has {cats.shape[0]} values but the batch has {m} rows"
+            raise ValueError(msg)
+        sets = {
+            key: np.asarray(cal.predict_sets(outputs.probs, categories=self._categories_for(cal, cats)))
+            for key, cal in self._calibrators.items()
+        }
+        for key, matrix in sets.items():
+            if matrix.shape != outputs.probs.shape or matrix.dtype != np.bool_:
+                msg = f"calibrator {key!r} returned sets of shape {matrix.shape}, dtype {matrix.dtype}"
+                raise TypeError(msg)
+        # Everything is validated and computed: commit.
+        index = len(self._stream.batches)
+        record = BatchRecord(
+            index=index,
+            name=str(index) if name is None else str(name),
+            observed_at=datetime.now(UTC),
+            n_rows=m,
+            stats={key: CalibratorBatchStats.from_sets(matrix) for key, matrix in sets.items()},
+            rows=BatchRows(
+                ids=row_ids,
+                probs=outputs.probs,
+                packed_sets={key: np.packbits(matrix, axis=1) for key, matrix in sets.items()},
+                labels=np.full(m, NO_LABEL, dtype=np.intp),
+                categories=cats,
+            ),
+        )
+        if ids is None:
+            self._next_auto_id += m
+        self._stream.append(record)
+        if labels is not None:
+            self._apply_labels(record, np.arange(m), labels)
+        self._notify((index,))
+        return index
+
+    def _batch_ids(self, ids: Any, m: int) -> list[Hashable]:
+        if ids is None:
+            row_ids: list[Hashable] = list(range(self._next_auto_id, self._next_auto_id + m))
+        else:
+            row_ids = _as_id_list(ids)
+            if len(row_ids) != m:
+                msg = f"ids has {len(row_ids)} values but the batch has {m} rows"
+                raise ValueError(msg)
+            try:
+                distinct = len(set(row_ids))
+            except TypeError as err:
+                msg = "ids must be hashable values (int, str, tuple, ...)"
+                raise TypeError(msg) from err
+            if distinct != m:
+                msg = f"ids must be distinct within a batch; {m - distinct} duplicates found"
+                raise ValueError(msg)
+        clash = self._stream.first_known_id(row_ids)
+        if clash is not None:
+            where = self._stream.id_index[clash][0]
+            msg = f"ids: {clash!r} was already observed (batch {where}, still in the window)"
+            raise ValueError(msg)
+        return row_ids
+
+    # ------------------------------------------------------------------ labels
+    def label(self, ids: Any, y: Any) -> LabelReport:
+        """Join late labels to the rows they belong to and update those batches' coverage.
+
+        Parameters
+        ----------
+        ids : sequence of hashables or Series
+            Ids given to :meth:`observe`.
+        y : array-like
+            The true label of each id.
+
+        Returns
+        -------
+        LabelReport
+            How many labels matched rows in the window; labels for unknown or expired ids are
+            counted in ``unmatched`` (and in :meth:`status`), never applied silently.
+        """
+        encoder = self._require_encoder()
+        id_list = _as_id_list(ids)
+        labels = encoder.encode(y, "y", n_rows=len(id_list))
+        if len(set(id_list)) != len(id_list):
+            msg = "ids must be distinct within one label() call"
+            raise ValueError(msg)
+        positions = list(map(self._stream.id_index.get, id_list))
+        found = np.fromiter((p is not None for p in positions), dtype=bool, count=len(positions))
+        matched = [p for p in positions if p is not None]
+        unmatched = int((~found).sum())
+        self._stream.labels_unmatched += unmatched
+        if not matched:
+            return LabelReport(0, unmatched, 0, ())
+        where = np.asarray(matched, dtype=np.intp)
+        batch_of, row_of, label_of = where[:, 0], where[:, 1], labels[found]
+        by_index = {record.index: record for record in self._stream.window_batches()}
+        relabelled = 0
+        touched = np.unique(batch_of).tolist()
+        for batch_index in touched:
+            mask = batch_of == batch_index
+            relabelled += self._apply_labels(by_index[batch_index], row_of[mask], label_of[mask])
+        self._notify(tuple(touched))
+        return LabelReport(len(matched), unmatched, relabelled, tuple(touched))
+
+    def _apply_labels(self, record: BatchRecord, rows: IntArray, labels: IntArray) -> int:
+        """Set labels of rows of one batch and update its counts; return how many were relabels."""
+        assert record.rows is not None  # noqa: S101  (labels are only joined inside the window)
+        K = record.rows.probs.shape[1]
+        old = record.rows.labels[rows]
+        had = old != NO_LABEL
+        for key, stats in record.stats.items():
+            if had.any():
+                old_rows, old_labels = rows[had], old[had]
+                was_covered = record.rows.contains(key, old_rows, old_labels)
+                stats.class_labelled -= np.bincount(old_labels, minlength=K)
+                stats.class_covered -= np.bincount(old_labels[was_covered], minlength=K)
+            covered = record.rows.contains(key, rows, labels)
+            stats.class_labelled += np.bincount(labels, minlength=K)
+            stats.class_covered += np.bincount(labels[covered], minlength=K)
+        record.rows.labels[rows] = labels
+        newly = int((~had).sum())
+        self._stream.rows_labelled += newly
+        return int(had.sum())
+
+    # ------------------------------------------------------------------ views
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(batch_indices)`` whenever batches change; returns an unsubscribe."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _notify(self, batches: tuple[int, ...]) -> None:
+        for listener in list(self._listeners):
+            listener(batches)
+
+    def status(self) -> dict[str, int]:
+        """Stream counters: rows seen, labelled, awaiting labels, batches, unmatched labels."""
+        s = self._stream
+        return {
+            "rows_seen": s.rows_seen,
+            "rows_labelled": s.rows_labelled,
+            "rows_pending": s.rows_pending,
+            "batches": len(s.batches),
+            "labels_unmatched": s.labels_unmatched,
+            "rows_in_window": s.rows_in_window,
+        }
+
+    def targets(self) -> dict[str, float]:
+        """Target coverage ``1 − α`` of each calibrator."""
+        return {key: 1.0 - float(cal.alpha) for key, cal in self._calibrators.items()}
+
+    def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
+        """One row per batch and calibrator: coverage (with a 95% Clopper-Pearson interval),
+        set sizes and label progress.
+
+        Columns: ``batch, name, calibrator, target, n_rows, n_labelled, n_pending, n_covered,
+        coverage, coverage_lo, coverage_hi, mean_set_size, singleton_share, full_share,
+        in_window, observed_at``. Coverage columns are null until a row of the batch is labelled.
+        """
+        records = self._stream.batches if batches is None else [self._stream.batches[i] for i in batches]
+        targets = self.targets()
+        columns: dict[str, list[Any]] = {
+            name: []
+            for name in (
+                "batch", "name", "calibrator", "target", "n_rows", "n_labelled", "n_covered",
+                "mean_set_size", "singleton_share", "full_share", "in_window", "observed_at",
+            )
+        }  # fmt: skip
+        for record in records:
+            for key, stats in record.stats.items():
+                K = stats.class_labelled.shape[0]
+                sizes = np.arange(K + 1)
+                columns["batch"].append(record.index)
+                columns["name"].append(record.name)
+                columns["calibrator"].append(key)
+                columns["target"].append(targets.get(key, math.nan))
+                columns["n_rows"].append(record.n_rows)
+                columns["n_labelled"].append(stats.n_labelled)
+                columns["n_covered"].append(stats.n_covered)
+                columns["mean_set_size"].append(float(stats.size_counts @ sizes) / record.n_rows)
+                columns["singleton_share"].append(float(stats.size_counts[1]) / record.n_rows)
+                columns["full_share"].append(float(stats.size_counts[K]) / record.n_rows)
+                columns["in_window"].append(record.rows is not None)
+                columns["observed_at"].append(record.observed_at)
+        schema = {
+            "batch": pl.Int64, "name": pl.String, "calibrator": pl.String, "target": pl.Float64,
+            "n_rows": pl.Int64, "n_labelled": pl.Int64, "n_covered": pl.Int64,
+            "mean_set_size": pl.Float64, "singleton_share": pl.Float64, "full_share": pl.Float64,
+            "in_window": pl.Boolean, "observed_at": pl.Datetime("us", "UTC"),
+        }  # fmt: skip
+        frame = pl.DataFrame(columns, schema=schema)
+        lo, hi = clopper_pearson(frame["n_covered"].to_numpy(), frame["n_labelled"].to_numpy())
+        labelled = pl.col("n_labelled") > 0
+        return frame.with_columns(
+            n_pending=pl.col("n_rows") - pl.col("n_labelled"),
+            coverage=pl.when(labelled).then(pl.col("n_covered") / pl.col("n_labelled")),
+            coverage_lo=pl.Series(lo).fill_nan(None),
+            coverage_hi=pl.Series(hi).fill_nan(None),
+        ).select(
+            "batch", "name", "calibrator", "target", "n_rows", "n_labelled", "n_pending",
+            "n_covered", "coverage", "coverage_lo", "coverage_hi", "mean_set_size",
+            "singleton_share", "full_share", "in_window", "observed_at",
+        )  # fmt: skip
+
+    def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
+        """Rows per set size: ``batch, calibrator, size, count`` (sizes with count > 0)."""
+        records = self._stream.batches if batches is None else [self._stream.batches[i] for i in batches]
+        out: dict[str, list[Any]] = {"batch": [], "calibrator": [], "size": [], "count": []}
+        for record in records:
+            for key, stats in record.stats.items():
+                sizes = np.flatnonzero(stats.size_counts)
+                out["batch"] += [record.index] * len(sizes)
+                out["calibrator"] += [key] * len(sizes)
+                out["size"] += sizes.tolist()
+                out["count"] += stats.size_counts[sizes].tolist()
+        schema = {"batch": pl.Int64, "calibrator": pl.String, "size": pl.Int64, "count": pl.Int64}
+        return pl.DataFrame(out, schema=schema)
+
+    def class_coverage(self, batches: tuple[int, ...] | None = None, *, by_batch: bool = True) -> pl.DataFrame:
+        """Coverage by true class: ``[batch,] calibrator, class, n_labelled, n_covered, coverage,
+        coverage_lo, coverage_hi, target`` (classes with labelled rows).
+
+        ``by_batch=False`` sums over the whole stream.
+        """
+        records = self._stream.batches if batches is None else [self._stream.batches[i] for i in batches]
+        classes = self.classes_
+        out: dict[str, list[Any]] = {
+            "batch": [], "calibrator": [], "class": [], "n_labelled": [], "n_covered": [],
+        }  # fmt: skip
+        for record in records:
+            for key, stats in record.stats.items():
+                present = np.flatnonzero(stats.class_labelled)
+                out["batch"] += [record.index] * len(present)
+                out["calibrator"] += [key] * len(present)
+                out["class"] += [str(c) for c in classes[present].tolist()]
+                out["n_labelled"] += stats.class_labelled[present].tolist()
+                out["n_covered"] += stats.class_covered[present].tolist()
+        schema = {
+            "batch": pl.Int64, "calibrator": pl.String, "class": pl.String,
+            "n_labelled": pl.Int64, "n_covered": pl.Int64,
+        }  # fmt: skip
+        frame = pl.DataFrame(out, schema=schema)
+        if not by_batch:
+            frame = (
+                frame.group_by("calibrator", "class", maintain_order=True)
+                .agg(pl.col("n_labelled").sum(), pl.col("n_covered").sum())
+                .sort("calibrator", "class")
+            )
+        lo, hi = clopper_pearson(frame["n_covered"].to_numpy(), frame["n_labelled"].to_numpy())
+        targets = self.targets()
+        return frame.with_columns(
+            coverage=pl.col("n_covered") / pl.col("n_labelled"),
+            coverage_lo=pl.Series(lo, dtype=pl.Float64),
+            coverage_hi=pl.Series(hi, dtype=pl.Float64),
+            target=pl.col("calibrator").replace_strict(targets, return_dtype=pl.Float64),
+        )
+
+    def rows(self, window: int | None = None, *, batch: int | None = None) -> pl.DataFrame:
+        """Raw rows still kept: ``batch, id, prediction, confidence, label`` and, per calibrator,
+        ``set_<name>`` (list of classes), ``size_<name>`` and ``covered_<name>`` (null until
+        labelled).
+
+        Parameters
+        ----------
+        window : int, optional
+            Only the most recent ``window`` rows.
+        batch : int, optional
+            Only the rows of this batch (it must still be in the window).
+        """
+        classes = self.classes_
+        records = self._stream.window_batches()
+        if batch is not None:
+            records = [r for r in records if r.index == batch]
+            if not records:
+                msg = f"batch {batch} is not in the window (its raw rows were dropped or never existed)"
+                raise ValueError(msg)
+        frames = []
+        for record in records:
+            rows = record.rows
+            assert rows is not None  # noqa: S101
+            y_hat = rows.probs.argmax(axis=1)
+            has_label = rows.labels != NO_LABEL
+            columns: dict[str, Any] = {
+                "batch": np.full(record.n_rows, record.index),
+                "id": pl.Series("id", rows.ids, dtype=pl.Object)
+                if not _uniform_scalar_ids(rows.ids)
+                else rows.ids,
+                "prediction": classes[y_hat].tolist(),
+                "confidence": rows.probs.max(axis=1),
+                "label": [c if h else None for c, h in zip(classes[rows.labels].tolist(), has_label, strict=True)],
+            }
+            for key in rows.packed_sets:
+                sets = rows.sets(key)
+                columns[f"set_{key}"] = [classes[np.flatnonzero(s)].tolist() for s in sets]
+                columns[f"size_{key}"] = sets.sum(axis=1)
+                covered = sets[np.arange(record.n_rows), np.where(has_label, rows.labels, 0)]
+                columns[f"covered_{key}"] = [bool(c) if h else None for c, h in zip(covered, has_label, strict=True)]
+            frames.append(pl.DataFrame(columns))
+        if not frames:
+            return pl.DataFrame()
+        out = pl.concat(frames, how="vertical_relaxed")
+        if window is not None:
+            out = out.tail(int(window))
+        return out
+
+    # ------------------------------------------------------------------ charts & widget
+    def chart(self, kind: str = "coverage") -> alt.TopLevelMixin:
+        """An Altair chart of the stream so far: ``"coverage"``, ``"set_size"``,
+        ``"set_sizes"``, ``"class_coverage"`` or ``"labels"``."""
+        from calwatch import charts
+
+        return charts.build(kind, self)
+
+    def widget(self) -> MonitorWidget:
+        """The live widget of this monitor (one per monitor; display it as often as you like)."""
+        if self._widget is None:
+            from calwatch.widget import MonitorWidget
+
+            self._widget = MonitorWidget(self)
+        return self._widget
+
+    def show(self, *, sidebar: bool = False, title: str | None = None) -> None:
+        """Display the live widget inline, or in a JupyterLab side panel (``sidebar=True``)."""
+        from IPython.display import display
+
+        widget = self.widget()
+        if sidebar:
+            from sidecar import Sidecar
+
+            panel = Sidecar(title=title or self.name)
+            with panel:
+                display(widget)
+            widget.keep_panel(panel)
+        else:
+            display(widget)
+
+
+def _as_id_list(ids: Any) -> list[Hashable]:
+    if hasattr(ids, "to_list"):
+        return list(ids.to_list())
+    if isinstance(ids, np.ndarray):
+        if ids.ndim != 1:
+            msg = f"ids must be 1-D; got shape {ids.shape}"
+            raise ValueError(msg)
+        return list(ids.tolist())
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        msg = f"ids must be a sequence of ids (list, array or Series); got {type(ids).__name__}"
+        raise TypeError(msg)
+    return list(ids)
+
+
+def _uniform_scalar_ids(ids: list[Hashable]) -> bool:
+    if not ids:
+        return True
+    first = type(ids[0])
+    return first in (int, str, float) and all(type(i) is first for i in ids)

@@ -1,0 +1,157 @@
+"""The monitor's stream state: per-batch statistics for the whole stream, raw rows for a window.
+
+Statistics are counts (mergeable, O(K) per batch and calibrator); raw rows (ids, probabilities,
+prediction sets as packed bits, labels) are kept only for the most recent ``window`` rows, so
+memory stays flat however long the stream runs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Iterator
+from itertools import repeat
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.intp]
+NO_LABEL = -1
+
+
+@dataclass
+class CalibratorBatchStats:
+    """Counts for one batch and one calibrator."""
+
+    size_counts: npt.NDArray[np.int64]  # (K + 1,): rows whose set has each size
+    class_labelled: npt.NDArray[np.int64]  # (K,): labelled rows by true class
+    class_covered: npt.NDArray[np.int64]  # (K,): labelled rows whose set holds the label
+
+    @classmethod
+    def from_sets(cls, sets: npt.NDArray[np.bool_]) -> CalibratorBatchStats:
+        """Statistics of a freshly observed batch (no labels yet)."""
+        K = sets.shape[1]
+        sizes = sets.sum(axis=1)
+        return cls(
+            size_counts=np.bincount(sizes, minlength=K + 1).astype(np.int64),
+            class_labelled=np.zeros(K, dtype=np.int64),
+            class_covered=np.zeros(K, dtype=np.int64),
+        )
+
+    @property
+    def n_labelled(self) -> int:
+        """Labelled rows."""
+        return int(self.class_labelled.sum())
+
+    @property
+    def n_covered(self) -> int:
+        """Labelled rows whose prediction set contains their label."""
+        return int(self.class_covered.sum())
+
+
+@dataclass
+class BatchRecord:
+    """One observed batch: its statistics (kept forever) and its raw rows (kept in the window)."""
+
+    index: int
+    name: str
+    observed_at: datetime
+    n_rows: int
+    stats: dict[str, CalibratorBatchStats]
+    rows: BatchRows | None = None
+
+    @property
+    def n_labelled(self) -> int:
+        """Labelled rows of this batch (the same for every calibrator)."""
+        first = next(iter(self.stats.values()))
+        return first.n_labelled
+
+
+@dataclass
+class BatchRows:
+    """Raw rows of a batch inside the window."""
+
+    ids: list[Hashable]
+    probs: npt.NDArray[np.float64]
+    packed_sets: dict[str, npt.NDArray[np.uint8]]  # np.packbits of the (m, K) set matrix, axis 1
+    labels: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    categories: npt.NDArray[Any] | None = None
+
+    def contains(self, calibrator: str, rows: IntArray, labels: IntArray) -> npt.NDArray[np.bool_]:
+        """Whether each row's prediction set holds the given label."""
+        packed = self.packed_sets[calibrator]
+        bits = packed[rows, labels // 8] >> (7 - labels % 8)
+        return (bits & 1).astype(bool)
+
+    def sets(self, calibrator: str) -> npt.NDArray[np.bool_]:
+        """The (m, K) boolean set matrix of this batch for a calibrator."""
+        K = self.probs.shape[1]
+        return np.unpackbits(self.packed_sets[calibrator], axis=1, count=K).astype(bool)
+
+
+class StreamState:
+    """Batches of the whole stream, with an id index over the rows still in the window.
+
+    Parameters
+    ----------
+    window : int
+        Raw rows to keep. Whole batches are dropped, oldest first, once the window holds more
+        than ``window`` rows; the newest batch is always kept.
+    """
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.batches: list[BatchRecord] = []
+        self._in_window: deque[BatchRecord] = deque()
+        self._rows_in_window = 0
+        self.id_index: dict[Hashable, tuple[int, int]] = {}
+        self.rows_seen = 0
+        self.rows_labelled = 0
+        self.labels_unmatched = 0
+        self.rows_expired = 0
+
+    def __iter__(self) -> Iterator[BatchRecord]:
+        return iter(self.batches)
+
+    @property
+    def rows_in_window(self) -> int:
+        """Raw rows currently kept."""
+        return self._rows_in_window
+
+    @property
+    def rows_pending(self) -> int:
+        """Rows in the window that are still waiting for a label."""
+        return sum(b.n_rows - b.n_labelled for b in self._in_window)
+
+    def window_batches(self) -> list[BatchRecord]:
+        """Batches whose raw rows are kept, oldest first."""
+        return list(self._in_window)
+
+    def first_known_id(self, ids: list[Hashable]) -> Hashable | None:
+        """One of ``ids`` that is already in the window, or None."""
+        if self.id_index.keys().isdisjoint(ids):
+            return None
+        return next(i for i in ids if i in self.id_index)
+
+    def append(self, record: BatchRecord) -> list[int]:
+        """Add a batch (with rows) and drop old raw rows past the window; return dropped indices."""
+        assert record.rows is not None  # noqa: S101  (internal invariant)
+        self.batches.append(record)
+        self._in_window.append(record)
+        self._rows_in_window += record.n_rows
+        self.rows_seen += record.n_rows
+        positions = zip(repeat(record.index), range(record.n_rows))
+        self.id_index.update(zip(record.rows.ids, positions, strict=True))
+        dropped = []
+        while self._rows_in_window > self.window and len(self._in_window) > 1:
+            old = self._in_window.popleft()
+            assert old.rows is not None  # noqa: S101
+            for row_id in old.rows.ids:
+                del self.id_index[row_id]
+            self._rows_in_window -= old.n_rows
+            self.rows_expired += old.n_rows
+            old.rows = None
+            dropped.append(old.index)
+        return dropped
