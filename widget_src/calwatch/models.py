@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import log_softmax, softmax
 
-from calwatch.engine._validation import check_probabilities
+from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE, check_probabilities
 
 FloatArray = npt.NDArray[np.float64]
 OutputKind = Literal["probs", "logits"]
@@ -56,8 +56,14 @@ class ModelOutputs:
         logits: Any = None,
         embeddings: Any = None,
         name: str = "probs",
+        n_classes: int | None = None,
+        tolerance: float = PROBABILITY_SUM_TOLERANCE,
     ) -> ModelOutputs:
-        """Validate precomputed outputs (probabilities, or logits to softmax)."""
+        """Validate precomputed outputs (probabilities, or logits to softmax).
+
+        ``n_classes`` is the number of columns expected; ``tolerance`` how far a row of
+        probabilities may sum from 1.
+        """
         if probs is None and logits is None:
             msg = f"{name} is required: pass class probabilities of shape (rows, classes)"
             raise ValueError(msg)
@@ -65,8 +71,11 @@ class ModelOutputs:
         if probs is None:
             assert logits_arr is not None  # noqa: S101  (narrowing only)
             P = softmax(logits_arr, axis=1)
+            if n_classes is not None and P.shape[1] != n_classes:
+                msg = f"logits has {P.shape[1]} columns but the calibrator was fitted on {n_classes} classes"
+                raise ValueError(msg)
         else:
-            P = check_probabilities(probs, name)
+            P = check_probabilities(probs, name, n_classes=n_classes, tolerance=tolerance)
             if logits_arr is not None and logits_arr.shape != P.shape:
                 msg = f"logits has shape {logits_arr.shape} but {name} has shape {P.shape}"
                 raise ValueError(msg)

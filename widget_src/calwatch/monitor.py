@@ -14,7 +14,7 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.classes import ClassEncoder, as_1d_array
-from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE, check_probabilities
+from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE
 from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
 from calwatch.engine.metrics import clopper_pearson
 from calwatch.models import ModelAdapter, ModelOutputs, wrap
@@ -189,13 +189,14 @@ class Monitor:
                 msg = "X is empty: a batch needs at least one row"
                 raise ValueError(msg)
             outputs = self._adapter(X)
-        else:
-            if probs is None and logits is None:
-                msg = "no data: pass X (with a model) or probs= (precomputed probabilities)"
+            if n_classes is not None and outputs.n_classes != n_classes:
+                msg = f"the model outputs {outputs.n_classes} classes but the monitor was calibrated on {n_classes}"
                 raise ValueError(msg)
-            outputs = ModelOutputs.from_arrays(probs, logits=logits)
-        P = check_probabilities(outputs.probs, "probs", n_classes=n_classes, tolerance=self._tolerance)
-        return ModelOutputs(P, outputs.logits, outputs.embeddings)
+            return outputs
+        if probs is None and logits is None:
+            msg = "no data: pass X (with a model) or probs= (precomputed probabilities)"
+            raise ValueError(msg)
+        return ModelOutputs.from_arrays(probs, logits=logits, n_classes=n_classes, tolerance=self._tolerance)
 
     def _require_encoder(self) -> ClassEncoder:
         if self._encoder is None:
@@ -312,6 +313,11 @@ class Monitor:
         cats = None if categories is None else as_1d_array(categories, "categories")
         if cats is not None and cats.shape[0] != m:
             msg = f"categories has {cats.shape[0]} values but the batch has {m} rows"
+            raise ValueError(msg)
+        if cats is not None and not any(
+            getattr(cal, "mondrian", None) == "category" for cal in self._calibrators.values()
+        ):
+            msg = "categories must be None: no calibrator was built with mondrian='category'"
             raise ValueError(msg)
         sets = {
             key: np.asarray(cal.predict_sets(outputs.probs, categories=self._categories_for(cal, cats)))

@@ -207,6 +207,15 @@ class SplitConformalClassifier:
         return self
 
     def _mondrian_mode(self, categories: Any, *, fitting: bool) -> Literal["marginal", "label", "category"]:
+        if not fitting:
+            mode = self.mode_
+            if mode == "category" and categories is None:
+                msg = "categories is required at predict time: the calibrator was fitted with categories"
+                raise ValueError(msg)
+            if mode != "category" and categories is not None:
+                msg = "categories must be None: the calibrator was fitted without categories"
+                raise ValueError(msg)
+            return mode
         if self.mondrian == "label":
             if categories is not None:
                 msg = "categories must be None with mondrian='label' (the label is the category)"
@@ -214,8 +223,7 @@ class SplitConformalClassifier:
             return "label"
         if self.mondrian == "category" or categories is not None:
             if categories is None:
-                where = "fit" if fitting else "predict"
-                msg = f"categories is required at {where} time: mondrian='category'"
+                msg = "categories is required at fit time: mondrian='category'"
                 raise ValueError(msg)
             return "category"
         return "marginal"

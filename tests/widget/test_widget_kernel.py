@@ -1,0 +1,123 @@
+"""The widget's kernel side: specs, upserts after each batch/label, replay for new views."""
+
+import json
+
+import numpy as np
+import pytest
+
+import calwatch as cw
+from calwatch import charts
+from calwatch.widget import MonitorWidget
+
+from ..monitor.conftest import softmax_data
+
+
+@pytest.fixture
+def mon():
+    P, y = softmax_data(1000, seed=1)
+    m = cw.Monitor(
+        calibrators={
+            "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1),
+            "lac": cw.SplitConformalClassifier(score="lac", alpha=0.2),
+        },
+        name="unit",
+    )
+    return m.calibrate(probs=P, y=y)
+
+
+@pytest.fixture
+def sent(mon, monkeypatch):
+    messages = []
+    widget = mon.widget()
+    monkeypatch.setattr(widget, "send", lambda content, buffers=None: messages.append(content))
+    return widget, messages
+
+
+def test_one_widget_per_monitor_with_traits(mon):
+    w = mon.widget()
+    assert w is mon.widget() and isinstance(w, MonitorWidget)
+    assert w._title == "unit"
+    assert w._calibrators == ["aps", "lac"]
+    assert w._chart_order == list(charts.CHARTS)
+    for name, spec in w._specs.items():
+        text = json.dumps(spec)
+        assert '"name": "calibrator"' in text, name
+        assert any(f'"name": "{d}"' in text for d in charts.DATASETS), name
+        assert "http" not in text.replace(spec.get("$schema", ""), "")
+
+
+def test_upsert_after_observe_and_label(mon, sent):
+    widget, messages = sent
+    P, y = softmax_data(200, seed=2)
+    mon.observe(probs=P, ids=range(200), name="b0")
+    assert len(messages) == 1 and messages[0]["kind"] == "upsert" and messages[0]["seq"] == 1
+    batches = messages[0]["data"]["batches"]
+    assert {r["key"] for r in batches} == {"0|aps", "0|lac"}
+    assert all(r["coverage"] is None and r["n_pending"] == 200 for r in batches)
+    sizes = messages[0]["data"]["set_sizes"]
+    assert sum(r["count"] for r in sizes if r["calibrator"] == "aps") == 200
+    assert widget._status["rows_seen"] == 200 and widget._status["rows_pending"] == 200
+
+    mon.label(list(range(100)), y[:100])
+    assert messages[1]["seq"] == 2
+    rows = {r["key"]: r for r in messages[1]["data"]["batches"]}
+    assert set(rows) == {"0|aps", "0|lac"}  # the same keys: the view replaces them
+    assert rows["0|aps"]["n_labelled"] == 100 and 0 <= rows["0|aps"]["coverage"] <= 1
+    classes = messages[1]["data"]["class_coverage"]
+    assert sum(r["n_labelled"] for r in classes if r["calibrator"] == "lac") == 100
+    assert widget._status["rows_labelled"] == 100
+    json.dumps(messages)  # everything sent is JSON-serialisable (no NaN, no datetimes)
+
+
+def test_replay_goes_to_the_view_that_asked(mon, sent):
+    widget, messages = sent
+    for b in range(3):
+        P, _ = softmax_data(50, seed=10 + b)
+        mon.observe(probs=P)
+    widget._on_custom_message(widget, {"kind": "replay-request", "view": "v42"}, [])
+    replay = messages[-1]
+    assert replay["kind"] == "replay" and replay["view"] == "v42" and replay["seq"] == 3
+    assert len(replay["data"]["batches"]) == 6
+    assert sorted({r["batch"] for r in replay["data"]["batches"]}) == [0, 1, 2]
+    widget._on_custom_message(widget, {"kind": "something-else"}, [])
+    assert messages[-1] is replay
+
+
+def test_replay_before_any_batch_is_empty(mon, sent):
+    widget, messages = sent
+    widget._on_custom_message(widget, {"kind": "replay-request", "view": "v1"}, [])
+    assert messages[-1]["data"] == {name: [] for name in charts.DATASETS}
+
+
+def test_closed_widget_stops_following(mon, sent):
+    widget, messages = sent
+    widget.close()
+    mon.observe(probs=softmax_data(10, seed=3)[0])
+    assert messages == []
+
+
+def test_pause_and_resume_are_trait_changes(mon):
+    w = mon.widget()
+    w.pause()
+    assert w.paused and w._paused
+    w.resume()
+    assert not w.paused
+
+
+@pytest.mark.parametrize("kind", list(charts.CHARTS))
+def test_static_charts_render_to_svg_offline(mon, kind):
+    vl_convert = pytest.importorskip("vl_convert", reason="installed by `make test`")
+    for b in range(3):
+        P, y = softmax_data(80, seed=20 + b)
+        mon.observe(probs=P, y=y)
+    spec = mon.chart(kind).to_dict()
+    svg = vl_convert.vegalite_to_svg(spec)
+    assert svg.startswith("<svg")
+    # Vega draws lines, areas, bars and rules as <path> elements inside mark groups
+    assert svg.count("<path") >= 3
+    assert spec["title"] in svg
+
+
+def test_unknown_chart_kind(mon):
+    with pytest.raises(ValueError, match="kind must be one of"):
+        mon.chart("pie")
