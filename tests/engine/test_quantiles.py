@@ -47,9 +47,7 @@ def test_randomised_p_values_are_uniform_under_exchangeability():
     rng = np.random.default_rng(11)
     n, reps = 9, 20_000
     scores = rng.integers(0, 4, size=(reps, n + 1)).astype(float)  # many ties
-    p = np.array(
-        [p_values_against(np.sort(row[:n]), row[n:], rng.uniform(size=1))[0] for row in scores]
-    )
+    p = np.array([p_values_against(np.sort(row[:n]), row[n:], rng.uniform(size=1))[0] for row in scores])
     # P(p ≤ t) = t exactly; binomial sd at t is sqrt(t(1−t)/reps) ≤ 0.0036: allow 4 sd
     for t in (0.1, 0.3, 0.5, 0.8):
         assert abs((p <= t).mean() - t) < 4 * math.sqrt(t * (1 - t) / reps)

@@ -60,7 +60,11 @@ def negative():
         ({"probs": good_probs(), "ids": list(range(9))}, ValueError, "ids has 9 values"),
         ({"probs": good_probs(), "ids": [1] * 10}, ValueError, "ids must be distinct"),
         ({"probs": good_probs(), "ids": [[1]] * 10}, TypeError, "ids must be hashable"),
-        ({"probs": good_probs(), "ids": ["r5"] + list(range(9))}, ValueError, "'r5' was already observed"),
+        (
+            {"probs": good_probs(), "ids": ["r5", *range(9)]},
+            ValueError,
+            "'r5' was already observed",
+        ),
         ({"probs": good_probs(), "y": [0] * 9 + [7]}, ValueError, "y holds labels outside"),
         ({"probs": good_probs(), "y": [0] * 3}, ValueError, "y has 3 labels"),
         ({}, ValueError, "no data"),

@@ -46,7 +46,7 @@ def test_late_labels_update_the_batch_they_belong_to(monitor):
         monitor.observe(probs=P, ids=batch_ids)
     # labels for batch 0 arrive after batch 2, in shuffled order, mixed with batch 1's
     order = np.random.default_rng(0).permutation(600)
-    mixed_ids = (ids[0] + ids[1])
+    mixed_ids = ids[0] + ids[1]
     mixed_y = np.concatenate([batches[0][1], batches[1][1]])
     report = monitor.label([mixed_ids[i] for i in order], mixed_y[order])
     assert report.matched == 600 and report.batches == (0, 1)

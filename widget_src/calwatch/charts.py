@@ -36,9 +36,7 @@ def datasets(monitor: Monitor, batches: tuple[int, ...] | None = None) -> dict[s
     return {
         "batches": summary.with_columns(key=key("batch", "calibrator", separator="|")),
         "set_sizes": sizes.with_columns(key=key("batch", "calibrator", "size", separator="|")),
-        "class_coverage": classes.with_columns(
-            key=key("batch", "calibrator", "class", separator="|")
-        ),
+        "class_coverage": classes.with_columns(key=key("batch", "calibrator", "class", separator="|")),
     }
 
 
@@ -49,7 +47,10 @@ def _base(source: Source, dataset: str) -> alt.Chart:
 
 def _finish(chart: Any, title: str) -> alt.TopLevelMixin:
     param = alt.param(name=CALIBRATOR_PARAM, value=ALL_CALIBRATORS)
-    return chart.add_params(param).properties(width="container", height=_HEIGHT, title=title)
+    finished: alt.TopLevelMixin = chart.add_params(param).properties(
+        width="container", height=_HEIGHT, title=title
+    )
+    return finished
 
 
 def _color() -> alt.Color:
@@ -81,7 +82,9 @@ def coverage_chart(batches: Source = None) -> alt.TopLevelMixin:
         tooltip=tooltip,
     )
     target = base.mark_rule(strokeDash=[5, 4], opacity=0.8).encode(
-        y=alt.Y("mean(target):Q"), color=_color(), tooltip=[alt.Tooltip("mean(target):Q", format=".3f", title="target")]
+        y=alt.Y("mean(target):Q"),
+        color=_color(),
+        tooltip=[alt.Tooltip("mean(target):Q", format=".3f", title="target")],
     )
     return _finish(alt.layer(band, line, target), "Coverage of labelled rows (target dashed)")
 
@@ -109,9 +112,7 @@ def set_size_chart(batches: Source = None) -> alt.TopLevelMixin:
 
 def set_shares_chart(batches: Source = None) -> alt.TopLevelMixin:
     """Share of singleton sets and of full sets (every class) per batch."""
-    base = _base(batches, "batches").transform_fold(
-        ["singleton_share", "full_share"], as_=["kind", "share"]
-    )
+    base = _base(batches, "batches").transform_fold(["singleton_share", "full_share"], as_=["kind", "share"])
     return _finish(
         base.mark_line(point=True).encode(
             x=alt.X("batch:Q", axis=alt.Axis(format="d", tickMinStep=1)),
@@ -196,9 +197,7 @@ def labels_chart(batches: Source = None) -> alt.TopLevelMixin:
     """Labelled rows and rows awaiting labels per batch."""
     base = (
         alt.Chart(alt.NamedData("batches") if batches is None else batches)
-        .transform_aggregate(
-            labelled="max(n_labelled)", awaiting="max(n_pending)", groupby=["batch", "name"]
-        )
+        .transform_aggregate(labelled="max(n_labelled)", awaiting="max(n_pending)", groupby=["batch", "name"])
         .transform_fold(["labelled", "awaiting"], as_=["status", "rows"])
     )
     return _finish(

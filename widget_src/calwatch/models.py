@@ -69,7 +69,7 @@ class ModelOutputs:
             raise ValueError(msg)
         logits_arr = None if logits is None else _as_logits(logits, "logits")
         if probs is None:
-            assert logits_arr is not None  # noqa: S101  (narrowing only)
+            assert logits_arr is not None
             P = softmax(logits_arr, axis=1)
             if n_classes is not None and P.shape[1] != n_classes:
                 msg = f"logits has {P.shape[1]} columns but the calibrator was fitted on {n_classes} classes"
@@ -93,7 +93,9 @@ class ModelAdapter(Protocol):
 
     classes: npt.NDArray[Any] | None
 
-    def __call__(self, X: Any) -> ModelOutputs: ...
+    def __call__(self, X: Any) -> ModelOutputs:
+        """Outputs of the model for a batch of inputs."""
+        ...
 
 
 def _as_logits(values: Any, name: str) -> FloatArray:
@@ -121,6 +123,7 @@ class SklearnAdapter:
         self.classes = None if classes is None else np.asarray(classes)
 
     def __call__(self, X: Any) -> ModelOutputs:
+        """Probabilities (and log-probabilities as logits) for a batch of inputs."""
         if hasattr(self.model, "predict_proba"):
             P = check_probabilities(self.model.predict_proba(X), "model.predict_proba(X)")
             with np.errstate(divide="ignore"):
@@ -162,6 +165,7 @@ class TorchAdapter:
             self._layer = layers[embedding_layer]
 
     def __call__(self, X: Any) -> ModelOutputs:
+        """Logits, softmax probabilities and (if asked) embeddings, in eval mode without grad."""
         torch = self._torch
         inputs = X if isinstance(X, torch.Tensor) else torch.as_tensor(np.asarray(X), dtype=torch.float32)
         captured: list[Any] = []
@@ -193,7 +197,9 @@ class TorchAdapter:
 class CallableAdapter:
     """A plain function ``f(X) -> (m, K)`` array of probabilities (or logits)."""
 
-    def __init__(self, fn: Callable[[Any], Any], *, output: OutputKind = "probs", classes: Any = None) -> None:
+    def __init__(
+        self, fn: Callable[[Any], Any], *, output: OutputKind = "probs", classes: Any = None
+    ) -> None:
         if output not in ("probs", "logits"):
             msg = f"output must be 'probs' or 'logits'; got {output!r}"
             raise ValueError(msg)
@@ -202,6 +208,7 @@ class CallableAdapter:
         self.classes = None if classes is None else np.asarray(classes)
 
     def __call__(self, X: Any) -> ModelOutputs:
+        """Call the function and validate what it returns."""
         values = self.fn(X)
         if isinstance(values, ModelOutputs):
             return values

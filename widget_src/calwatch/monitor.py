@@ -190,7 +190,10 @@ class Monitor:
                 raise ValueError(msg)
             outputs = self._adapter(X)
             if n_classes is not None and outputs.n_classes != n_classes:
-                msg = f"the model outputs {outputs.n_classes} classes but the monitor was calibrated on {n_classes}"
+                msg = (
+                    f"the model outputs {outputs.n_classes} classes but the monitor was "
+                    f"calibrated on {n_classes}"
+                )
                 raise ValueError(msg)
             return outputs
         if probs is None and logits is None:
@@ -417,7 +420,7 @@ class Monitor:
 
     def _apply_labels(self, record: BatchRecord, rows: IntArray, labels: IntArray) -> int:
         """Set labels of rows of one batch and update its counts; return how many were relabels."""
-        assert record.rows is not None  # noqa: S101  (labels are only joined inside the window)
+        assert record.rows is not None
         K = record.rows.probs.shape[1]
         old = record.rows.labels[rows]
         had = old != NO_LABEL
@@ -467,8 +470,9 @@ class Monitor:
         return {key: 1.0 - float(cal.alpha) for key, cal in self._calibrators.items()}
 
     def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
-        """One row per batch and calibrator: coverage (with a 95% Clopper-Pearson interval),
-        set sizes and label progress.
+        """One row per batch and calibrator: coverage, set sizes and label progress.
+
+        Coverage comes with a 95% Clopper-Pearson interval.
 
         Columns: ``batch, name, calibrator, target, n_rows, n_labelled, n_pending, n_covered,
         coverage, coverage_lo, coverage_hi, mean_set_size, singleton_share, full_share,
@@ -499,7 +503,7 @@ class Monitor:
                 columns["full_share"].append(float(stats.size_counts[K]) / record.n_rows)
                 columns["in_window"].append(record.rows is not None)
                 columns["observed_at"].append(record.observed_at)
-        schema = {
+        schema: dict[str, Any] = {
             "batch": pl.Int64, "name": pl.String, "calibrator": pl.String, "target": pl.Float64,
             "n_rows": pl.Int64, "n_labelled": pl.Int64, "n_covered": pl.Int64,
             "mean_set_size": pl.Float64, "singleton_share": pl.Float64, "full_share": pl.Float64,
@@ -533,11 +537,13 @@ class Monitor:
         schema = {"batch": pl.Int64, "calibrator": pl.String, "size": pl.Int64, "count": pl.Int64}
         return pl.DataFrame(out, schema=schema)
 
-    def class_coverage(self, batches: tuple[int, ...] | None = None, *, by_batch: bool = True) -> pl.DataFrame:
-        """Coverage by true class: ``[batch,] calibrator, class, n_labelled, n_covered, coverage,
-        coverage_lo, coverage_hi, target`` (classes with labelled rows).
+    def class_coverage(
+        self, batches: tuple[int, ...] | None = None, *, by_batch: bool = True
+    ) -> pl.DataFrame:
+        """Coverage by true class, per batch or (``by_batch=False``) over the whole stream.
 
-        ``by_batch=False`` sums over the whole stream.
+        Columns ``[batch,] calibrator, class, n_labelled, n_covered, coverage, coverage_lo,
+        coverage_hi, target``; only classes with labelled rows appear.
         """
         records = self._stream.batches if batches is None else [self._stream.batches[i] for i in batches]
         classes = self.classes_
@@ -552,7 +558,7 @@ class Monitor:
                 out["class"] += [str(c) for c in classes[present].tolist()]
                 out["n_labelled"] += stats.class_labelled[present].tolist()
                 out["n_covered"] += stats.class_covered[present].tolist()
-        schema = {
+        schema: dict[str, Any] = {
             "batch": pl.Int64, "calibrator": pl.String, "class": pl.String,
             "n_labelled": pl.Int64, "n_covered": pl.Int64,
         }  # fmt: skip
@@ -573,9 +579,10 @@ class Monitor:
         )
 
     def rows(self, window: int | None = None, *, batch: int | None = None) -> pl.DataFrame:
-        """Raw rows still kept: ``batch, id, prediction, confidence, label`` and, per calibrator,
-        ``set_<name>`` (list of classes), ``size_<name>`` and ``covered_<name>`` (null until
-        labelled).
+        """Raw rows still kept in the window, one per row.
+
+        Columns ``batch, id, prediction, confidence, label`` and, per calibrator, ``set_<name>``
+        (list of classes), ``size_<name>`` and ``covered_<name>`` (null until labelled).
 
         Parameters
         ----------
@@ -594,7 +601,7 @@ class Monitor:
         frames = []
         for record in records:
             rows = record.rows
-            assert rows is not None  # noqa: S101
+            assert rows is not None
             y_hat = rows.probs.argmax(axis=1)
             has_label = rows.labels != NO_LABEL
             columns: dict[str, Any] = {
@@ -604,14 +611,18 @@ class Monitor:
                 else rows.ids,
                 "prediction": classes[y_hat].tolist(),
                 "confidence": rows.probs.max(axis=1),
-                "label": [c if h else None for c, h in zip(classes[rows.labels].tolist(), has_label, strict=True)],
+                "label": [
+                    c if h else None for c, h in zip(classes[rows.labels].tolist(), has_label, strict=True)
+                ],
             }
             for key in rows.packed_sets:
                 sets = rows.sets(key)
                 columns[f"set_{key}"] = [classes[np.flatnonzero(s)].tolist() for s in sets]
                 columns[f"size_{key}"] = sets.sum(axis=1)
                 covered = sets[np.arange(record.n_rows), np.where(has_label, rows.labels, 0)]
-                columns[f"covered_{key}"] = [bool(c) if h else None for c, h in zip(covered, has_label, strict=True)]
+                columns[f"covered_{key}"] = [
+                    bool(c) if h else None for c, h in zip(covered, has_label, strict=True)
+                ]
             frames.append(pl.DataFrame(columns))
         if not frames:
             return pl.DataFrame()
@@ -622,8 +633,11 @@ class Monitor:
 
     # ------------------------------------------------------------------ charts & widget
     def chart(self, kind: str = "coverage") -> alt.TopLevelMixin:
-        """An Altair chart of the stream so far: ``"coverage"``, ``"set_size"``,
-        ``"set_sizes"``, ``"class_coverage"`` or ``"labels"``."""
+        """An Altair chart of the stream so far.
+
+        ``kind`` is one of ``"coverage"``, ``"class_coverage"``, ``"set_size"``,
+        ``"set_shares"``, ``"set_sizes"``, ``"labels"``.
+        """
         from calwatch import charts
 
         return charts.build(kind, self)
@@ -646,10 +660,10 @@ class Monitor:
 
             panel = Sidecar(title=title or self.name)
             with panel:
-                display(widget)
+                display(widget)  # type: ignore[no-untyped-call]
             widget.keep_panel(panel)
         else:
-            display(widget)
+            display(widget)  # type: ignore[no-untyped-call]
 
 
 def _as_id_list(ids: Any) -> list[Hashable]:

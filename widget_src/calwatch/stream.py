@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Hashable, Iterator
-from itertools import repeat
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -137,7 +137,7 @@ class StreamState:
 
     def append(self, record: BatchRecord) -> list[int]:
         """Add a batch (with rows) and drop old raw rows past the window; return dropped indices."""
-        assert record.rows is not None  # noqa: S101  (internal invariant)
+        assert record.rows is not None
         self.batches.append(record)
         self._in_window.append(record)
         self._rows_in_window += record.n_rows
@@ -147,7 +147,7 @@ class StreamState:
         dropped = []
         while self._rows_in_window > self.window and len(self._in_window) > 1:
             old = self._in_window.popleft()
-            assert old.rows is not None  # noqa: S101
+            assert old.rows is not None
             for row_id in old.rows.ids:
                 del self.id_index[row_id]
             self._rows_in_window -= old.n_rows

@@ -43,7 +43,7 @@ def _json_rows(frame: Any) -> list[dict[str, Any]]:
     return rows
 
 
-class MonitorWidget(anywidget.AnyWidget):  # type: ignore[misc]
+class MonitorWidget(anywidget.AnyWidget):
     """Live coverage, set-size and label-progress charts of a monitor.
 
     Create it with ``monitor.widget()`` or display it with ``monitor.show()``.
@@ -130,8 +130,7 @@ class MonitorWidget(anywidget.AnyWidget):  # type: ignore[misc]
     def _on_batches(self, batches: tuple[int, ...]) -> None:
         try:
             data = {
-                name: _json_rows(frame)
-                for name, frame in charts.datasets(self._monitor, batches).items()
+                name: _json_rows(frame) for name, frame in charts.datasets(self._monitor, batches).items()
             }
         except Exception as err:  # draw the error in the widget instead of losing it
             self._error = f"{type(err).__name__}: {err}"

@@ -79,7 +79,9 @@ def check_probabilities(
     return out
 
 
-def check_labels(y: Any, n_classes: int, name: str = "y", *, n_rows: int | None = None) -> npt.NDArray[np.intp]:
+def check_labels(
+    y: Any, n_classes: int, name: str = "y", *, n_rows: int | None = None
+) -> npt.NDArray[np.intp]:
     """Validate integer class labels in ``0..n_classes-1`` and return them as ``intp``.
 
     Raises

@@ -7,6 +7,7 @@ true label, or any user taxonomy), and conformal p-values for every class.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Literal
 
@@ -172,7 +173,7 @@ class SplitConformalClassifier:
             P, y, groups, lam, k_reg = self._tune_raps(P, y, groups, rng)
         self.raps_lambda_ = lam
         self.raps_k_reg_ = k_reg
-        u = rng.uniform(size=P.shape[0]) if self.randomized else None
+        u = np.asarray(rng.uniform(size=P.shape[0]), dtype=np.float64) if self.randomized else None
         scores = label_scores(P, y, self.score, u=u, raps_lambda=lam, raps_k_reg=k_reg)
         self.n_classes_ = K
         self.n_calibration_ = int(P.shape[0])
@@ -180,11 +181,11 @@ class SplitConformalClassifier:
         self._predict_rng = np.random.default_rng([self.seed, 1])
         if mode == "marginal":
             self.quantiles_: float | dict[Any, float] = conformal_quantile(scores, self.alpha)
-            self._sorted_scores = {None: np.sort(scores)}
+            self._sorted_scores: dict[Any, FloatArray] = {None: np.sort(scores)}
             self.category_counts_: dict[Any, int] = {}
             return self
         keys = y if mode == "label" else groups
-        assert keys is not None  # noqa: S101  (narrowing only: set just above)
+        assert keys is not None
         if mode == "label":
             uniq: npt.NDArray[Any] = np.arange(K)
             inverse = y
@@ -237,7 +238,7 @@ class SplitConformalClassifier:
     ) -> tuple[FloatArray, IntArray, npt.NDArray[Any] | None, float, int]:
         """Pick RAPS's ``k_reg`` and ``λ`` on a held-out share; return the remaining rows."""
         n = P.shape[0]
-        n_tune = int(round(RAPS_TUNE_FRACTION * n))
+        n_tune = round(RAPS_TUNE_FRACTION * n)
         if n_tune < 20 or n - n_tune < 20:
             msg = f"tune={self.tune!r} needs at least 100 calibration rows; got {n}"
             raise ValueError(msg)
@@ -245,14 +246,14 @@ class SplitConformalClassifier:
         tune_rows, keep_rows = perm[:n_tune], perm[n_tune:]
         P_t, y_t = P[tune_rows], y[tune_rows]
         # k_reg: the (1 − α) conformal quantile of the true label's rank (RAPS, Alg. "pick k_reg").
-        k_reg = int(conformal_quantile(label_ranks(P_t, y_t).astype(np.float64), self.alpha))
-        k_reg = min(k_reg, P.shape[1])
+        k_reg = conformal_quantile(label_ranks(P_t, y_t).astype(np.float64), self.alpha)
+        k_reg_int = P.shape[1] if math.isinf(k_reg) else min(int(k_reg), P.shape[1])
         half = n_tune // 2
         best_lam, best_value = RAPS_LAMBDA_GRID[0], math.inf
         for lam in RAPS_LAMBDA_GRID:
-            s_fit = label_scores(P_t[:half], y_t[:half], "raps", raps_lambda=lam, raps_k_reg=k_reg)
+            s_fit = label_scores(P_t[:half], y_t[:half], "raps", raps_lambda=lam, raps_k_reg=k_reg_int)
             q = conformal_quantile(s_fit, self.alpha)
-            S = class_scores(P_t[half:], "raps", raps_lambda=lam, raps_k_reg=k_reg) <= q
+            S = class_scores(P_t[half:], "raps", raps_lambda=lam, raps_k_reg=k_reg_int) <= q
             S[np.arange(S.shape[0]), P_t[half:].argmax(axis=1)] = True
             if self.tune == "size":
                 value = float(S.sum(axis=1).mean())
@@ -261,7 +262,7 @@ class SplitConformalClassifier:
             if value < best_value - 1e-12:
                 best_lam, best_value = lam, value
         kept_groups = None if groups is None else groups[keep_rows]
-        return P[keep_rows], y[keep_rows], kept_groups, best_lam, k_reg
+        return P[keep_rows], y[keep_rows], kept_groups, best_lam, k_reg_int
 
     # --------------------------------------------------------------- prediction
     def _check_fitted(self) -> None:
@@ -276,10 +277,8 @@ class SplitConformalClassifier:
         """
         self._check_fitted()
         Pv = P if _validated else check_probabilities(P, "P", n_classes=self.n_classes_)
-        u = self._predict_rng.uniform(size=Pv.shape[0]) if self.randomized else None
-        return class_scores(
-            Pv, self.score, u=u, raps_lambda=self.raps_lambda_, raps_k_reg=self.raps_k_reg_
-        )
+        u = np.asarray(self._predict_rng.uniform(size=Pv.shape[0])) if self.randomized else None
+        return class_scores(Pv, self.score, u=u, raps_lambda=self.raps_lambda_, raps_k_reg=self.raps_k_reg_)
 
     def label_scores(self, P: Any, y: Any) -> FloatArray:
         """Nonconformity score ``s(x, y)`` of the given labels, shape ``(m,)``."""
@@ -302,8 +301,9 @@ class SplitConformalClassifier:
         return thresholds[:, None]
 
     def predict_sets(self, P: Any, categories: Any = None) -> BoolArray:
-        """Prediction sets as a boolean matrix: ``out[i, c]`` is True when class ``c`` is in row
-        ``i``'s set. The top class is always included (no empty sets).
+        """Prediction sets as a boolean matrix, the top class always included (no empty sets).
+
+        ``out[i, c]`` is True when class ``c`` is in row ``i``'s set.
 
         Parameters
         ----------
@@ -381,7 +381,7 @@ def _size_stratified_violation(sets: BoolArray, y: IntArray, alpha: float) -> fl
     sizes = sets.sum(axis=1)
     covered = sets[np.arange(sets.shape[0]), y]
     worst = 0.0
-    for lo, hi in zip(_SSCV_SIZE_EDGES[:-1], _SSCV_SIZE_EDGES[1:], strict=True):
+    for lo, hi in itertools.pairwise(_SSCV_SIZE_EDGES):
         stratum = (sizes >= lo) & (sizes < hi)
         if stratum.any():
             worst = max(worst, abs(float(covered[stratum].mean()) - (1.0 - alpha)))

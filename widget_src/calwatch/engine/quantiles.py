@@ -51,8 +51,10 @@ def p_values_against(
     n = sorted_scores.shape[0]
     below = np.searchsorted(sorted_scores, test_scores, side="left")
     if theta is None:
-        return (1.0 + (n - below)) / (n + 1.0)
+        deterministic: FloatArray = (1.0 + (n - below)) / (n + 1.0)
+        return deterministic
     not_above = np.searchsorted(sorted_scores, test_scores, side="right")
     greater = n - not_above
     equal = not_above - below
-    return (greater + theta * (equal + 1.0)) / (n + 1.0)
+    smoothed: FloatArray = (greater + theta * (equal + 1.0)) / (n + 1.0)
+    return smoothed

@@ -97,5 +97,6 @@ def label_ranks(P: FloatArray, y: IntArray) -> IntArray:
     """1-based rank of label ``y`` in each row (ties by class index), shape ``(m,)``."""
     p_y = P[np.arange(P.shape[0]), y][:, None]
     classes = np.arange(P.shape[1])[None, :]
-    before = (P > p_y) | ((P == p_y) & (classes < y[:, None]))
-    return before.sum(axis=1).astype(np.intp) + 1
+    before = (p_y < P) | ((p_y == P) & (classes < y[:, None]))
+    ranks: IntArray = before.sum(axis=1).astype(np.intp) + 1
+    return ranks
