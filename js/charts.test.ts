@@ -1,0 +1,236 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { Chart, calibratorSignalValue, datasetNames, prepareSpec } from "./charts";
+import type { KeyedRow, VegaLiteSpec } from "./model";
+import { RowStore } from "./stream";
+
+// Shaped like calwatch.charts' Altair output: layered, data by name, top-level param.
+const batchesSpec: VegaLiteSpec = {
+  $schema: "https://vega.github.io/schema/vega-lite/v6.json",
+  params: [{ name: "calibrator", value: "(all)" }],
+  data: { name: "batches" },
+  transform: [{ filter: "calibrator == '(all)' || datum.calibrator == calibrator" }],
+  layer: [
+    { mark: "line", encoding: { x: { field: "batch", type: "quantitative" }, y: { field: "coverage", type: "quantitative" }, color: { field: "calibrator", type: "nominal" } } },
+    { mark: "point", encoding: { x: { field: "batch", type: "quantitative" }, y: { field: "coverage", type: "quantitative" } } },
+  ],
+  width: "container",
+  height: 160,
+};
+
+const setSizesSpec: VegaLiteSpec = {
+  data: { name: "set_sizes" },
+  mark: "bar",
+  encoding: { x: { field: "size", type: "ordinal" }, y: { aggregate: "sum", field: "count", type: "quantitative" } },
+  height: 120,
+};
+
+function batchRow(batch: number, calibrator: string, coverage: number | null): KeyedRow {
+  return { key: `${batch}|${calibrator}`, batch, calibrator, coverage };
+}
+
+const charts: Chart[] = [];
+function makeChart(spec: VegaLiteSpec, calibrator = "", timings: number[] = []): Chart {
+  const el = document.createElement("div");
+  document.body.append(el);
+  const errors: unknown[] = [];
+  const chart = new Chart(el, spec, { renderer: "svg", calibrator, timings, onError: (e) => errors.push(e) });
+  (chart as unknown as { errors: unknown[] }).errors = errors;
+  charts.push(chart);
+  return chart;
+}
+function errorsOf(chart: Chart): unknown[] {
+  return (chart as unknown as { errors: unknown[] }).errors;
+}
+function data(chart: Chart, name: string): KeyedRow[] {
+  const view = chart.view;
+  if (view === null) throw new Error("not embedded");
+  return view.data(name) as KeyedRow[];
+}
+
+afterEach(() => {
+  for (const chart of charts.splice(0)) chart.finalize();
+  document.body.replaceChildren();
+});
+
+describe("datasetNames", () => {
+  it("finds named data at the top and inside layer / concat children", () => {
+    expect(datasetNames(batchesSpec)).toEqual(new Set(["batches"]));
+    const nested = {
+      vconcat: [
+        { layer: [{ data: { name: "batches" }, mark: "line" }] },
+        { hconcat: [{ data: { name: "class_coverage" }, mark: "bar" }, { data: { values: [] }, mark: "bar" }] },
+      ],
+    };
+    expect(datasetNames(nested)).toEqual(new Set(["batches", "class_coverage"]));
+  });
+});
+
+describe("prepareSpec", () => {
+  it("adds container width and resizable fit-x autosize without mutating the input", () => {
+    const prepared = prepareSpec(setSizesSpec);
+    expect(prepared.width).toBe("container");
+    expect(prepared.autosize).toEqual({ type: "fit-x", contains: "padding", resize: true });
+    expect(setSizesSpec.width).toBeUndefined();
+    expect(setSizesSpec.autosize).toBeUndefined();
+  });
+
+  it("keeps explicit autosize types and widths, and leaves concat widths alone", () => {
+    expect(prepareSpec({ ...setSizesSpec, autosize: "pad", width: 200 })).toMatchObject({
+      autosize: { type: "pad", resize: true },
+      width: 200,
+    });
+    const concat = prepareSpec({ hconcat: [setSizesSpec] });
+    expect(concat.width).toBeUndefined();
+    expect(concat.autosize).toEqual({ type: "pad", resize: true });
+  });
+});
+
+describe("prepareSpec with params inside layer children", () => {
+  const layered: VegaLiteSpec = {
+    data: { name: "batches" },
+    layer: [
+      {
+        params: [
+          { name: "calibrator", value: "(all)" },
+          { name: "brush", select: "interval" },
+        ],
+        transform: [{ filter: "calibrator == '(all)' || datum.calibrator == calibrator" }],
+        mark: "line",
+        encoding: { x: { field: "batch", type: "quantitative" }, y: { field: "coverage", type: "quantitative" } },
+      },
+      { params: [{ name: "calibrator", value: "ignored" }], mark: "point", encoding: { x: { field: "batch", type: "quantitative" } } },
+    ],
+  };
+
+  it("hoists variable params to the top level and leaves selections in place", () => {
+    const prepared = prepareSpec(layered);
+    expect(prepared.params).toEqual([{ name: "calibrator", value: "(all)" }]);
+    const layer = prepared.layer as Record<string, unknown>[];
+    expect(layer[0]?.params).toEqual([{ name: "brush", select: "interval" }]);
+    expect(layer[1]?.params).toBeUndefined();
+    expect((layered.layer as Record<string, unknown>[])[0]?.params).toHaveLength(2); // input intact
+  });
+
+  it("embeds such a spec and drives its filter with the calibrator signal", async () => {
+    const spec = { ...layered, layer: (layered.layer as Record<string, unknown>[]).slice(0, 1).map((l) => ({ ...l, params: [{ name: "calibrator", value: "(all)" }] })) };
+    const chart = makeChart(spec, "aps");
+    await chart.apply(
+      new RowStore().apply({ kind: "reset", seq: 0, data: { batches: [batchRow(0, "aps", 0.9), batchRow(0, "lac", 0.8)] } }),
+    );
+    expect(errorsOf(chart)).toEqual([]);
+    expect(chart.view?.signal("calibrator")).toBe("aps");
+    expect(data(chart, "batches")).toHaveLength(2);
+  });
+});
+
+describe("Chart", () => {
+  it("embeds, queues updates until embedded, and upserts rows by key", async () => {
+    const timings: number[] = [];
+    const chart = makeChart(batchesSpec, "", timings);
+    const store = new RowStore();
+    // Applied before the embed finished: must be queued, not lost.
+    const first = chart.apply(
+      store.apply({ kind: "reset", seq: 0, data: { batches: [batchRow(0, "aps", null), batchRow(0, "lac", null)] } }),
+    );
+    expect(chart.view).toBeNull();
+    await first;
+    expect(chart.view).not.toBeNull();
+    expect(data(chart, "batches")).toHaveLength(2);
+
+    // Late labels for batch 0 plus a new batch, with a key repeated inside the message.
+    await chart.apply(
+      store.apply({
+        kind: "upsert",
+        seq: 1,
+        data: {
+          batches: [batchRow(0, "aps", 0.5), batchRow(1, "aps", null), batchRow(0, "aps", 0.9), batchRow(0, "lac", 0.8)],
+        },
+      }),
+    );
+    const rows = data(chart, "batches");
+    expect(rows).toHaveLength(3);
+    expect(new Set(rows.map((r) => r.key)).size).toBe(3);
+    expect(rows.find((r) => r.key === "0|aps")?.coverage).toBe(0.9);
+    expect(rows.find((r) => r.key === "0|lac")?.coverage).toBe(0.8);
+    expect(timings).toHaveLength(2);
+    expect(timings.every((t) => t >= 0)).toBe(true);
+    expect(errorsOf(chart)).toEqual([]);
+    // The layered marks drew something.
+    expect(chart.el.querySelectorAll("svg").length).toBeGreaterThan(0);
+  });
+
+  it("resets on a replay and skips datasets the spec does not read", async () => {
+    const timings: number[] = [];
+    const chart = makeChart(setSizesSpec, "", timings);
+    const store = new RowStore();
+    await chart.apply(store.apply({ kind: "upsert", seq: 1, data: { set_sizes: [{ key: "a", size: 1, count: 2 }] } }));
+    expect(data(chart, "set_sizes")).toHaveLength(1);
+    // Only a dataset this chart does not use: no change, no error, no timing.
+    await chart.apply(store.apply({ kind: "upsert", seq: 2, data: { batches: [batchRow(0, "aps", 0.9)] } }));
+    expect(timings).toHaveLength(1);
+    await chart.apply(
+      store.apply({
+        kind: "reset",
+        seq: 3,
+        data: { set_sizes: [{ key: "b", size: 2, count: 1 }, { key: "c", size: 3, count: 1 }] },
+      }),
+    );
+    expect(data(chart, "set_sizes").map((r) => r.key).sort()).toEqual(["b", "c"]);
+    expect(errorsOf(chart)).toEqual([]);
+  });
+
+  it("sets the calibrator signal, filtering the derived data", async () => {
+    const chart = makeChart(batchesSpec, "lac");
+    const store = new RowStore();
+    await chart.apply(
+      store.apply({ kind: "reset", seq: 0, data: { batches: [batchRow(0, "aps", 0.9), batchRow(0, "lac", 0.8)] } }),
+    );
+    const view = chart.view;
+    if (view === null) throw new Error("not embedded");
+    expect(view.signal("calibrator")).toBe("lac");
+    // The filter transform runs on the derived dataset data_0 of the compiled spec.
+    expect((view.data("data_0") as KeyedRow[]).map((r) => r.calibrator)).toEqual(["lac"]);
+    await chart.setCalibrator("");
+    expect(view.signal("calibrator")).toBe(calibratorSignalValue(""));
+    expect(view.data("data_0")).toHaveLength(2);
+    expect(errorsOf(chart)).toEqual([]);
+  });
+
+  it("skips the calibrator signal when the spec has none at the top level", async () => {
+    const chart = makeChart(setSizesSpec);
+    await chart.setCalibrator("aps");
+    expect(chart.view).not.toBeNull();
+    expect(errorsOf(chart)).toEqual([]);
+  });
+
+  it("follows the container width", async () => {
+    const chart = makeChart(setSizesSpec);
+    const svgWidth = () => Number(chart.el.querySelector("svg")?.getAttribute("width"));
+    await chart.resize(321);
+    // fit-x: the whole chart (axes included) is 321 px, the plot region narrower.
+    expect(svgWidth()).toBe(321);
+    const inner = chart.view?.width() ?? 0;
+    expect(inner).toBeGreaterThan(200);
+    expect(inner).toBeLessThan(321);
+    await chart.resize(0); // hidden: keep the last width
+    expect(svgWidth()).toBe(321);
+    await chart.resize(250);
+    expect(svgWidth()).toBe(250);
+  });
+
+  it("reports an invalid spec instead of throwing, and ignores later updates", async () => {
+    const chart = makeChart({ mark: "no-such-mark", data: { name: "batches" } });
+    await chart.apply(new RowStore().apply({ kind: "upsert", seq: 1, data: { batches: [batchRow(0, "a", 1)] } }));
+    expect(chart.view).toBeNull();
+    expect(errorsOf(chart)).toHaveLength(1);
+  });
+
+  it("does nothing after finalize", async () => {
+    const chart = makeChart(setSizesSpec);
+    await chart.settled();
+    chart.finalize();
+    await chart.apply(new RowStore().apply({ kind: "upsert", seq: 1, data: { set_sizes: [{ key: "a" }] } }));
+    expect(chart.view).toBeNull();
+    expect(errorsOf(chart)).toEqual([]);
+  });
+});

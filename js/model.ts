@@ -1,0 +1,165 @@
+// Kernel-synced model state: the traits of `calwatch.widget.MonitorWidget`, typed 1:1 after
+// docs/widget-protocol.md, and the custom messages exchanged with the kernel. Nothing in this
+// file lives only in the browser (that is in controls.ts / widget.ts).
+
+/** A Vega-Lite spec as built by `calwatch.charts` (data by name, no inline values). */
+export type VegaLiteSpec = Record<string, unknown>;
+
+/** `_status`: counters for the status line (all integers). */
+export interface Status {
+  rows_seen: number;
+  rows_labelled: number;
+  rows_pending: number;
+  batches: number;
+  labels_unmatched: number;
+  rows_in_window: number;
+}
+
+/** The synced traits, for `AnyModel<WidgetModel>`. */
+export interface WidgetModel {
+  /** Header text. */
+  _title: string;
+  /** One Vega-Lite spec per chart name. */
+  _specs: Record<string, VegaLiteSpec>;
+  /** Order in which the charts are laid out. */
+  _chart_order: string[];
+  /** Calibrator names for the picker. */
+  _calibrators: string[];
+  /** Picked calibrator, "" = all. Written by the browser (picker) and by the kernel. */
+  _selected: string;
+  /** Written by the browser (pause toggle) and by the kernel. */
+  _paused: boolean;
+  /** Status line counters. */
+  _status: Status;
+  /** Error drawn in the widget ("" = none). */
+  _error: string;
+}
+
+/** Every row of every dataset carries a `key`, unique within its dataset. */
+export interface KeyedRow {
+  key: string;
+  [field: string]: unknown;
+}
+
+/** `batches`: one row per batch and calibrator. Coverage fields are null until labelled. */
+export interface BatchRow extends KeyedRow {
+  batch: number;
+  name: string;
+  calibrator: string;
+  target: number;
+  n_rows: number;
+  n_labelled: number;
+  n_pending: number;
+  n_covered: number;
+  coverage: number | null;
+  coverage_lo: number | null;
+  coverage_hi: number | null;
+  mean_set_size: number;
+  singleton_share: number;
+  full_share: number;
+}
+
+/** `set_sizes`: histogram of prediction-set sizes per batch and calibrator. */
+export interface SetSizeRow extends KeyedRow {
+  batch: number;
+  calibrator: string;
+  size: number;
+  count: number;
+}
+
+/** `class_coverage`: per-class coverage counts per batch and calibrator. */
+export interface ClassCoverageRow extends KeyedRow {
+  batch: number;
+  calibrator: string;
+  class: string | number;
+  n_labelled: number;
+  n_covered: number;
+}
+
+/** The datasets the kernel knows today, by name. */
+export interface DatasetRows {
+  batches: BatchRow;
+  set_sizes: SetSizeRow;
+  class_coverage: ClassCoverageRow;
+}
+
+export type DatasetName = keyof DatasetRows;
+
+/**
+ * The `data` field of upsert / replay messages: rows per dataset name. Code that moves data
+ * around treats it generically (any name, keyed rows), so a new dataset on the Python side
+ * flows through without a change here; `TypedDataBatch` types the known datasets' fields.
+ */
+export type DataBatch = { [dataset: string]: KeyedRow[] | undefined };
+
+/** A DataBatch viewed with the known datasets typed (for code reading their fields). */
+export type TypedDataBatch = { [K in DatasetName]?: DatasetRows[K][] };
+
+/** kernel -> browser: rows upserted after a batch / label call; `seq` grows by 1 per message. */
+export interface UpsertMessage {
+  kind: "upsert";
+  seq: number;
+  data: DataBatch;
+}
+
+/** kernel -> browser: the whole current state for view `view`, containing every seq <= `seq`. */
+export interface ReplayMessage {
+  kind: "replay";
+  view: string;
+  seq: number;
+  data: DataBatch;
+}
+
+/** browser -> kernel: sent by each view once it has rendered. */
+export interface ReplayRequest {
+  kind: "replay-request";
+  view: string;
+}
+
+export type KernelMessage = UpsertMessage | ReplayMessage;
+
+/** Protocol violation in a kernel message (drawn into the widget, never swallowed). */
+export class ProtocolError extends Error {
+  override name = "ProtocolError";
+}
+
+function isRecord(x: unknown): x is Record<string, unknown> {
+  return typeof x === "object" && x !== null && !Array.isArray(x);
+}
+
+function parseData(raw: unknown, where: string): DataBatch {
+  if (!isRecord(raw)) throw new ProtocolError(`${where}: "data" must be an object of row arrays`);
+  const out: Record<string, KeyedRow[]> = {};
+  for (const [name, rows] of Object.entries(raw)) {
+    if (!Array.isArray(rows)) {
+      throw new ProtocolError(`${where}: dataset "${name}" must be an array of rows`);
+    }
+    for (const row of rows) {
+      if (!isRecord(row) || typeof row.key !== "string") {
+        throw new ProtocolError(`${where}: every row of "${name}" needs a string "key"`);
+      }
+    }
+    out[name] = rows as KeyedRow[];
+  }
+  return out;
+}
+
+/**
+ * Validates a `msg:custom` payload. Returns null for kinds this front end does not handle
+ * (forward compatibility); throws ProtocolError for a malformed upsert / replay.
+ */
+export function parseKernelMessage(msg: unknown): KernelMessage | null {
+  if (!isRecord(msg)) return null;
+  const { kind } = msg;
+  if (kind !== "upsert" && kind !== "replay") return null;
+  const seq = msg.seq;
+  if (typeof seq !== "number" || !Number.isInteger(seq)) {
+    throw new ProtocolError(`${kind} message without an integer "seq"`);
+  }
+  const data = parseData(msg.data, `${kind} ${seq}`);
+  if (kind === "upsert") return { kind, seq, data };
+  if (typeof msg.view !== "string") {
+    throw new ProtocolError(`replay ${seq} without a string "view"`);
+  }
+  return { kind, view: msg.view, seq, data };
+}

@@ -1,0 +1,213 @@
+import { afterEach, describe, expect, it, vi } from "vitest";
+import type { VegaLiteSpec } from "./model";
+import { FakeModel } from "./test-utils";
+import widget, { renderView } from "./widget";
+
+const batchesSpec: VegaLiteSpec = {
+  params: [{ name: "calibrator", value: "(all)" }],
+  data: { name: "batches" },
+  transform: [{ filter: "calibrator == '(all)' || datum.calibrator == calibrator" }],
+  mark: "point",
+  encoding: { x: { field: "batch", type: "quantitative" }, y: { field: "coverage", type: "quantitative" } },
+  height: 100,
+};
+const setSizesSpec: VegaLiteSpec = {
+  params: [{ name: "calibrator", value: "(all)" }],
+  data: { name: "set_sizes" },
+  mark: "bar",
+  encoding: { x: { field: "size", type: "ordinal" }, y: { field: "count", type: "quantitative" } },
+  height: 100,
+};
+
+function b(batch: number, calibrator: string, coverage: number | null) {
+  return { key: `${batch}|${calibrator}`, batch, calibrator, coverage };
+}
+
+const cleanups: (() => void)[] = [];
+function mount(model: FakeModel, viewId = "v1") {
+  const el = document.createElement("div");
+  document.body.append(el);
+  const cleanup = renderView(model, el, { renderer: "svg", viewId });
+  cleanups.push(cleanup);
+  const root = el.querySelector<HTMLElement>("div.calwatch-widget");
+  if (root === null) throw new Error("no root");
+  return { el, root, cleanup };
+}
+function newModel() {
+  return new FakeModel({
+    _specs: { coverage: batchesSpec, sizes: setSizesSpec },
+    _chart_order: ["coverage", "sizes"],
+    _calibrators: ["aps", "lac"],
+  });
+}
+async function appliedSeq(root: HTMLElement, seq: number) {
+  await vi.waitFor(() => expect(root.dataset.appliedSeq).toBe(String(seq)), { timeout: 5000 });
+}
+/** Marks drawn for the rows of one chart (one point / bar per row). */
+function marks(root: HTMLElement, chart: string, type: "symbol" | "rect"): number {
+  return root.querySelectorAll(`[data-chart="${chart}"] g.mark-${type} path`).length;
+}
+
+afterEach(() => {
+  for (const c of cleanups.splice(0)) c();
+  document.body.replaceChildren();
+  document.getElementById("calwatch-widget-style")?.remove();
+});
+
+describe("renderView", () => {
+  it("builds the root, one chart per _chart_order entry, styles, and asks for a replay", () => {
+    const model = newModel();
+    const { root } = mount(model, "abc");
+    expect(root.dataset.viewId).toBe("abc");
+    expect([...root.querySelectorAll<HTMLElement>("div.calwatch-chart")].map((e) => e.dataset.chart)).toEqual([
+      "coverage",
+      "sizes",
+    ]);
+    expect(model.sent).toEqual([{ kind: "replay-request", view: "abc" }]);
+    expect(document.getElementById("calwatch-widget-style")?.textContent).toContain(".calwatch-widget");
+  });
+
+  it("gives each view its own random id", () => {
+    const model = newModel();
+    const a = renderView(model, document.body.appendChild(document.createElement("div")));
+    const c = renderView(model, document.body.appendChild(document.createElement("div")));
+    cleanups.push(a, c);
+    const ids = model.sent.map((m) => (m as { view: string }).view);
+    expect(ids).toHaveLength(2);
+    expect(ids[0]).toMatch(/^[0-9a-f]{16}$/);
+    expect(ids[0]).not.toBe(ids[1]);
+  });
+
+  it("buffers upserts until its replay, then shows replay + later upserts", async () => {
+    const model = newModel();
+    const { root } = mount(model);
+    model.receive({ kind: "upsert", seq: 3, data: { batches: [b(2, "aps", null)] } });
+    model.receive({ kind: "upsert", seq: 4, data: { batches: [b(0, "aps", 0.9)], set_sizes: [{ key: "0|aps|1", size: 1, count: 5 }] } });
+    model.receive({ kind: "replay", view: "someone-else", seq: 9, data: { batches: [b(7, "x", 1)] } });
+    expect(root.dataset.appliedSeq).toBeUndefined();
+    model.receive({
+      kind: "replay",
+      view: "v1",
+      seq: 3,
+      data: { batches: [b(0, "aps", null), b(1, "aps", null), b(2, "aps", null)], set_sizes: [] },
+    });
+    await appliedSeq(root, 4);
+    expect(root.getAttribute("data-rows-batches")).toBe("3");
+    expect(root.getAttribute("data-rows-set_sizes")).toBe("1");
+    // Only labelled rows (coverage not null) are drawn: batch 0 from upsert 4.
+    await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(1));
+    expect(marks(root, "sizes", "rect")).toBe(1);
+
+    // Late labels replace rows by key: same row count, now all drawn.
+    model.receive({ kind: "upsert", seq: 5, data: { batches: [b(1, "aps", 0.8), b(2, "aps", 0.7)] } });
+    await appliedSeq(root, 5);
+    expect(root.getAttribute("data-rows-batches")).toBe("3");
+    expect(marks(root, "coverage", "symbol")).toBe(3);
+    expect(root.querySelector(".calwatch-error")?.textContent).toBe("");
+  });
+
+  it("records a timing per chart update in globalThis.__calwatchTimings", async () => {
+    const model = newModel();
+    const { root } = mount(model);
+    const before = (globalThis as { __calwatchTimings?: number[] }).__calwatchTimings?.length ?? 0;
+    model.receive({ kind: "replay", view: "v1", seq: 0, data: { batches: [b(0, "aps", 0.9)] } });
+    await appliedSeq(root, 0);
+    const timings = (globalThis as { __calwatchTimings?: number[] }).__calwatchTimings ?? [];
+    // A replay resets both charts: two changesets.
+    expect(timings.length - before).toBe(2);
+    expect(timings.every((t) => typeof t === "number" && t >= 0)).toBe(true);
+  });
+
+  it("queues while paused and applies everything on resume", async () => {
+    const model = newModel();
+    const { root } = mount(model);
+    model.receive({ kind: "replay", view: "v1", seq: 0, data: { batches: [] } });
+    await appliedSeq(root, 0);
+    root.querySelector<HTMLButtonElement>("button.calwatch-pause")?.click();
+    expect(model.get("_paused")).toBe(true);
+    model.receive({ kind: "upsert", seq: 1, data: { batches: [b(0, "aps", 0.9)] } });
+    model.receive({ kind: "upsert", seq: 2, data: { batches: [b(1, "aps", 0.9)] } });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(root.dataset.appliedSeq).toBe("0");
+    expect(root.querySelector(".calwatch-pending")?.textContent).toContain("2 updates queued");
+    model.set("_paused", false); // the kernel may resume too
+    await appliedSeq(root, 2);
+    expect(root.getAttribute("data-rows-batches")).toBe("2");
+    expect(root.querySelector(".calwatch-pending")?.textContent).toBe("");
+  });
+
+  it("rebuilds the charts when specs or order change, keeping the data", async () => {
+    const model = newModel();
+    const { root } = mount(model);
+    model.receive({ kind: "replay", view: "v1", seq: 0, data: { batches: [b(0, "aps", 0.9), b(1, "aps", 0.8)] } });
+    await appliedSeq(root, 0);
+    model.set("_chart_order", ["coverage"]);
+    model.set("_specs", { coverage: { ...batchesSpec, height: 80 } });
+    await Promise.resolve();
+    expect([...root.querySelectorAll<HTMLElement>("div.calwatch-chart")].map((e) => e.dataset.chart)).toEqual([
+      "coverage",
+    ]);
+    await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(2));
+  });
+
+  it("sets the calibrator signal when the picker changes", async () => {
+    const model = newModel();
+    const { root } = mount(model);
+    model.receive({ kind: "replay", view: "v1", seq: 0, data: { batches: [b(0, "aps", 0.9), b(0, "lac", 0.8)] } });
+    await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(2));
+    const select = root.querySelector<HTMLSelectElement>("select");
+    if (select === null) throw new Error("no select");
+    select.value = "lac";
+    select.dispatchEvent(new Event("change"));
+    expect(model.get("_selected")).toBe("lac");
+    await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(1));
+    model.set("_selected", "");
+    await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(2));
+  });
+
+  it("draws protocol errors and missing specs into the widget", () => {
+    const model = newModel();
+    model.set("_chart_order", ["coverage", "nope"]);
+    const { root } = mount(model);
+    expect(root.querySelector(".calwatch-error")?.textContent).toContain("nope");
+    model.receive({ kind: "upsert", seq: 1, data: { batches: [{ id: 1 }] } });
+    expect(root.querySelector(".calwatch-error")?.textContent).toContain('string "key"');
+  });
+
+  it("shows a chart whose spec fails to embed, and clears it when the spec is replaced", async () => {
+    const model = newModel();
+    model.set("_specs", { coverage: { mark: "no-such-mark", data: { name: "batches" } }, sizes: setSizesSpec });
+    const { root } = mount(model);
+    const box = () => root.querySelector(".calwatch-error")?.textContent ?? "";
+    await vi.waitFor(() => expect(box()).toMatch(/^Chart "coverage": \w*Error/));
+    model.set("_specs", { coverage: batchesSpec, sizes: setSizesSpec });
+    await Promise.resolve();
+    expect(box()).toBe("");
+  });
+
+  it("cleans up: listeners off, DOM removed", () => {
+    const model = newModel();
+    const { el, cleanup } = mount(model);
+    cleanup();
+    for (const event of ["msg:custom", "change:_paused", "change:_selected", "change:_specs", "change:_title"]) {
+      expect(model.listenerCount(event)).toBe(0);
+    }
+    expect(el.querySelector(".calwatch-widget")).toBeNull();
+  });
+});
+
+describe("default export", () => {
+  it("is an anywidget factory with initialize and render", async () => {
+    const def = widget();
+    expect(typeof def.initialize).toBe("function");
+    expect(typeof def.render).toBe("function");
+    const model = newModel();
+    const el = document.body.appendChild(document.createElement("div"));
+    const props = { model, el } as unknown as Parameters<typeof def.render>[0];
+    const cleanup = await def.render(props);
+    expect(el.querySelector(".calwatch-widget")).not.toBeNull();
+    expect(typeof cleanup).toBe("function");
+    if (typeof cleanup === "function") await cleanup();
+    expect(el.querySelector(".calwatch-widget")).toBeNull();
+  });
+});
