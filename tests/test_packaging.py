@@ -1,0 +1,36 @@
+"""One version source (package.json), an offline bundle, and the public API surface."""
+
+import json
+import re
+from pathlib import Path
+
+import calwatch as cw
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_version_comes_from_package_json():
+    package = json.loads((ROOT / "package.json").read_text())
+    assert cw.__version__ == package["version"]
+    assert 'source = "nodejs"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_bundle_is_built_and_offline():
+    bundle = ROOT / "widget_src" / "calwatch" / "static" / "widget.js"
+    text = bundle.read_text(encoding="utf-8")
+    assert len(text) > 100_000, "the bundle must include vega, vega-lite and vega-embed"
+    for cdn in ("cdn.jsdelivr.net", "unpkg.com", "esm.sh", "cdnjs.cloudflare.com"):
+        assert not re.search(rf"import\([\"'][^\"']*{re.escape(cdn)}", text), cdn
+        assert not re.search(rf"from\s*[\"'][^\"']*{re.escape(cdn)}", text), cdn
+
+
+def test_js_dependencies_are_pinned_exactly():
+    package = json.loads((ROOT / "package.json").read_text())
+    for section in ("dependencies", "devDependencies"):
+        for name, spec in package[section].items():
+            assert re.fullmatch(r"\d+\.\d+\.\d+", spec), f"{name}: {spec} is not an exact pin"
+
+
+def test_public_api():
+    for name in ("Monitor", "SplitConformalClassifier", "wrap", "ModelOutputs", "LabelReport"):
+        assert name in cw.__all__ and hasattr(cw, name)
