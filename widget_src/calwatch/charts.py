@@ -54,7 +54,9 @@ def _finish(chart: Any, title: str) -> alt.TopLevelMixin:
 
 
 def _color() -> alt.Color:
-    return alt.Color("calibrator:N", legend=alt.Legend(orient="bottom", title=None))
+    return alt.Color(
+        "calibrator:N", legend=alt.Legend(orient="bottom", title=None, symbolOpacity=1, labelLimit=160)
+    )
 
 
 def coverage_chart(batches: Source = None) -> alt.TopLevelMixin:
@@ -73,8 +75,13 @@ def coverage_chart(batches: Source = None) -> alt.TopLevelMixin:
     ]
     labelled = base.transform_filter("datum.n_labelled > 0")
     band = labelled.mark_area(opacity=0.18).encode(
-        x=x, y=alt.Y("coverage_lo:Q", title="coverage"), y2="coverage_hi:Q", color=_color()
+        x=x,
+        y=alt.Y("coverage_lo:Q", title="coverage"),
+        y2="coverage_hi:Q",
+        color=_color(),
     )
+    # An invisible point per batch keeps the x axis spanning batches still waiting for labels.
+    span = base.mark_point(opacity=0).encode(x=x)
     line = labelled.mark_line(point=True).encode(
         x=x,
         y=alt.Y("coverage:Q", scale=alt.Scale(zero=False)),
@@ -86,7 +93,7 @@ def coverage_chart(batches: Source = None) -> alt.TopLevelMixin:
         color=_color(),
         tooltip=[alt.Tooltip("mean(target):Q", format=".3f", title="target")],
     )
-    return _finish(alt.layer(band, line, target), "Coverage of labelled rows (target dashed)")
+    return _finish(alt.layer(span, band, line, target), "Coverage vs target (dashed)")
 
 
 def set_size_chart(batches: Source = None) -> alt.TopLevelMixin:
@@ -112,13 +119,22 @@ def set_size_chart(batches: Source = None) -> alt.TopLevelMixin:
 
 def set_shares_chart(batches: Source = None) -> alt.TopLevelMixin:
     """Share of singleton sets and of full sets (every class) per batch."""
-    base = _base(batches, "batches").transform_fold(["singleton_share", "full_share"], as_=["kind", "share"])
+    base = (
+        _base(batches, "batches")
+        .transform_calculate(singletons="datum.singleton_share", full_sets="datum.full_share")
+        .transform_fold(["singletons", "full_sets"], as_=["kind", "share"])
+        .transform_calculate(kind="datum.kind == 'singletons' ? 'singletons' : 'full sets'")
+    )
     return _finish(
         base.mark_line(point=True).encode(
             x=alt.X("batch:Q", axis=alt.Axis(format="d", tickMinStep=1)),
             y=alt.Y("share:Q", axis=alt.Axis(format="%"), title="share of rows"),
             color=_color(),
-            strokeDash=alt.StrokeDash("kind:N", legend=alt.Legend(orient="bottom", title=None)),
+            strokeDash=alt.StrokeDash(
+                "kind:N",
+                scale=alt.Scale(domain=["singletons", "full sets"], range=[[1, 0], [4, 3]]),
+                legend=alt.Legend(orient="bottom", title=None, symbolType="stroke", symbolStrokeColor="#666"),
+            ),
             tooltip=[
                 alt.Tooltip("name:N", title="batch"),
                 alt.Tooltip("calibrator:N"),
@@ -126,7 +142,7 @@ def set_shares_chart(batches: Source = None) -> alt.TopLevelMixin:
                 alt.Tooltip("share:Q", format=".1%"),
             ],
         ),
-        "Singleton and full sets",
+        "Singleton / full sets",
     )
 
 
@@ -135,7 +151,7 @@ def set_sizes_chart(set_sizes: Source = None) -> alt.TopLevelMixin:
     base = _base(set_sizes, "set_sizes")
     return _finish(
         base.mark_bar().encode(
-            x=alt.X("size:O", title="set size"),
+            x=alt.X("size:O", title="set size", axis=alt.Axis(labelAngle=0)),
             xOffset="calibrator:N",
             y=alt.Y("sum(count):Q", title="rows"),
             color=_color(),
@@ -171,7 +187,7 @@ def class_coverage_chart(class_coverage: Source = None) -> alt.TopLevelMixin:
             hi="datum.centre + datum.half",
         )
     )
-    x = alt.X("class:N", title="true class")
+    x = alt.X("class:N", title="true class", axis=alt.Axis(labelAngle=0, labelLimit=80))
     tooltip = [
         alt.Tooltip("calibrator:N"),
         alt.Tooltip("class:N"),
@@ -190,7 +206,7 @@ def class_coverage_chart(class_coverage: Source = None) -> alt.TopLevelMixin:
     )
     errors = base.mark_rule().encode(x=x, xOffset="calibrator:N", y="lo:Q", y2="hi:Q")
     target = base.mark_rule(strokeDash=[5, 4], color="#444").encode(y="mean(target):Q")
-    return _finish(alt.layer(bars, errors, target), "Coverage by true class")
+    return _finish(alt.layer(bars, errors, target), "Coverage by class")
 
 
 def labels_chart(batches: Source = None) -> alt.TopLevelMixin:
@@ -202,7 +218,7 @@ def labels_chart(batches: Source = None) -> alt.TopLevelMixin:
     )
     return _finish(
         base.mark_bar().encode(
-            x=alt.X("batch:O", title="batch", axis=alt.Axis(labelOverlap=True)),
+            x=alt.X("batch:O", title="batch", axis=alt.Axis(labelAngle=0, labelOverlap="greedy")),
             y=alt.Y("rows:Q", stack=True, title="rows"),
             color=alt.Color(
                 "status:N",
@@ -238,6 +254,16 @@ def build(kind: str, monitor: Monitor) -> alt.TopLevelMixin:
     builder, dataset = CHARTS[kind]
     frame = datasets(monitor)[dataset]
     return builder(frame)  # type: ignore[no-any-return]
+
+
+def overview(monitor: Monitor, *, width: int = 420) -> alt.TopLevelMixin:
+    """Every chart of the monitor stacked vertically, each with its own scales (for pages)."""
+    stacked = alt.vconcat(*(build(kind, monitor).properties(width=width) for kind in CHARTS), spacing=28)
+    independent = dict.fromkeys(("x", "y", "color", "strokeDash", "xOffset"), "independent")
+    result: alt.TopLevelMixin = stacked.resolve_scale(**independent).resolve_legend(
+        color="independent", strokeDash="independent"
+    )
+    return result
 
 
 def live_specs() -> dict[str, dict[str, Any]]:
