@@ -23,6 +23,7 @@ _FILTER = f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || datum.calibrator == {CA
 _HEIGHT = 150
 
 Source = pl.DataFrame | None
+ChartSpec = alt.Chart | alt.LayerChart
 
 
 def datasets(monitor: Monitor, batches: tuple[int, ...] | None = None) -> dict[str, pl.DataFrame]:
@@ -45,11 +46,9 @@ def _base(source: Source, dataset: str) -> alt.Chart:
     return alt.Chart(data).transform_filter(_FILTER)
 
 
-def _finish(chart: Any, title: str) -> alt.TopLevelMixin:
+def _finish(chart: Any, title: str) -> ChartSpec:
     param = alt.param(name=CALIBRATOR_PARAM, value=ALL_CALIBRATORS)
-    finished: alt.TopLevelMixin = chart.add_params(param).properties(
-        width="container", height=_HEIGHT, title=title
-    )
+    finished: ChartSpec = chart.add_params(param).properties(width="container", height=_HEIGHT, title=title)
     return finished
 
 
@@ -59,7 +58,7 @@ def _color() -> alt.Color:
     )
 
 
-def coverage_chart(batches: Source = None) -> alt.TopLevelMixin:
+def coverage_chart(batches: Source = None) -> ChartSpec:
     """Coverage of labelled rows per batch, its 95% Clopper-Pearson band, and the target 1−α."""
     base = _base(batches, "batches")
     x = alt.X("batch:Q", title="batch", axis=alt.Axis(format="d", tickMinStep=1))
@@ -96,7 +95,7 @@ def coverage_chart(batches: Source = None) -> alt.TopLevelMixin:
     return _finish(alt.layer(span, band, line, target), "Coverage vs target (dashed)")
 
 
-def set_size_chart(batches: Source = None) -> alt.TopLevelMixin:
+def set_size_chart(batches: Source = None) -> ChartSpec:
     """Mean prediction-set size per batch."""
     base = _base(batches, "batches")
     return _finish(
@@ -117,7 +116,7 @@ def set_size_chart(batches: Source = None) -> alt.TopLevelMixin:
     )
 
 
-def set_shares_chart(batches: Source = None) -> alt.TopLevelMixin:
+def set_shares_chart(batches: Source = None) -> ChartSpec:
     """Share of singleton sets and of full sets (every class) per batch."""
     base = (
         _base(batches, "batches")
@@ -146,7 +145,7 @@ def set_shares_chart(batches: Source = None) -> alt.TopLevelMixin:
     )
 
 
-def set_sizes_chart(set_sizes: Source = None) -> alt.TopLevelMixin:
+def set_sizes_chart(set_sizes: Source = None) -> ChartSpec:
     """Distribution of prediction-set sizes over the whole stream."""
     base = _base(set_sizes, "set_sizes")
     return _finish(
@@ -165,7 +164,7 @@ def set_sizes_chart(set_sizes: Source = None) -> alt.TopLevelMixin:
     )
 
 
-def class_coverage_chart(class_coverage: Source = None) -> alt.TopLevelMixin:
+def class_coverage_chart(class_coverage: Source = None) -> ChartSpec:
     """Coverage by true class over the stream, with a 95% Wilson interval and the target."""
     z = 1.959964
     base = (
@@ -209,7 +208,7 @@ def class_coverage_chart(class_coverage: Source = None) -> alt.TopLevelMixin:
     return _finish(alt.layer(bars, errors, target), "Coverage by class")
 
 
-def labels_chart(batches: Source = None) -> alt.TopLevelMixin:
+def labels_chart(batches: Source = None) -> ChartSpec:
     """Labelled rows and rows awaiting labels per batch."""
     base = (
         alt.Chart(alt.NamedData("batches") if batches is None else batches)
@@ -246,7 +245,7 @@ CHARTS: dict[str, tuple[Any, str]] = {
 }
 
 
-def build(kind: str, monitor: Monitor) -> alt.TopLevelMixin:
+def build(kind: str, monitor: Monitor) -> ChartSpec:
     """A chart of the monitor's stream so far, with the data inline."""
     if kind not in CHARTS:
         msg = f"kind must be one of {list(CHARTS)}; got {kind!r}"
@@ -256,14 +255,17 @@ def build(kind: str, monitor: Monitor) -> alt.TopLevelMixin:
     return builder(frame)  # type: ignore[no-any-return]
 
 
-def overview(monitor: Monitor, *, width: int = 420) -> alt.TopLevelMixin:
+def overview(monitor: Monitor, *, width: int = 420) -> alt.VConcatChart:
     """Every chart of the monitor stacked vertically, each with its own scales (for pages)."""
     stacked = alt.vconcat(*(build(kind, monitor).properties(width=width) for kind in CHARTS), spacing=28)
-    independent = dict.fromkeys(("x", "y", "color", "strokeDash", "xOffset"), "independent")
-    result: alt.TopLevelMixin = stacked.resolve_scale(**independent).resolve_legend(
-        color="independent", strokeDash="independent"
-    )
-    return result
+    resolved: alt.VConcatChart = stacked.resolve_scale(
+        x="independent",
+        y="independent",
+        color="independent",
+        strokeDash="independent",
+        xOffset="independent",
+    ).resolve_legend(color="independent", strokeDash="independent")
+    return resolved
 
 
 def live_specs() -> dict[str, dict[str, Any]]:

@@ -632,7 +632,7 @@ class Monitor:
         return out
 
     # ------------------------------------------------------------------ charts & widget
-    def chart(self, kind: str = "coverage") -> alt.TopLevelMixin:
+    def chart(self, kind: str = "coverage") -> alt.Chart | alt.LayerChart:
         """An Altair chart of the stream so far.
 
         ``kind`` is one of ``"coverage"``, ``"class_coverage"``, ``"set_size"``,
