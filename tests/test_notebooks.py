@@ -40,9 +40,7 @@ def kernel_spec_manager(tmp_path_factory: pytest.TempPathFactory) -> KernelSpecM
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(
-    path: Path, kernel_spec_manager: KernelSpecManager, tmp_path: Path
-) -> None:
+def test_notebook_runs(path: Path, kernel_spec_manager: KernelSpecManager) -> None:
     nb = nbformat.read(path, as_version=4)
     km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=kernel_spec_manager)
     assert km.kernel_spec is not None
