@@ -184,3 +184,13 @@ def test_wrong_number_of_classes_at_predict():
     c = SplitConformalClassifier(score="lac", alpha=0.4).fit(P_CAL, Y_CAL)
     with pytest.raises(ValueError, match="fitted on 3 classes"):
         c.predict_sets(np.array([[0.5, 0.5]]))
+
+
+def test_allow_empty_returns_the_plain_conformal_set():
+    c = SplitConformalClassifier(score="lac", alpha=0.4, allow_empty=True).fit(P_CAL, Y_CAL)
+    # q̂ = .5: no class of [.34, .33, .33] reaches p ≥ .5, so the set is empty
+    assert c.predict_sets(np.array([[0.34, 0.33, 0.33], [0.55, 0.45, 0.0]])).tolist() == [
+        [False, False, False],
+        [True, False, False],
+    ]
+    assert "allow_empty=True" in repr(c)

@@ -13,7 +13,9 @@ What theory promises, and what is checked (tolerances derived in :func:`split_sd
   randomised APS): two-sided checks. (Deterministic APS scores a last-ranked label exactly 1,
   a tie, which is harmless here because q̂ < 1; on a binary task with error rate > α it is
   not: q̂ = 1 and every set is full, see ``calwatch.demo``.)
-- calwatch's sets add the top class ``ŷ`` (ALGORITHMS.md §0: no empty sets); that only adds
+- The conformal set is what ``predict_sets`` returns with ``allow_empty=True``; checked
+  against ``{s ≤ q̂}`` rebuilt from the fitted scores and thresholds.
+- calwatch's default sets add the top class ``ŷ`` (ALGORITHMS.md §0: no empty sets); that only adds
   coverage, so for the sets the engine returns theory gives a lower bound: one-sided checks.
   Where the top class is rarely outside the conformal set (LAC here) the sets' coverage is
   also checked two-sided. For APS and RAPS it often is (a confident, correct row has a *large*
@@ -122,13 +124,17 @@ def _run_split(
     K = P_cal.shape[1]
     fitted = SplitConformalClassifier(alpha=ALPHA, seed=seed, **kwargs).fit(P_cal, y_cal)
     twin = copy.deepcopy(fitted)  # same prediction-time random stream as `fitted`
+    twin.allow_empty = True  # the plain conformal set {y : s(x, y) ≤ q̂}
+    scorer = copy.deepcopy(fitted)  # and a third copy to rebuild that set by hand
     sets = fitted.predict_sets(P_test)
     mondrian = kwargs.get("mondrian") == "label"
     if mondrian:
         thresholds = np.array([fitted.quantiles_[c] for c in range(K)])[None, :]
     else:
         thresholds = np.array([[fitted.quantiles_]])
-    raw = twin.class_scores(P_test) <= thresholds
+    raw = twin.predict_sets(P_test)
+    rebuilt = scorer.class_scores(P_test) <= thresholds
+    runs.structure_ok.append(bool(np.array_equal(raw, rebuilt)))
     top = np.zeros_like(raw)
     top[np.arange(P_test.shape[0]), P_test.argmax(axis=1)] = True
     runs.structure_ok.append(bool(np.array_equal(sets, raw | top)))

@@ -61,6 +61,12 @@ class SplitConformalClassifier:
         smallest sets ("size") or the most even coverage across set sizes ("adapt").
     kappa : int
         Mondrian guard: a category with fewer than ``kappa`` calibration rows gets the full set.
+    allow_empty : bool
+        ``False`` (default, the convention of every paper calwatch implements): the top class is
+        always in the set, which can only add coverage. ``True``: the plain conformal set
+        ``{c : s(x, c) ≤ q̂}``, possibly empty, whose mean coverage is exactly
+        ``1 − ⌊(n+1)α⌋/(n+1)`` for continuous scores (deterministic APS over-covers by ~2
+        points on real data with the top class added; randomised APS by ~1.4).
     seed : int
         Seed for randomisation and the tuning split.
 
@@ -95,6 +101,7 @@ class SplitConformalClassifier:
         raps_k_reg: int = 1,
         tune: TuneName | None = None,
         kappa: int = 0,
+        allow_empty: bool = False,
         seed: int = 0,
     ) -> None:
         if score not in SCORE_NAMES:
@@ -126,6 +133,7 @@ class SplitConformalClassifier:
         self.raps_k_reg = int(raps_k_reg)
         self.tune = tune
         self.kappa = int(kappa)
+        self.allow_empty = bool(allow_empty)
         self.seed = int(seed)
 
     def __repr__(self) -> str:
@@ -140,6 +148,8 @@ class SplitConformalClassifier:
             options.append(f"tune={self.tune!r}")
         if self.kappa:
             options.append(f"kappa={self.kappa!r}")
+        if self.allow_empty:
+            options.append("allow_empty=True")
         return f"SplitConformalClassifier({', '.join(options)})"
 
     # ------------------------------------------------------------------ fitting
@@ -303,7 +313,8 @@ class SplitConformalClassifier:
     def predict_sets(self, P: Any, categories: Any = None) -> BoolArray:
         """Prediction sets as a boolean matrix, the top class always included (no empty sets).
 
-        ``out[i, c]`` is True when class ``c`` is in row ``i``'s set.
+        ``out[i, c]`` is True when class ``c`` is in row ``i``'s set. With ``allow_empty=True``
+        the top class is not added.
 
         Parameters
         ----------
@@ -317,7 +328,8 @@ class SplitConformalClassifier:
         Pv = check_probabilities(P, "P", n_classes=self.n_classes_)
         thresholds = self._row_thresholds(Pv.shape[0], categories)
         sets = self.class_scores(Pv, _validated=True) <= thresholds
-        sets[np.arange(Pv.shape[0]), Pv.argmax(axis=1)] = True
+        if not self.allow_empty:
+            sets[np.arange(Pv.shape[0]), Pv.argmax(axis=1)] = True
         return sets
 
     def p_values(self, P: Any, categories: Any = None) -> FloatArray:
