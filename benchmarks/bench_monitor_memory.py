@@ -52,8 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     mon.calibrate(probs=P_cal, y=y_cal)
     n_batches = args.rows // args.batch
     checkpoints = sorted({n_batches // 100, n_batches // 10, n_batches // 2, n_batches} - {0})
-    print(f"streaming {n_batches * args.batch:,} rows in {n_batches:,} batches of {args.batch:,}, "
-          f"K={K}, 2 calibrators, labels one batch late, window {args.window:,} rows")
+    print(
+        f"streaming {n_batches * args.batch:,} rows in {n_batches:,} batches of {args.batch:,}, "
+        f"K={K}, 2 calibrators, labels one batch late, window {args.window:,} rows"
+    )
     print(f"{'rows':>12} {'RSS MiB':>9} {'rows in window':>15} {'rows/s':>10}")
     base_rss = rss_mib()
     start = time.perf_counter()
@@ -68,14 +70,18 @@ def main(argv: list[str] | None = None) -> int:
         if b + 1 in checkpoints:
             elapsed = time.perf_counter() - start
             status = mon.status()
-            print(f"{status['rows_seen']:>12,} {rss_mib():>9.1f} {status['rows_in_window']:>15,} "
-                  f"{status['rows_seen'] / elapsed:>10,.0f}")
+            print(
+                f"{status['rows_seen']:>12,} {rss_mib():>9.1f} {status['rows_in_window']:>15,} "
+                f"{status['rows_seen'] / elapsed:>10,.0f}"
+            )
     elapsed = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     summary = mon.summary()
-    print(f"peak RSS {peak:.1f} MiB (started at {base_rss:.1f} MiB after calibration); "
-          f"{elapsed:.1f} s, {n_batches * args.batch / elapsed:,.0f} rows/s; "
-          f"summary frame {summary.height:,} rows, {summary.estimated_size() / 2**20:.1f} MiB")
+    print(
+        f"peak RSS {peak:.1f} MiB (started at {base_rss:.1f} MiB after calibration); "
+        f"{elapsed:.1f} s, {n_batches * args.batch / elapsed:,.0f} rows/s; "
+        f"summary frame {summary.height:,} rows, {summary.estimated_size() / 2**20:.1f} MiB"
+    )
     return 0
 
 
