@@ -1,12 +1,20 @@
 // Ordering of the kernel's data stream, pure and DOM-free (unit-tested in stream.test.ts).
 //
 // StreamBuffer decides *which* messages take effect and in which order:
-//   - before this view's replay arrives, upserts are buffered;
-//   - on the replay for this view, buffered upserts with seq <= replay.seq are dropped (the replay
-//     already contains them) and the rest follow in seq order;
-//   - replays for other views are ignored; duplicate / stale upserts (seq <= last applied) too;
-//   - while paused everything is queued, and replayed through the same rules on resume.
-// RowStore keeps the current rows per dataset, upserting by key, and turns each accepted message
+//   - upserts take effect as they arrive, also before this view's replay (a kernel busy with a
+//     long cell answers the view's replay-request only when it is idle again, and the view must
+//     stay live meanwhile). Upserts are keyed, so applying one the replay also contains is
+//     harmless;
+//   - until the replay arrives, every upsert is also kept. On the replay for this view, every
+//     dataset is reset to the replay's content and the kept upserts with seq > replay.seq are
+//     applied again, in seq order; then the kept upserts are dropped. (A view rendered after
+//     earlier upserts shows partial data until then, and is complete from the replay on.)
+//   - replays for other views are ignored; duplicate / stale upserts (seq <= highest applied)
+//     take no effect (before the replay a stale one is still kept, for the replay); a replay
+//     older than what is shown after the first replay is ignored;
+//   - while paused everything is queued, and processed through the same rules on resume.
+// mergeUpdates folds several accepted updates into one (a backlog is applied as one changeset).
+// RowStore keeps the current rows per dataset, upserting by key, and turns each accepted update
 // into a ChartUpdate (deduplicated rows plus the keys they replace) for the Vega views.
 
 import type { DataBatch, KernelMessage, KeyedRow, ReplayMessage, UpsertMessage } from "./model";
@@ -20,8 +28,9 @@ export class StreamBuffer {
   readonly viewId: string;
   private _paused: boolean;
   private _appliedSeq: number | null = null;
+  private _replaySeq: number | null = null;
   /** Upserts seen before this view's replay, by seq (a repeated seq keeps the first). */
-  private readonly beforeReplay = new Map<number, UpsertMessage>();
+  private readonly keptForReplay = new Map<number, UpsertMessage>();
   /** Messages received while paused, in arrival order. */
   private readonly pausedQueue: KernelMessage[] = [];
 
@@ -36,17 +45,27 @@ export class StreamBuffer {
 
   /** True until the replay for this view has been applied. */
   get awaitingReplay(): boolean {
-    return this._appliedSeq === null;
+    return this._replaySeq === null;
   }
 
-  /** Seq of the last message that took effect (null before the replay). */
+  /** Highest seq that took effect (null before the first upsert or replay). */
   get appliedSeq(): number | null {
     return this._appliedSeq;
   }
 
-  /** Messages held back: queued while paused plus upserts waiting for the replay. */
+  /** Seq of the replay for this view that took effect (null before it). */
+  get replaySeq(): number | null {
+    return this._replaySeq;
+  }
+
+  /** Messages held back: those queued while paused. */
   get pending(): number {
-    return this.pausedQueue.length + this.beforeReplay.size;
+    return this.pausedQueue.length;
+  }
+
+  /** Upserts kept (already applied) to be applied again after the replay. */
+  get kept(): number {
+    return this.keptForReplay.size;
   }
 
   /** Feeds one kernel message; returns the updates to apply now, in order. */
@@ -73,25 +92,68 @@ export class StreamBuffer {
   }
 
   private processUpsert(msg: UpsertMessage): AcceptedUpdate[] {
-    if (this._appliedSeq === null) {
-      if (!this.beforeReplay.has(msg.seq)) this.beforeReplay.set(msg.seq, msg);
-      return [];
+    if (this._replaySeq === null) {
+      if (this.keptForReplay.has(msg.seq)) return []; // duplicate delivery
+      this.keptForReplay.set(msg.seq, msg);
     }
-    if (msg.seq <= this._appliedSeq) return []; // duplicate or already contained in the replay
+    return this.take(msg);
+  }
+
+  /** Applies an upsert unless it is a duplicate or older than what is shown. */
+  private take(msg: UpsertMessage): AcceptedUpdate[] {
+    if (this._appliedSeq !== null && msg.seq <= this._appliedSeq) return [];
     this._appliedSeq = msg.seq;
     return [{ kind: "upsert", seq: msg.seq, data: msg.data }];
   }
 
   private processReplay(msg: ReplayMessage): AcceptedUpdate[] {
-    // A replay older than what is already shown would move the view back in time.
-    if (this._appliedSeq !== null && msg.seq < this._appliedSeq) return [];
+    // After the first replay, an older one would move the view back in time. Before it, the
+    // replay may be older than upserts already shown: those are kept and applied again below.
+    if (this._replaySeq !== null && this._appliedSeq !== null && msg.seq < this._appliedSeq) return [];
+    this._replaySeq = msg.seq;
     this._appliedSeq = msg.seq;
     const out: AcceptedUpdate[] = [{ kind: "reset", seq: msg.seq, data: msg.data }];
-    const buffered = [...this.beforeReplay.values()].sort((a, b) => a.seq - b.seq);
-    this.beforeReplay.clear();
-    for (const upsert of buffered) out.push(...this.processUpsert(upsert));
+    const kept = [...this.keptForReplay.values()].sort((a, b) => a.seq - b.seq);
+    this.keptForReplay.clear();
+    for (const upsert of kept) out.push(...this.take(upsert));
     return out;
   }
+}
+
+/**
+ * Folds accepted updates (in the order they were accepted) into one with the same effect on a
+ * RowStore: rows merged per dataset by key, later rows winning; from the last reset on if there
+ * is one (what came before it is wiped anyway), and then the result is a reset. Its seq is the
+ * highest seq of `updates`. Returns null for no updates.
+ */
+export function mergeUpdates(updates: readonly AcceptedUpdate[]): AcceptedUpdate | null {
+  if (updates.length === 0) return null;
+  if (updates.length === 1) return updates[0] ?? null;
+  let start = 0;
+  for (let i = updates.length - 1; i >= 0; i--) {
+    if (updates[i]?.kind === "reset") {
+      start = i;
+      break;
+    }
+  }
+  const merged = new Map<string, Map<string, KeyedRow>>();
+  let seq = Number.NEGATIVE_INFINITY;
+  for (const update of updates) seq = Math.max(seq, update.seq);
+  for (const update of updates.slice(start)) {
+    for (const [name, rows] of Object.entries(update.data)) {
+      if (rows === undefined) continue;
+      let byKey = merged.get(name);
+      if (byKey === undefined) {
+        byKey = new Map();
+        merged.set(name, byKey);
+      }
+      for (const row of rows) byKey.set(row.key, row);
+    }
+  }
+  const data: DataBatch = {};
+  for (const [name, byKey] of merged) data[name] = [...byKey.values()];
+  const kind = updates[start]?.kind === "reset" ? "reset" : "upsert";
+  return { kind, seq, data };
 }
 
 /** What upserting `rows` into a dataset does: keys replaced, and rows to insert (deduplicated). */

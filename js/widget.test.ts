@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { VegaLiteSpec } from "./model";
+import { Chart } from "./charts";
 import { FakeModel } from "./test-utils";
 import widget, { renderView } from "./widget";
 
@@ -43,6 +44,17 @@ function newModel() {
 async function appliedSeq(root: HTMLElement, seq: number) {
   await vi.waitFor(() => expect(root.dataset.appliedSeq).toBe(String(seq)), { timeout: 5000 });
 }
+/** Every value written to data-applied-seq from now on (a write of the same value included). */
+function watchAppliedSeq(root: HTMLElement): string[] {
+  const log: string[] = [];
+  new MutationObserver((records) => {
+    for (const r of records) log.push((r.target as HTMLElement).getAttribute("data-applied-seq") ?? "");
+  }).observe(root, { attributes: true, attributeFilter: ["data-applied-seq"] });
+  return log;
+}
+function timings(): number[] {
+  return (globalThis as { __calwatchTimings?: number[] }).__calwatchTimings ?? [];
+}
 /** Marks drawn for the rows of one chart (one point / bar per row). */
 function marks(root: HTMLElement, chart: string, type: "symbol" | "rect"): number {
   return root.querySelectorAll(`[data-chart="${chart}"] g.mark-${type} path`).length;
@@ -78,20 +90,33 @@ describe("renderView", () => {
     expect(ids[0]).not.toBe(ids[1]);
   });
 
-  it("buffers upserts until its replay, then shows replay + later upserts", async () => {
+  it("shows upserts at once before its replay; the replay resets, then later upserts apply again", async () => {
     const model = newModel();
     const { root } = mount(model);
-    model.receive({ kind: "upsert", seq: 3, data: { batches: [b(2, "aps", null)] } });
+    const log = watchAppliedSeq(root);
+    model.receive({ kind: "upsert", seq: 3, data: { batches: [b(2, "aps", null), b(9, "zzz", 0.5)] } });
+    await appliedSeq(root, 3);
+    expect(root.getAttribute("data-rows-batches")).toBe("2");
+    expect(root.dataset.replaySeq).toBeUndefined();
+    await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(1)); // b(9) is labelled
     model.receive({ kind: "upsert", seq: 4, data: { batches: [b(0, "aps", 0.9)], set_sizes: [{ key: "0|aps|1", size: 1, count: 5 }] } });
+    await appliedSeq(root, 4);
+    expect(root.getAttribute("data-rows-batches")).toBe("3");
+    expect(root.getAttribute("data-rows-set_sizes")).toBe("1");
+    await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(2));
+    expect(marks(root, "sizes", "rect")).toBe(1);
+
     model.receive({ kind: "replay", view: "someone-else", seq: 9, data: { batches: [b(7, "x", 1)] } });
-    expect(root.dataset.appliedSeq).toBeUndefined();
+    // The replay (state as of seq 3) lacks the row "9|zzz" (gone from the kernel): the reset
+    // drops it; upsert 4 is applied again on top.
     model.receive({
       kind: "replay",
       view: "v1",
       seq: 3,
       data: { batches: [b(0, "aps", null), b(1, "aps", null), b(2, "aps", null)], set_sizes: [] },
     });
-    await appliedSeq(root, 4);
+    await vi.waitFor(() => expect(root.dataset.replaySeq).toBe("3"));
+    expect(root.dataset.appliedSeq).toBe("4");
     expect(root.getAttribute("data-rows-batches")).toBe("3");
     expect(root.getAttribute("data-rows-set_sizes")).toBe("1");
     // Only labelled rows (coverage not null) are drawn: batch 0 from upsert 4.
@@ -104,6 +129,80 @@ describe("renderView", () => {
     expect(root.getAttribute("data-rows-batches")).toBe("3");
     expect(marks(root, "coverage", "symbol")).toBe(3);
     expect(root.querySelector(".calwatch-error")?.textContent).toBe("");
+    // data-applied-seq was written once per new seq, never back, never twice the same
+    expect(log).toEqual(["3", "4", "5"]);
+  });
+
+  it("merges a burst of upserts received in one go into one changeset", async () => {
+    const model = newModel();
+    const { root } = mount(model);
+    model.receive({ kind: "replay", view: "v1", seq: 0, data: { batches: [] } });
+    await appliedSeq(root, 0);
+    const log = watchAppliedSeq(root);
+    const before = timings().length;
+    for (let seq = 1; seq <= 20; seq++) {
+      // a late label for the previous batch plus the new batch, as the kernel sends them
+      const rows = seq > 1 ? [b(seq - 2, "aps", 0.9), b(seq - 1, "aps", null)] : [b(0, "aps", null)];
+      model.receive({ kind: "upsert", seq, data: { batches: rows } });
+    }
+    await appliedSeq(root, 20);
+    expect(root.getAttribute("data-rows-batches")).toBe("20");
+    await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(19));
+    // one changeset of the coverage chart; the sizes chart reads no dataset that changed
+    expect(timings().length - before).toBe(1);
+    expect(log).toEqual(["20"]);
+  });
+
+  it("merges upserts that arrive while an apply is in flight into the next one", async () => {
+    const model = newModel();
+    const { root } = mount(model);
+    model.receive({ kind: "replay", view: "v1", seq: 0, data: { batches: [] } });
+    await appliedSeq(root, 0);
+    // Hold the charts' next apply until released (as a slow render would).
+    let release = () => {};
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    const original = Chart.prototype.apply;
+    const spy = vi.spyOn(Chart.prototype, "apply").mockImplementation(async function (this: Chart, update) {
+      await gate;
+      return original.call(this, update);
+    });
+    try {
+      const log = watchAppliedSeq(root);
+      const before = timings().length;
+      model.receive({ kind: "upsert", seq: 1, data: { batches: [b(0, "aps", null)] } });
+      await new Promise((r) => setTimeout(r, 0)); // the first apply has started, and waits
+      expect(spy).toHaveBeenCalledTimes(2); // both charts at once, not one after the other
+      for (let seq = 2; seq <= 20; seq++) {
+        model.receive({ kind: "upsert", seq, data: { batches: [b(seq - 2, "aps", 0.9), b(seq - 1, "aps", null)] } });
+        await new Promise((r) => setTimeout(r, 0)); // each in a task of its own
+      }
+      expect(spy).toHaveBeenCalledTimes(2);
+      expect(root.dataset.appliedSeq).toBe("0");
+      release();
+      await appliedSeq(root, 20);
+      expect(root.getAttribute("data-rows-batches")).toBe("20");
+      await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(19));
+      expect(spy).toHaveBeenCalledTimes(4); // 1, then 2..20 merged; to each chart
+      expect(timings().length - before).toBe(2); // the coverage chart's two changesets
+      expect(log).toEqual(["1", "20"]);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
+  it("merges a replay into the waiting updates: reset, later rows on top", async () => {
+    const model = newModel();
+    const { root } = mount(model);
+    model.receive({ kind: "upsert", seq: 1, data: { batches: [b(0, "old", 0.1)] } }); // in flight
+    model.receive({ kind: "upsert", seq: 2, data: { batches: [b(1, "aps", 0.5)] } });
+    model.receive({ kind: "replay", view: "v1", seq: 1, data: { batches: [b(0, "aps", 0.9)], set_sizes: [] } });
+    model.receive({ kind: "upsert", seq: 3, data: { batches: [b(1, "aps", 0.6)] } });
+    await vi.waitFor(() => expect(root.dataset.replaySeq).toBe("1"));
+    await appliedSeq(root, 3);
+    expect(root.getAttribute("data-rows-batches")).toBe("2");
+    await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(2));
   });
 
   it("records a timing per chart update in globalThis.__calwatchTimings", async () => {
@@ -130,8 +229,10 @@ describe("renderView", () => {
     await new Promise((r) => setTimeout(r, 50));
     expect(root.dataset.appliedSeq).toBe("0");
     expect(root.querySelector(".calwatch-pending")?.textContent).toContain("2 updates queued");
+    const before = timings().length;
     model.set("_paused", false); // the kernel may resume too
     await appliedSeq(root, 2);
+    expect(timings().length - before).toBe(1); // both upserts in one changeset (coverage chart)
     expect(root.getAttribute("data-rows-batches")).toBe("2");
     expect(root.querySelector(".calwatch-pending")?.textContent).toBe("");
   });

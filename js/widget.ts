@@ -1,14 +1,20 @@
 // anywidget entry of calwatch.widget.MonitorWidget (protocol: docs/widget-protocol.md).
 //
 // Each rendered view keeps its own browser-only state: a view id, the StreamBuffer ordering the
-// kernel's messages, the RowStore of current rows and the Vega charts. Kernel-synced state is
-// only read from / written to the model (types in model.ts).
+// kernel's messages, the RowStore of the rows handed to the charts and the Vega charts.
+// Kernel-synced state is only read from / written to the model (types in model.ts).
+//
+// Updates reach the charts one apply at a time, in a task after the messages that brought them:
+// everything accepted meanwhile (messages already received, those arriving while an apply is
+// being rendered, a resume's queue) is merged into a single update (mergeUpdates), then every
+// chart gets it as one changeset + runAsync, concurrently. A burst costs a few applies, not one
+// per message.
 
 import type { AnyModel, Initialize, Render } from "@anywidget/types";
 import { Chart, isDarkTheme, type Renderer } from "./charts";
 import { createControls } from "./controls";
 import { parseKernelMessage, type ReplayRequest, type WidgetModel } from "./model";
-import { type AcceptedUpdate, type ChartUpdate, RowStore, StreamBuffer } from "./stream";
+import { type AcceptedUpdate, type ChartUpdate, mergeUpdates, RowStore, StreamBuffer } from "./stream";
 import css from "./widget.css" with { type: "text" };
 
 const STYLE_ID = "calwatch-widget-style";
@@ -56,17 +62,23 @@ export function renderView(
   el.append(root);
 
   const stream = new StreamBuffer(viewId, { paused: Boolean(model.get("_paused")) });
+  /** The rows handed to the charts so far (what a rebuilt chart starts from). */
   const store = new RowStore();
+  let storeSeq: number | null = null;
   let charts: Chart[] = [];
   let dark = isDarkTheme(doc);
   let shownSeq = Number.NEGATIVE_INFINITY;
   const reportError = (source: string, prefix = "") => (error: unknown) =>
     controls.setLocalError(source, prefix + message(error));
 
-  const markApplied = (update: ChartUpdate) => {
-    if (update.seq < shownSeq) return;
-    shownSeq = update.seq;
-    root.dataset.appliedSeq = String(update.seq);
+  const markApplied = (update: ChartUpdate, replaySeq: number | null) => {
+    // data-applied-seq only ever grows (a replay older than upserts already shown does not move
+    // it back: those upserts are applied again in the same update). Row counts always follow.
+    if (update.seq > shownSeq) {
+      shownSeq = update.seq;
+      root.dataset.appliedSeq = String(update.seq);
+    }
+    if (replaySeq !== null) root.dataset.replaySeq = String(replaySeq);
     for (const [name, n] of Object.entries(update.counts)) root.setAttribute(`data-rows-${name}`, String(n));
   };
 
@@ -95,7 +107,7 @@ export function renderView(
         calibrator: model.get("_selected") ?? "",
         onError: reportError(`chart ${name}`, `Chart "${name}": `),
       });
-      if (stream.appliedSeq !== null) void chart.apply(store.snapshot(stream.appliedSeq));
+      if (storeSeq !== null) void chart.apply(store.snapshot(storeSeq));
       charts.push(chart);
     }
     controls.setLocalError("specs", missing.length > 0 ? `No spec for chart(s): ${missing.join(", ")}` : "");
@@ -113,10 +125,36 @@ export function renderView(
     });
   };
 
+  /** Accepted updates not yet handed to the charts. */
+  const waiting: AcceptedUpdate[] = [];
+  let applying = false;
+  let flushTimer: ReturnType<typeof setTimeout> | null = null;
+  /** Hands everything waiting to the charts as one update; repeats while more arrived meanwhile. */
+  const flush = async () => {
+    flushTimer = null;
+    applying = true;
+    try {
+      while (waiting.length > 0 && !disposed) {
+        const merged = mergeUpdates(waiting.splice(0));
+        if (merged === null) break;
+        const replaySeq = stream.replaySeq;
+        const update = store.apply(merged);
+        storeSeq = update.seq;
+        await Promise.all(charts.map((chart) => chart.apply(update)));
+        if (!disposed) markApplied(update, replaySeq);
+      }
+    } finally {
+      applying = false;
+    }
+  };
   const applyUpdates = (updates: AcceptedUpdate[]) => {
-    for (const accepted of updates) {
-      const update = store.apply(accepted);
-      void Promise.all(charts.map((chart) => chart.apply(update))).then(() => markApplied(update));
+    waiting.push(...updates);
+    // Apply in a task of its own, not in the message's: Vega's changeset + runAsync settle in
+    // microtasks, so applying right away would render every message on its own before the
+    // browser even delivers the next one (kernel messages already received wait in the task
+    // queue). Deferring lets those arrive first and be merged into the same update.
+    if (!applying && flushTimer === null && waiting.length > 0) {
+      flushTimer = setTimeout(() => void flush().catch(reportError("stream")), 0);
     }
     controls.setPending(stream.pending);
   };
@@ -163,6 +201,7 @@ export function renderView(
 
   return () => {
     disposed = true;
+    if (flushTimer !== null) clearTimeout(flushTimer);
     for (const [event, fn] of listeners) model.off(event, fn);
     themeObserver?.disconnect();
     controls.dispose();
