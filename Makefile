@@ -1,6 +1,6 @@
 # calwatch developer commands. Every target sets up what it needs (idempotently) and then runs.
 #   make demo   stream NYC flights 2013 through a classifier and write the charts page
-#   make test   every test: vitest, pytest (engine, monitor, widget, validity, notebooks, browser)
+#   make test   lint, then every test: vitest, pytest (engine, monitor, widget, validity, notebooks, browser)
 #   make bench  speed and memory benchmarks against the alternatives
 #   make lint   ruff, mypy --strict, tsc
 SHELL := /bin/bash
@@ -17,7 +17,7 @@ CHROMIUM ?= /usr/bin/chromium
 demo: $(VENV)/.stamp-run
 	$(PY) -m calwatch demo --out demo-output
 
-test: $(VENV)/.stamp-test js chromium
+test: lint $(VENV)/.stamp-test chromium
 	npx vitest run
 	CALWATCH_CHROMIUM=$(CHROMIUM) $(PY) -m pytest
 
