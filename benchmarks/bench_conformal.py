@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import os
 import statistics
 import sys
 import time
 import warnings
-from functools import partial
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -264,7 +265,11 @@ def print_report(rows: list[Row], args: argparse.Namespace) -> bool:
         f"n_test={args.n_test:,}, K={args.n_classes}, α={ALPHA}; median of {args.repeats} "
         f"repeats (ms)"
     )
-    print(f"numpy {np.__version__}, python {sys.version.split()[0]}")
+    load = " / ".join(f"{x:.2f}" for x in args.loadavg) if args.loadavg else "n/a"
+    print(
+        f"numpy {np.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+        f"load average at start (1/5/15 min): {load}"
+    )
     header = (
         f"{'score':<10} {'calwatch':>9} {'numpy':>9} {'mapie':>9} {'cw/np':>7} "
         f"{'mapie/cw':>9} {'sets==np':>9}  {'cw≤1.5×np':>10} {'mapie≥2×cw':>11}"
@@ -294,9 +299,7 @@ def print_report(rows: list[Row], args: argparse.Namespace) -> bool:
         )
     print("\nsets: coverage / mean size on the test rows (target coverage ≥ 0.90)")
     for row in rows:
-        parts = [
-            f"{key} {row.coverage[key]:.4f}/{row.mean_size[key]:.3f}" for key in row.coverage
-        ]
+        parts = [f"{key} {row.coverage[key]:.4f}/{row.mean_size[key]:.3f}" for key in row.coverage]
         agree = "" if math.isnan(row.mapie_agree) else f"  mapie≡calwatch rows {row.mapie_agree:.1%}"
         print(f"  {row.name:<10} " + "  ".join(parts) + agree)
     for row in rows:
@@ -326,9 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError:
             print("mapie is not installed (pip install mapie==1.6.0): skipping MAPIE")
             with_mapie = False
-    rows = run_benchmark(
-        args.n_cal, args.n_test, args.n_classes, args.repeats, args.seed, with_mapie
-    )
+    args.loadavg = os.getloadavg() if hasattr(os, "getloadavg") else None
+    rows = run_benchmark(args.n_cal, args.n_test, args.n_classes, args.repeats, args.seed, with_mapie)
     return 0 if print_report(rows, args) else 1
 
 

@@ -51,3 +51,17 @@ def test_label_ranks_one_based_with_index_ties():
 def test_top_class_score_is_at_most_its_probability_plus_nothing(score):
     top = class_scores(P, score, raps_lambda=0.3, raps_k_reg=1)[np.arange(3), P.argmax(axis=1)]
     np.testing.assert_allclose(top, P.max(axis=1))
+
+
+def test_descending_order_equals_a_stable_sort_on_tie_heavy_rows():
+    from calwatch.engine.scores import descending_order
+
+    rng = np.random.default_rng(5)
+    for K in (2, 3, 10, 70):
+        Q = rng.integers(0, 4, size=(2000, K)).astype(float) + 1.0  # many exact ties
+        Q /= Q.sum(axis=1, keepdims=True)
+        assert np.array_equal(descending_order(Q), np.argsort(-Q, axis=1, kind="stable"))
+        reference = np.cumsum(np.take_along_axis(Q, np.argsort(-Q, axis=1, kind="stable"), 1), 1)
+        expected = np.empty_like(reference)
+        np.put_along_axis(expected, np.argsort(-Q, axis=1, kind="stable"), reference, axis=1)
+        np.testing.assert_allclose(aps_scores(Q), expected, rtol=0, atol=1e-12)

@@ -56,17 +56,18 @@ def check_probabilities(
     if n_classes is not None and arr.shape[1] != n_classes:
         msg = f"{name} has {arr.shape[1]} columns but the calibrator was fitted on {n_classes} classes"
         raise ValueError(msg)
-    out = np.array(arr, dtype=np.float64, copy=True)
-    finite = np.isfinite(out)
-    if not finite.all():
-        row = int(np.argwhere(~finite)[0, 0])
+    values = np.asarray(arr, dtype=np.float64)  # no copy for float64 input: the division below copies
+    # min/max propagate NaN and expose ±inf, so they double as the finiteness check; the
+    # offending row is only searched for on the error path.
+    lo, hi = float(values.min()), float(values.max())
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        row = int(np.argwhere(~np.isfinite(values))[0, 0])
         msg = f"{name} contains NaN or inf (first in row {row})"
         raise ValueError(msg)
-    lo, hi = out.min(), out.max()
     if lo < 0.0 or hi > 1.0 + tolerance:
         msg = f"{name} must hold probabilities in [0, 1]; found values in [{lo:.6g}, {hi:.6g}]"
         raise ValueError(msg)
-    sums = out.sum(axis=1)
+    sums = values.sum(axis=1)
     bad = np.abs(sums - 1.0) > tolerance
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
@@ -75,7 +76,7 @@ def check_probabilities(
             f" ({int(bad.sum())} rows in all). Pass probabilities, not logits or scores."
         )
         raise ValueError(msg)
-    out /= sums[:, None]
+    out: npt.NDArray[np.float64] = values / sums[:, None]  # one fused pass: the fresh, renormalised copy
     return out
 
 

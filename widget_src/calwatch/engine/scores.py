@@ -22,7 +22,27 @@ IntArray = npt.NDArray[np.intp]
 
 def descending_order(P: FloatArray) -> IntArray:
     """Class indices of each row sorted by decreasing probability, ties by lower index first."""
-    return np.argsort(-P, axis=1, kind="stable")
+    return _descending_order(P)[0]
+
+
+def _descending_order(P: FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
+    """``descending_order(P)``, its flat indices into ``P.ravel()``, and the sorted rows.
+
+    Same result as ``np.argsort(-P, axis=1, kind="stable")`` at half the cost: the default
+    (unstable, SIMD) sort, then a stable re-sort of the rows holding exact ties, the only rows
+    where the two can differ.
+    """
+    m, K = P.shape
+    order = np.ascontiguousarray(np.argsort(P, axis=1)[:, ::-1])
+    flat = (order + (np.arange(m) * K)[:, None]).ravel()
+    sorted_p = P.ravel()[flat].reshape(m, K)
+    ties = sorted_p[:, 1:] == sorted_p[:, :-1]
+    if np.count_nonzero(ties):
+        tied = np.flatnonzero(ties.any(axis=1))
+        order[tied] = np.argsort(-P[tied], axis=1, kind="stable")
+        flat = (order + (np.arange(m) * K)[:, None]).ravel()
+        sorted_p = P.ravel()[flat].reshape(m, K)
+    return order, flat, sorted_p
 
 
 def lac_scores(P: FloatArray) -> FloatArray:
@@ -43,17 +63,22 @@ def aps_scores(
     1-based. ``u=None`` means the deterministic form ``u = 1``; otherwise ``u`` holds one uniform
     draw per row, shared by all classes of that row.
     """
-    order = descending_order(P)
-    sorted_p = np.take_along_axis(P, order, axis=1)
-    cumulative = np.cumsum(sorted_p, axis=1)
-    if u is not None:
+    m, K = P.shape
+    _, flat, cumulative = _descending_order(P)
+    sorted_p = cumulative.copy() if u is not None else None
+    if K <= 64:  # row-wise cumsum column by column: the same sums, ~2x faster than np.cumsum here
+        for c in range(1, K):
+            cumulative[:, c] += cumulative[:, c - 1]
+    else:
+        np.cumsum(cumulative, axis=1, out=cumulative)
+    if sorted_p is not None and u is not None:
         cumulative -= (1.0 - u)[:, None] * sorted_p
     if raps_lambda > 0.0:
-        ranks = np.arange(1, P.shape[1] + 1, dtype=np.float64)
+        ranks = np.arange(1, K + 1, dtype=np.float64)
         cumulative += raps_lambda * np.maximum(0.0, ranks - raps_k_reg)
-    scores = np.empty_like(cumulative)
-    np.put_along_axis(scores, order, cumulative, axis=1)
-    return scores
+    scores = np.empty(m * K)
+    scores[flat] = cumulative.ravel()  # put_along_axis as one flat scatter
+    return scores.reshape(m, K)
 
 
 def class_scores(
