@@ -7,15 +7,7 @@ import pytest
 
 from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
 
-
-def softmax_data(n, K, seed, scale=2.0):
-    rng = np.random.default_rng(seed)
-    logits = rng.normal(size=(n, K)) * scale
-    P = np.exp(logits - logits.max(axis=1, keepdims=True))
-    P /= P.sum(axis=1, keepdims=True)
-    y = (P.cumsum(axis=1) > rng.uniform(size=(n, 1))).argmax(axis=1)
-    return P, y
-
+from ..synthetic import softmax_data
 
 P_CAL = np.array([[0.7, 0.2, 0.1], [0.5, 0.4, 0.1], [0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
 Y_CAL = np.array([0, 1, 2, 0])

@@ -1,16 +1,8 @@
-import numpy as np
 import pytest
 
 import calwatch as cw
 
-
-def softmax_data(n, K=4, seed=0, scale=2.0):
-    rng = np.random.default_rng(seed)
-    logits = rng.normal(size=(n, K)) * scale
-    P = np.exp(logits - logits.max(axis=1, keepdims=True))
-    P /= P.sum(axis=1, keepdims=True)
-    y = (P.cumsum(axis=1) > rng.uniform(size=(n, 1))).argmax(axis=1)
-    return P, y
+from ..synthetic import softmax_data
 
 
 @pytest.fixture

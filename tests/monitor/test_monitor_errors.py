@@ -5,7 +5,7 @@ import pytest
 
 import calwatch as cw
 
-from .conftest import softmax_data
+from ..synthetic import softmax_data
 
 
 def snapshot(mon):

@@ -7,7 +7,7 @@ import pytest
 import calwatch as cw
 from calwatch.engine.conformal import SplitConformalClassifier
 
-from .conftest import softmax_data
+from ..synthetic import softmax_data
 
 
 def test_summary_counts_match_direct_engine_computation(monitor):

@@ -8,7 +8,7 @@ import calwatch as cw
 from calwatch import charts
 from calwatch.widget import MonitorWidget
 
-from ..monitor.conftest import softmax_data
+from ..synthetic import softmax_data
 
 
 @pytest.fixture
