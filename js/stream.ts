@@ -5,10 +5,16 @@
 //     long cell answers the view's replay-request only when it is idle again, and the view must
 //     stay live meanwhile). Upserts are keyed, so applying one the replay also contains is
 //     harmless;
-//   - until the replay arrives, every upsert is also kept. On the replay for this view, every
-//     dataset is reset to the replay's content and the kept upserts with seq > replay.seq are
-//     applied again, in seq order; then the kept upserts are dropped. (A view rendered after
-//     earlier upserts shows partial data until then, and is complete from the replay on.)
+//   - until the replay arrives, the rows of every upsert are also kept: per dataset, the newest
+//     row of each key with the seq of the message that brought it (KeptRows). This is bounded by
+//     the number of distinct keys, not by the number of messages (a cell streaming 10,000 batches
+//     before the kernel can answer the replay-request). On the replay for this view, every
+//     dataset is reset to the replay's content, and the kept rows with seq > replay.seq are
+//     applied again as one upsert; then they are dropped. That is exactly what re-applying the
+//     kept messages with seq > replay.seq in seq order would do: a key's last row among those
+//     messages is its newest kept row, and a key whose newest kept row has seq <= replay.seq is
+//     in none of them (its row comes from the replay). (A view rendered after earlier upserts
+//     shows partial data until then, and is complete from the replay on.)
 //   - replays for other views are ignored; duplicate / stale upserts (seq <= highest applied)
 //     take no effect (before the replay a stale one is still kept, for the replay); a replay
 //     older than what is shown after the first replay is ignored;
@@ -24,13 +30,79 @@ export type AcceptedUpdate =
   | { kind: "reset"; seq: number; data: DataBatch }
   | { kind: "upsert"; seq: number; data: DataBatch };
 
+/**
+ * Rows of the upserts seen before the replay, bounded by the number of distinct keys: per
+ * dataset, the newest row of each key and the seq of the message that brought it.
+ */
+export class KeptRows {
+  /** Per dataset: the highest seq of a kept message naming it, and its rows by key. */
+  private readonly sets = new Map<string, { seq: number; rows: Map<string, { row: KeyedRow; seq: number }> }>();
+  /** Highest seq of a kept message (its data may be empty). */
+  private maxSeq = Number.NEGATIVE_INFINITY;
+
+  /** Rows kept, over all datasets (at most one per dataset and key). */
+  get size(): number {
+    let n = 0;
+    for (const set of this.sets.values()) n += set.rows.size;
+    return n;
+  }
+
+  /**
+   * Keeps the rows of an upsert. A row replaces the kept row of its key if its seq is higher;
+   * within one message the last row of a key wins (as in RowStore); a message whose seq is
+   * already kept (a repeated delivery of the same message) changes nothing.
+   */
+  add(msg: UpsertMessage): void {
+    this.maxSeq = Math.max(this.maxSeq, msg.seq);
+    for (const [name, rows] of Object.entries(msg.data)) {
+      if (rows === undefined) continue;
+      let set = this.sets.get(name);
+      if (set === undefined) {
+        set = { seq: msg.seq, rows: new Map() };
+        this.sets.set(name, set);
+      }
+      set.seq = Math.max(set.seq, msg.seq);
+      const own = new Set<string>(); // keys this message has set: its later rows win
+      for (const row of rows) {
+        const kept = set.rows.get(row.key);
+        if (kept === undefined || kept.seq < msg.seq || (kept.seq === msg.seq && own.has(row.key))) {
+          set.rows.set(row.key, { row, seq: msg.seq });
+          own.add(row.key);
+        }
+      }
+    }
+  }
+
+  /**
+   * The kept messages with seq > `seq` folded into one upsert (null if there are none): its seq
+   * is their highest, and it names every dataset one of them names, with the kept rows newer than
+   * `seq`.
+   */
+  after(seq: number): AcceptedUpdate | null {
+    if (!(this.maxSeq > seq)) return null;
+    const data: DataBatch = {};
+    for (const [name, set] of this.sets) {
+      if (!(set.seq > seq)) continue;
+      const rows: KeyedRow[] = [];
+      for (const kept of set.rows.values()) if (kept.seq > seq) rows.push(kept.row);
+      data[name] = rows;
+    }
+    return { kind: "upsert", seq: this.maxSeq, data };
+  }
+
+  clear(): void {
+    this.sets.clear();
+    this.maxSeq = Number.NEGATIVE_INFINITY;
+  }
+}
+
 export class StreamBuffer {
   readonly viewId: string;
   private _paused: boolean;
   private _appliedSeq: number | null = null;
   private _replaySeq: number | null = null;
-  /** Upserts seen before this view's replay, by seq (a repeated seq keeps the first). */
-  private readonly keptForReplay = new Map<number, UpsertMessage>();
+  /** Rows of the upserts seen before this view's replay (newest per key). */
+  private readonly keptForReplay = new KeptRows();
   /** Messages received while paused, in arrival order. */
   private readonly pausedQueue: KernelMessage[] = [];
 
@@ -63,7 +135,7 @@ export class StreamBuffer {
     return this.pausedQueue.length;
   }
 
-  /** Upserts kept (already applied) to be applied again after the replay. */
+  /** Rows kept (already applied) to be applied again after the replay: at most one per dataset and key. */
   get kept(): number {
     return this.keptForReplay.size;
   }
@@ -92,15 +164,12 @@ export class StreamBuffer {
   }
 
   private processUpsert(msg: UpsertMessage): AcceptedUpdate[] {
-    if (this._replaySeq === null) {
-      if (this.keptForReplay.has(msg.seq)) return []; // duplicate delivery
-      this.keptForReplay.set(msg.seq, msg);
-    }
+    if (this._replaySeq === null) this.keptForReplay.add(msg);
     return this.take(msg);
   }
 
   /** Applies an upsert unless it is a duplicate or older than what is shown. */
-  private take(msg: UpsertMessage): AcceptedUpdate[] {
+  private take(msg: UpsertMessage | AcceptedUpdate): AcceptedUpdate[] {
     if (this._appliedSeq !== null && msg.seq <= this._appliedSeq) return [];
     this._appliedSeq = msg.seq;
     return [{ kind: "upsert", seq: msg.seq, data: msg.data }];
@@ -108,14 +177,14 @@ export class StreamBuffer {
 
   private processReplay(msg: ReplayMessage): AcceptedUpdate[] {
     // After the first replay, an older one would move the view back in time. Before it, the
-    // replay may be older than upserts already shown: those are kept and applied again below.
+    // replay may be older than upserts already shown: their rows are kept and applied again below.
     if (this._replaySeq !== null && this._appliedSeq !== null && msg.seq < this._appliedSeq) return [];
     this._replaySeq = msg.seq;
     this._appliedSeq = msg.seq;
     const out: AcceptedUpdate[] = [{ kind: "reset", seq: msg.seq, data: msg.data }];
-    const kept = [...this.keptForReplay.values()].sort((a, b) => a.seq - b.seq);
+    const newer = this.keptForReplay.after(msg.seq);
     this.keptForReplay.clear();
-    for (const upsert of kept) out.push(...this.take(upsert));
+    if (newer !== null) out.push(...this.take(newer));
     return out;
   }
 }
