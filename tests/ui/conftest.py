@@ -32,7 +32,7 @@ _VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 KERNEL_PYTHON = _VENV_PYTHON if _VENV_PYTHON.exists() else Path(sys.executable)
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 #: Notebooks copied into the server's root directory.
-UI_NOTEBOOKS = ("00-widget-smoke.ipynb",)
+UI_NOTEBOOKS = ("00-widget-smoke.ipynb", "01-quickstart.ipynb")
 KERNEL_NAME = "calwatch-venv"
 SERVER_START_TIMEOUT_S = 60.0
 
@@ -275,3 +275,26 @@ def browser_context(chromium_path: str, tmp_path_factory: pytest.TempPathFactory
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture
+def page(browser_context: Any, capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
+    """A page whose console messages and errors are printed when the test ends.
+
+    The messages are kept in ``page.console_messages_`` (``[console.<type>] text`` or
+    ``[pageerror] text``).
+    """
+    page = browser_context.new_page()
+    messages: list[str] = []
+    page.on("console", lambda m: messages.append(f"[console.{m.type}] {m.text}"))
+    page.on("pageerror", lambda e: messages.append(f"[pageerror] {e}"))
+    page.console_messages_ = messages  # type: ignore[attr-defined]
+    try:
+        yield page
+    finally:
+        errors = [m for m in messages if m.startswith(("[console.error]", "[pageerror]"))]
+        with capsys.disabled():
+            print(f"\n--- browser console: {len(messages)} messages, {len(errors)} errors ---")
+            for line in messages[:100]:
+                print(line[:500])
+        page.close()

@@ -8,31 +8,36 @@ numbers into test-artifacts/.
 
 from __future__ import annotations
 
-import ast
 import json
 import statistics
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Error as PlaywrightError
 
 from calwatch import charts
+
+from .helpers import (
+    INLINE,
+    MARKS,
+    SIDEBAR,
+    Kernel,
+    assert_charts,
+    attr,
+    browser_errors,
+    count,
+    no_widget_error,
+    open_notebook,
+    run_all,
+    wait_seq,
+)
 
 pytestmark = pytest.mark.ui
 
 NOTEBOOK = "00-widget-smoke.ipynb"
 N_BATCHES = 30  # as in the notebook
 N_CALIBRATORS = 2
-CHART_NAMES = list(charts.CHARTS)
-TIMEOUT_MS = 60_000
-
-INLINE = ".jp-Notebook .calwatch-widget"
-SIDEBAR = ".jupyterlab-sidecar .calwatch-widget"
-#: Vega's SVG renderer: every data mark item is a child of a `g.role-mark` group.
-MARKS = "svg g.role-mark > *"
 
 # Records every change of data-applied-seq (any view) with the page's clock and the mark count.
 WATCH_SEQ_JS = """
@@ -57,47 +62,6 @@ WATCH_SEQ_JS = """
   }).observe(document.body, {subtree: true, attributes: true, attributeFilter: ['data-applied-seq']});
 }
 """
-
-# Runs code in the notebook's kernel through the page's own kernel connection.
-KERNEL_EXEC_JS = """
-async ([path, code, exprs]) => {
-  const app = window.jupyterapp;
-  let panel = null;
-  for (const w of app.shell.widgets('main')) if (w.context && w.context.path === path) panel = w;
-  if (panel === null) throw new Error('notebook panel not found: ' + path);
-  const kernel = panel.sessionContext.session.kernel;
-  const future = kernel.requestExecute({
-    code, silent: false, store_history: false, user_expressions: exprs, allow_stdin: false,
-  });
-  const reply = await future.done;
-  return reply.content;
-}
-"""
-
-NOTEBOOK_STATE_JS = """
-(path) => {
-  const app = window.jupyterapp;
-  if (!app) return null;
-  for (const w of app.shell.widgets('main')) {
-    if (!(w.context && w.context.path === path)) continue;
-    const kernel = w.sessionContext.session?.kernel;
-    const cells = w.content.widgets.filter((c) => c.model.type === 'code');
-    const errors = [];
-    for (const c of cells) {
-      for (const o of c.model.outputs.toJSON()) {
-        if (o.output_type === 'error') errors.push(o.ename + ': ' + o.evalue);
-      }
-    }
-    return {
-      kernel: kernel ? kernel.status : null,
-      counts: cells.map((c) => c.model.executionCount),
-      errors,
-    };
-  }
-  return null;
-}
-"""
-
 
 # Continues the notebook's stream from the test (labels one batch late, like the notebook).
 LIVE_STREAM = """
@@ -129,111 +93,6 @@ def _summary(values: list[float]) -> dict[str, float | int | None]:
     }
 
 
-class Kernel:
-    """The notebook's kernel, reached through the page (as a cell would be)."""
-
-    def __init__(self, page: Any, path: str) -> None:
-        self.page = page
-        self.path = path
-
-    def run(self, code: str, **exprs: str) -> dict[str, Any]:
-        content = self.page.evaluate(KERNEL_EXEC_JS, [self.path, code, exprs])
-        assert content["status"] == "ok", f"{code!r} failed: {content}"
-        out = {}
-        for name, value in content.get("user_expressions", {}).items():
-            assert value["status"] == "ok", f"{name}: {value}"
-            out[name] = ast.literal_eval(value["data"]["text/plain"])
-        return out
-
-    def eval(self, expr: str) -> Any:
-        return self.run("", v=expr)["v"]
-
-    def wait_for(self, expr: str, expected: Any, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        value = None
-        while time.monotonic() < deadline:
-            value = self.eval(expr)
-            if value == expected:
-                return
-            time.sleep(0.05)
-        pytest.fail(f"kernel: {expr} = {value!r}, expected {expected!r} within {timeout_s} s")
-
-
-@pytest.fixture
-def page(browser_context: Any, capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
-    """A page whose console messages and errors are printed when the test ends."""
-    page = browser_context.new_page()
-    messages: list[str] = []
-    page.on("console", lambda m: messages.append(f"[console.{m.type}] {m.text}"))
-    page.on("pageerror", lambda e: messages.append(f"[pageerror] {e}"))
-    page.console_messages_ = messages  # type: ignore[attr-defined]
-    try:
-        yield page
-    finally:
-        errors = [m for m in messages if m.startswith(("[console.error]", "[pageerror]"))]
-        with capsys.disabled():
-            print(f"\n--- browser console: {len(messages)} messages, {len(errors)} errors ---")
-            for line in messages[:100]:
-                print(line[:500])
-        page.close()
-
-
-def _attr(page: Any, selector: str, name: str) -> str | None:
-    return page.eval_on_selector(selector, f"(el) => el.getAttribute({json.dumps(name)})")
-
-
-def _count(page: Any, selector: str) -> int:
-    return page.eval_on_selector_all(selector, "(els) => els.length")
-
-
-def _wait_seq(page: Any, selector: str, seq: int) -> None:
-    page.wait_for_function(
-        "([sel, seq]) => { const el = document.querySelector(sel);"
-        " return el !== null && el.getAttribute('data-applied-seq') === String(seq); }",
-        arg=[selector, seq],
-        timeout=TIMEOUT_MS,
-    )
-
-
-def _chart_report(page: Any, root: str) -> list[dict[str, Any]]:
-    return page.eval_on_selector_all(
-        f"{root} div.calwatch-chart",
-        """(els, marks) => els.map((el) => ({
-            chart: el.dataset.chart,
-            svg: el.querySelectorAll('svg').length,
-            marks: el.querySelectorAll(marks).length,
-            width: Math.round(el.getBoundingClientRect().width),
-        }))""",
-        MARKS,
-    )
-
-
-def _assert_charts(page: Any, root: str) -> list[dict[str, Any]]:
-    report = _chart_report(page, root)
-    assert [c["chart"] for c in report] == CHART_NAMES, report
-    for c in report:
-        assert c["svg"] >= 1, f"{root}: chart {c['chart']} has no <svg>: {report}"
-        assert c["marks"] > 0, f"{root}: chart {c['chart']} has no marks: {report}"
-    return report
-
-
-def _no_widget_error(page: Any, root: str) -> None:
-    texts = page.eval_on_selector_all(
-        f"{root} .calwatch-error", "(els) => els.filter((e) => !e.hidden).map((e) => e.textContent)"
-    )
-    assert not texts, f"{root} shows an error: {texts}"
-
-
-def _wait_until(predicate: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def test_widget_in_jupyterlab(
     lab_server: Any,
     page: Any,
@@ -241,40 +100,14 @@ def test_widget_in_jupyterlab(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     t0 = time.monotonic()
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(lab_server.lab_url(NOTEBOOK))
-
     # ---- the notebook is open and its kernel (the venv's python) is idle
-    def notebook_state() -> dict[str, Any] | None:
-        try:
-            return page.evaluate(NOTEBOOK_STATE_JS, NOTEBOOK)
-        except PlaywrightError:  # the page is still navigating (token redirect)
-            return None
-
-    _wait_until(
-        lambda: (s := notebook_state()) is not None and s["kernel"] == "idle",
-        "the notebook to open with an idle kernel",
-    )
-    kernel = Kernel(page, NOTEBOOK)
-    assert kernel.eval("__import__('sys').executable") == str(lab_server.kernel_python)
-    lab_server.remember_children()
+    kernel = open_notebook(page, lab_server, NOTEBOOK)
 
     # ---- Run All, recording every applied update of every view
     page.evaluate(WATCH_SEQ_JS, MARKS)
     t_run = time.monotonic()
-    page.evaluate("() => window.jupyterapp.commands.execute('runmenu:run-all')")
-    state = _wait_until(
-        lambda: (
-            (s := notebook_state()) is not None
-            and s["kernel"] == "idle"
-            and all(n is not None for n in s["counts"])
-            and s
-        ),
-        "Run All to finish (kernel idle, every cell executed)",
-        timeout_s=120,
-    )
+    run_all(page, NOTEBOOK, timeout_s=120)
     run_all_s = time.monotonic() - t_run
-    assert not state["errors"], f"cells raised: {state['errors']}"
 
     latest = kernel.eval("mon.widget().seq")
     assert latest == 2 * N_BATCHES - 1  # one upsert per observe, one per (late) label call
@@ -282,12 +115,12 @@ def test_widget_in_jupyterlab(
     problems: list[str] = []  # failures that should not stop the remaining checks
 
     # ---- (a) inline view: every chart rendered, with marks, and all data applied
-    _wait_seq(page, INLINE, latest)
-    assert _count(page, INLINE) == 1
-    assert _attr(page, INLINE, "data-rows-batches") == str(expected_rows)
-    inline_charts = _assert_charts(page, INLINE)
-    _no_widget_error(page, INLINE)
-    inline_view = _attr(page, INLINE, "data-view-id")
+    wait_seq(page, INLINE, latest)
+    assert count(page, INLINE) == 1
+    assert attr(page, INLINE, "data-rows-batches") == str(expected_rows)
+    inline_charts = assert_charts(page, INLINE)
+    no_widget_error(page, INLINE)
+    inline_view = attr(page, INLINE, "data-view-id")
 
     # ---- (b) during Run All, marks and applied seq grew while the batches streamed
     log = page.evaluate("() => window.__seqLog")
@@ -307,15 +140,15 @@ def test_widget_in_jupyterlab(
         )
 
     # ---- (c) the sidebar (sidecar) view shows the same data, replayed
-    _wait_seq(page, SIDEBAR, latest)
-    assert _count(page, SIDEBAR) == 1
-    assert _count(page, f"#jp-right-stack {SIDEBAR}") == 1, "the sidecar is not in the right area"
+    wait_seq(page, SIDEBAR, latest)
+    assert count(page, SIDEBAR) == 1
+    assert count(page, f"#jp-right-stack {SIDEBAR}") == 1, "the sidecar is not in the right area"
     for dataset in charts.DATASETS:
         name = f"data-rows-{dataset}"
-        assert _attr(page, SIDEBAR, name) == _attr(page, INLINE, name), name
-    sidebar_charts = _assert_charts(page, SIDEBAR)
-    _no_widget_error(page, SIDEBAR)
-    sidebar_view = _attr(page, SIDEBAR, "data-view-id")
+        assert attr(page, SIDEBAR, name) == attr(page, INLINE, name), name
+    sidebar_charts = assert_charts(page, SIDEBAR)
+    no_widget_error(page, SIDEBAR)
+    sidebar_view = attr(page, SIDEBAR, "data-view-id")
 
     # ---- (e) screenshots (all calibrators, stream done)
     page.locator(INLINE).screenshot(path=str(artifacts_dir / "widget-inline.png"))
@@ -333,7 +166,7 @@ def test_widget_in_jupyterlab(
         seq_after = kernel.eval("mon.widget().seq")
         assert seq_after == seq_before + 2 * n_live
         for root in (INLINE, SIDEBAR):
-            _wait_seq(page, root, seq_after)
+            wait_seq(page, root, seq_after)
         sent_at = _sent_at(kernel)
         end_ms = sent_at[seq_after] * 1000
         log = page.evaluate("() => window.__seqLog")
@@ -355,13 +188,13 @@ def test_widget_in_jupyterlab(
             drain_ms[f"{phase}/{label}"] = round(first_shown[seq_after] - end_ms, 1)
         seq_before = seq_after
     live_latest = seq_before
-    assert _attr(page, SIDEBAR, "data-rows-batches") == _attr(page, INLINE, "data-rows-batches")
-    rows_now = int(_attr(page, INLINE, "data-rows-batches") or 0)
+    assert attr(page, SIDEBAR, "data-rows-batches") == attr(page, INLINE, "data-rows-batches")
+    rows_now = int(attr(page, INLINE, "data-rows-batches") or 0)
     assert rows_now == batches_done * N_CALIBRATORS
 
     # ---- (d) picker -> kernel's _selected; both views follow
     coverage_marks = f"{INLINE} div.calwatch-chart[data-chart=coverage] {MARKS}"
-    marks_all = _count(page, coverage_marks)
+    marks_all = count(page, coverage_marks)
     page.locator(f"{INLINE} select.calwatch-picker").select_option("aps")
     kernel.wait_for("mon.widget()._selected", "aps")
     page.wait_for_function(
@@ -390,18 +223,18 @@ def test_widget_in_jupyterlab(
             arg=f"{root} .calwatch-pending",
         )
         # ... and was not applied
-        assert _attr(page, root, "data-applied-seq") == str(live_latest)
-        assert _attr(page, root, "data-rows-batches") == str(rows_now)
+        assert attr(page, root, "data-applied-seq") == str(live_latest)
+        assert attr(page, root, "data-rows-batches") == str(rows_now)
     page.locator(INLINE).screenshot(path=str(artifacts_dir / "widget-inline-paused.png"))
     pause.click()  # resume
     kernel.wait_for("mon.widget()._paused", False)
     for root in (INLINE, SIDEBAR):
-        _wait_seq(page, root, paused_seq)
-        assert _attr(page, root, "data-rows-batches") == str(rows_now + N_CALIBRATORS)
+        wait_seq(page, root, paused_seq)
+        assert attr(page, root, "data-rows-batches") == str(rows_now + N_CALIBRATORS)
         assert page.locator(f"{root} .calwatch-pending").inner_text().strip() == ""
-        _no_widget_error(page, root)
+        no_widget_error(page, root)
 
-    js_errors = [m for m in page.console_messages_ if m.startswith(("[console.error]", "[pageerror]"))]
+    js_errors = browser_errors(page)
     if js_errors:
         problems.append(f"browser errors: {js_errors[:10]}")
 

@@ -52,6 +52,13 @@ def _finish(chart: Any, title: str) -> ChartSpec:
     return finished
 
 
+def _batch_axis(field: str) -> alt.X:
+    """The shared x axis: batch index, integer ticks, no padding past the last batch."""
+    return alt.X(
+        f"{field}:Q", title="batch", scale=alt.Scale(nice=False), axis=alt.Axis(format="d", tickMinStep=1)
+    )
+
+
 def _color() -> alt.Color:
     return alt.Color(
         "calibrator:N", legend=alt.Legend(orient="bottom", title=None, symbolOpacity=1, labelLimit=160)
@@ -61,7 +68,7 @@ def _color() -> alt.Color:
 def coverage_chart(batches: Source = None) -> ChartSpec:
     """Coverage of labelled rows per batch, its 95% Clopper-Pearson band, and the target 1−α."""
     base = _base(batches, "batches")
-    x = alt.X("batch:Q", title="batch", axis=alt.Axis(format="d", tickMinStep=1))
+    x = _batch_axis("batch")
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
         alt.Tooltip("calibrator:N"),
@@ -100,7 +107,7 @@ def set_size_chart(batches: Source = None) -> ChartSpec:
     base = _base(batches, "batches")
     return _finish(
         base.mark_line(point=True).encode(
-            x=alt.X("batch:Q", axis=alt.Axis(format="d", tickMinStep=1)),
+            x=_batch_axis("batch"),
             y=alt.Y("mean_set_size:Q", title="mean set size", scale=alt.Scale(zero=False)),
             color=_color(),
             tooltip=[
@@ -125,8 +132,8 @@ def set_shares_chart(batches: Source = None) -> ChartSpec:
         .transform_calculate(kind="datum.kind == 'singletons' ? 'singletons' : 'full sets'")
     )
     return _finish(
-        base.mark_line(point=True).encode(
-            x=alt.X("batch:Q", axis=alt.Axis(format="d", tickMinStep=1)),
+        base.mark_line().encode(
+            x=_batch_axis("batch"),
             y=alt.Y("share:Q", axis=alt.Axis(format="%"), title="share of rows"),
             color=_color(),
             strokeDash=alt.StrokeDash(
@@ -224,7 +231,7 @@ def labels_chart(batches: Source = None) -> ChartSpec:
             start="datum.batch - 0.45", end="datum.batch + 0.45", total="datum.labelled + datum.awaiting"
         )
     )
-    x = alt.X("start:Q", title="batch", axis=alt.Axis(format="d", tickMinStep=1))
+    x = _batch_axis("start")
     status = alt.Scale(domain=["labelled", "awaiting"], range=["#4c78a8", "#d8d8d8"])
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
@@ -284,6 +291,18 @@ def overview(monitor: Monitor, *, width: int = 420) -> alt.VConcatChart:
         xOffset="independent",
     ).resolve_legend(color="independent", strokeDash="independent")
     return resolved
+
+
+def enable_offline() -> None:
+    """Show static Altair charts in Jupyter without a network connection.
+
+    Altair 6 writes Vega-Lite 6, which JupyterLab 4 has no built-in renderer for, so by default
+    a chart in a notebook loads Vega from a CDN. This switches Altair (globally, for this
+    kernel) to its anywidget-based ``JupyterChart`` renderer with the JavaScript bundled in the
+    package. calwatch's live widget never needs this.
+    """
+    alt.JupyterChart.enable_offline()
+    alt.renderers.enable("jupyter", offline=True)
 
 
 def live_specs() -> dict[str, dict[str, Any]]:
