@@ -28,7 +28,12 @@ ChartSpec = alt.Chart | alt.LayerChart
 
 def datasets(monitor: Monitor, batches: tuple[int, ...] | None = None) -> dict[str, pl.DataFrame]:
     """The chart datasets for some (default all) batches, each row with a unique ``key``."""
-    summary = monitor.summary(batches).drop("observed_at")
+    labels = calibrator_labels(monitor)
+    summary = (
+        monitor.summary(batches)
+        .drop("observed_at")
+        .with_columns(label=pl.col("calibrator").replace_strict(labels, return_dtype=pl.String))
+    )
     sizes = monitor.set_size_counts(batches)
     classes = monitor.class_coverage(batches).select(
         "batch", "calibrator", "class", "n_labelled", "n_covered", "target"
@@ -41,9 +46,27 @@ def datasets(monitor: Monitor, batches: tuple[int, ...] | None = None) -> dict[s
     }
 
 
-def _base(source: Source, dataset: str) -> alt.Chart:
+def calibrator_labels(monitor: Monitor) -> dict[str, str]:
+    """A short description of each calibrator for legends: its promise, stated."""
+    out = {}
+    for key, cal in monitor.calibrators.items():
+        epsilon, delta = getattr(cal, "epsilon", None), getattr(cal, "delta", None)
+        if getattr(cal, "kind", None) == "risk":
+            out[key] = f"{key}: {getattr(cal, 'method', 'risk')}, top-{getattr(cal, 'top_k', 1)}"
+        elif epsilon is not None and delta is not None:
+            out[key] = f"{key}: PAC ε={epsilon:g}, δ={delta:g}"
+        elif getattr(cal, "alpha", None) is not None:
+            out[key] = f"{key}: 1−α={1 - float(cal.alpha):g}"
+        else:
+            out[key] = key
+    return out
+
+
+def _base(source: Source, dataset: str, *, kind: str | None = None) -> alt.Chart:
+    """A chart on a dataset, filtered by the calibrator picker (and to one calibrator kind)."""
     data: Any = alt.NamedData(dataset) if source is None else source
-    return alt.Chart(data).transform_filter(_FILTER)
+    chart = alt.Chart(data).transform_filter(_FILTER)
+    return chart if kind is None else chart.transform_filter(f"datum.kind == '{kind}'")
 
 
 def _finish(chart: Any, title: str) -> ChartSpec:
@@ -59,15 +82,15 @@ def _batch_axis(field: str) -> alt.X:
     )
 
 
-def _color() -> alt.Color:
+def _color(field: str = "calibrator") -> alt.Color:
     return alt.Color(
-        "calibrator:N", legend=alt.Legend(orient="bottom", title=None, symbolOpacity=1, labelLimit=160)
+        f"{field}:N", legend=alt.Legend(orient="bottom", title=None, symbolOpacity=1, labelLimit=220)
     )
 
 
 def coverage_chart(batches: Source = None) -> ChartSpec:
     """Coverage of labelled rows per batch, its 95% Clopper-Pearson band, and the target 1−α."""
-    base = _base(batches, "batches")
+    base = _base(batches, "batches", kind="sets")
     x = _batch_axis("batch")
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
@@ -104,15 +127,15 @@ def coverage_chart(batches: Source = None) -> ChartSpec:
 
 def set_size_chart(batches: Source = None) -> ChartSpec:
     """Mean prediction-set size per batch."""
-    base = _base(batches, "batches")
+    base = _base(batches, "batches", kind="sets")
     return _finish(
         base.mark_line(point=True).encode(
             x=_batch_axis("batch"),
             y=alt.Y("mean_set_size:Q", title="mean set size", scale=alt.Scale(zero=False)),
-            color=_color(),
+            color=_color("label"),
             tooltip=[
                 alt.Tooltip("name:N", title="batch"),
-                alt.Tooltip("calibrator:N"),
+                alt.Tooltip("label:N", title="calibrator"),
                 alt.Tooltip("mean_set_size:Q", format=".3f", title="mean size"),
                 alt.Tooltip("singleton_share:Q", format=".1%", title="singletons"),
                 alt.Tooltip("full_share:Q", format=".1%", title="full sets"),
@@ -126,7 +149,7 @@ def set_size_chart(batches: Source = None) -> ChartSpec:
 def set_shares_chart(batches: Source = None) -> ChartSpec:
     """Share of singleton sets and of full sets (every class) per batch."""
     base = (
-        _base(batches, "batches")
+        _base(batches, "batches", kind="sets")
         .transform_calculate(singletons="datum.singleton_share", full_sets="datum.full_share")
         .transform_fold(["singletons", "full_sets"], as_=["kind", "share"])
         .transform_calculate(kind="datum.kind == 'singletons' ? 'singletons' : 'full sets'")
@@ -259,6 +282,30 @@ def labels_chart(batches: Source = None) -> ChartSpec:
     return _finish(alt.layer(labelled, awaiting), "Labels received")
 
 
+def risk_chart(batches: Source = None) -> ChartSpec:
+    """Label-free estimated error rate per batch (solid) and the observed rate once labelled (dashed)."""
+    base = _base(batches, "batches", kind="risk")
+    x = _batch_axis("batch")
+    tooltip = [
+        alt.Tooltip("name:N", title="batch"),
+        alt.Tooltip("label:N", title="estimator"),
+        alt.Tooltip("estimated_error:Q", format=".3f", title="estimated error"),
+        alt.Tooltip("observed_error:Q", format=".3f", title="observed error"),
+        alt.Tooltip("error_gap:Q", format="+.3f", title="gap (est. − obs., labelled rows)"),
+        alt.Tooltip("n_labelled:Q", title="labelled"),
+        alt.Tooltip("n_rows:Q", title="rows"),
+    ]
+    estimated = base.mark_line(point=True).encode(
+        x=x, y=alt.Y("estimated_error:Q", title="error rate"), color=_color("label"), tooltip=tooltip
+    )
+    observed = (
+        base.transform_filter("datum.n_labelled > 0")
+        .mark_line(strokeDash=[4, 3], point=alt.OverlayMarkDef(shape="diamond"))
+        .encode(x=x, y="observed_error:Q", color=_color("label"), tooltip=tooltip)
+    )
+    return _finish(alt.layer(estimated, observed), "Estimated error (solid) vs observed (dashed)")
+
+
 #: chart name -> (builder, dataset it reads), in display order.
 CHARTS: dict[str, tuple[Any, str]] = {
     "coverage": (coverage_chart, "batches"),
@@ -266,8 +313,22 @@ CHARTS: dict[str, tuple[Any, str]] = {
     "set_size": (set_size_chart, "batches"),
     "set_shares": (set_shares_chart, "batches"),
     "set_sizes": (set_sizes_chart, "set_sizes"),
+    "risk": (risk_chart, "batches"),
     "labels": (labels_chart, "batches"),
 }
+#: charts that only make sense with a set calibrator, or with a risk estimator
+SET_CHARTS = ("coverage", "class_coverage", "set_size", "set_shares", "set_sizes")
+RISK_CHARTS = ("risk",)
+
+
+def chart_kinds(monitor: Monitor) -> list[str]:
+    """The charts that apply to a monitor's calibrators, in display order."""
+    has_risk = any(getattr(c, "kind", None) == "risk" for c in monitor.calibrators.values())
+    has_sets = any(getattr(c, "kind", None) != "risk" for c in monitor.calibrators.values())
+    skip = set() if has_sets else set(SET_CHARTS)
+    if not has_risk:
+        skip |= set(RISK_CHARTS)
+    return [kind for kind in CHARTS if kind not in skip]
 
 
 def build(kind: str, monitor: Monitor) -> ChartSpec:
@@ -282,7 +343,8 @@ def build(kind: str, monitor: Monitor) -> ChartSpec:
 
 def overview(monitor: Monitor, *, width: int = 420) -> alt.VConcatChart:
     """Every chart of the monitor stacked vertically, each with its own scales (for pages)."""
-    stacked = alt.vconcat(*(build(kind, monitor).properties(width=width) for kind in CHARTS), spacing=28)
+    kinds = chart_kinds(monitor)
+    stacked = alt.vconcat(*(build(kind, monitor).properties(width=width) for kind in kinds), spacing=28)
     resolved: alt.VConcatChart = stacked.resolve_scale(
         x="independent",
         y="independent",
@@ -305,6 +367,7 @@ def enable_offline() -> None:
     alt.renderers.enable("jupyter", offline=True)
 
 
-def live_specs() -> dict[str, dict[str, Any]]:
-    """Vega-Lite specs of every chart reading named datasets (for the live widget)."""
-    return {name: builder(None).to_dict() for name, (builder, _) in CHARTS.items()}
+def live_specs(kinds: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Vega-Lite specs of the charts (default: all) reading named datasets (for the live widget)."""
+    names = list(CHARTS) if kinds is None else kinds
+    return {name: CHARTS[name][0](None).to_dict() for name in names}

@@ -48,6 +48,17 @@ class ModelOutputs:
         """Number of classes ``K``."""
         return int(self.probs.shape[1])
 
+    def logits_or_log_probs(self) -> FloatArray:
+        """The logits, or, when the model gave none, log-probabilities (valid logits).
+
+        Zero probabilities map to the smallest finite log so the result stays finite.
+        """
+        if self.logits is not None:
+            return self.logits
+        with np.errstate(divide="ignore"):
+            logs = np.log(self.probs)
+        return np.maximum(logs, np.log(np.finfo(np.float64).tiny))
+
     @classmethod
     def from_arrays(
         cls,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,12 +16,15 @@ from calwatch.classes import ClassEncoder, as_1d_array
 from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE
 from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
 from calwatch.engine.metrics import clopper_pearson
+from calwatch.engine.scores import label_ranks
 from calwatch.models import ModelAdapter, ModelOutputs, wrap
 from calwatch.stream import (
     NO_LABEL,
     BatchRecord,
     BatchRows,
+    BatchStats,
     CalibratorBatchStats,
+    RiskBatchStats,
     StreamState,
 )
 
@@ -36,15 +38,49 @@ DEFAULT_WINDOW = 100_000
 
 
 class SetCalibrator(Protocol):
-    """What the monitor needs of a set-valued calibrator (e.g. ``SplitConformalClassifier``)."""
+    """What the monitor needs of a set-valued calibrator (e.g. ``SplitConformalClassifier``).
 
-    alpha: float
+    A calibrator whose ``input_kind`` is ``"logits"`` (``PACConfidenceSets``) is fitted on and
+    given logits instead of probabilities. Its target coverage is ``1 − epsilon`` when it has an
+    ``epsilon``, else ``1 − alpha``.
+    """
 
-    def fit(self, P_cal: Any, y_cal: Any, categories: Any = None) -> Any:
+    def fit(self, P_cal: Any, y_cal: Any) -> Any:
+        """Fit on calibration probabilities (or logits) and class indices."""
+
+    def predict_sets(self, P: Any) -> npt.NDArray[np.bool_]:
+        """Boolean ``(m, K)`` prediction sets."""
+
+
+class RiskCalibrator(Protocol):
+    """What the monitor needs of a label-free risk estimator (``kind == "risk"``)."""
+
+    kind: str
+    top_k: int
+
+    def fit(self, P_cal: Any, y_cal: Any) -> Any:
         """Fit on calibration probabilities and class indices."""
 
-    def predict_sets(self, P: Any, categories: Any = None) -> npt.NDArray[np.bool_]:
-        """Boolean ``(m, K)`` prediction sets."""
+    def row_risk(self, P: Any) -> npt.NDArray[np.float64]:
+        """Estimated probability, per row, that the label is not among the top-k classes."""
+
+
+Calibrator = SetCalibrator | RiskCalibrator
+
+
+def is_risk_estimator(calibrator: Any) -> bool:
+    """Whether a calibrator estimates risk per row (rather than predicting sets)."""
+    return getattr(calibrator, "kind", None) == "risk"
+
+
+def target_coverage(calibrator: Any) -> float | None:
+    """The coverage a set calibrator promises (``1 − ε`` or ``1 − α``); None for risk estimators."""
+    if is_risk_estimator(calibrator):
+        return None
+    level = getattr(calibrator, "epsilon", None)
+    if level is None:
+        level = getattr(calibrator, "alpha", None)
+    return None if level is None else 1.0 - float(level)
 
 
 @dataclass(frozen=True)
@@ -108,7 +144,7 @@ class Monitor:
     def __init__(
         self,
         model: Any = None,
-        calibrators: Mapping[str, SetCalibrator] | None = None,
+        calibrators: Mapping[str, Calibrator] | None = None,
         *,
         classes: Any = None,
         window: int = DEFAULT_WINDOW,
@@ -128,17 +164,20 @@ class Monitor:
             if not isinstance(key, str) or not key:
                 msg = f"calibrators keys must be non-empty strings; got {key!r}"
                 raise TypeError(msg)
-            if not (hasattr(calibrator, "fit") and hasattr(calibrator, "predict_sets")):
+            predicts = hasattr(calibrator, "predict_sets") or (
+                is_risk_estimator(calibrator) and hasattr(calibrator, "row_risk")
+            )
+            if not (hasattr(calibrator, "fit") and predicts):
                 msg = (
-                    f"calibrators[{key!r}] must have fit(P, y) and predict_sets(P); "
-                    f"got {type(calibrator).__name__}"
+                    f"calibrators[{key!r}] must have fit(P, y) and predict_sets(P) (or row_risk(P) "
+                    f"for a risk estimator); got {type(calibrator).__name__}"
                 )
                 raise TypeError(msg)
         if int(window) != window or window < 1:
             msg = f"window must be a positive integer (rows); got {window!r}"
             raise ValueError(msg)
         self.name = str(name)
-        self._calibrators: dict[str, SetCalibrator] = dict(calibrators)
+        self._calibrators: dict[str, Calibrator] = dict(calibrators)
         self._fixed_classes = None if classes is None else as_1d_array(classes, "classes")
         self._encoder: ClassEncoder | None = None
         self._tolerance = float(probability_tolerance)
@@ -157,7 +196,7 @@ class Monitor:
 
     # ------------------------------------------------------------------ properties
     @property
-    def calibrators(self) -> dict[str, SetCalibrator]:
+    def calibrators(self) -> dict[str, Calibrator]:
         """The attached calibrators by name (a copy of the mapping)."""
         return dict(self._calibrators)
 
@@ -219,8 +258,14 @@ class Monitor:
         return ClassEncoder(classes)
 
     @staticmethod
-    def _categories_for(calibrator: SetCalibrator, categories: Any) -> Any:
-        return categories if getattr(calibrator, "mondrian", None) == "category" else None
+    def _inputs_for(calibrator: Any, outputs: ModelOutputs, categories: Any) -> tuple[Any, dict[str, Any]]:
+        """The array a calibrator reads (probabilities or logits) and its keyword arguments."""
+        kwargs: dict[str, Any] = {}
+        if getattr(calibrator, "mondrian", None) == "category":
+            kwargs["categories"] = categories
+        if getattr(calibrator, "input_kind", "probs") == "logits":
+            return outputs.logits_or_log_probs(), kwargs
+        return outputs.probs, kwargs
 
     # ------------------------------------------------------------------ calibrate
     def calibrate(
@@ -259,7 +304,8 @@ class Monitor:
         fitted = {}
         for key, calibrator in self._calibrators.items():
             candidate = copy.deepcopy(calibrator)
-            candidate.fit(outputs.probs, y_idx, categories=self._categories_for(calibrator, categories))
+            inputs, kwargs = self._inputs_for(calibrator, outputs, categories)
+            candidate.fit(inputs, y_idx, **kwargs)
             fitted[key] = candidate
         # Commit only once every calibrator fitted.
         for key, candidate in fitted.items():
@@ -322,14 +368,28 @@ class Monitor:
         ):
             msg = "categories must be None: no calibrator was built with mondrian='category'"
             raise ValueError(msg)
-        sets = {
-            key: np.asarray(cal.predict_sets(outputs.probs, categories=self._categories_for(cal, cats)))
-            for key, cal in self._calibrators.items()
-        }
-        for key, matrix in sets.items():
+        sets: dict[str, npt.NDArray[np.bool_]] = {}
+        risks: dict[str, npt.NDArray[np.float64]] = {}
+        for key, cal in self._calibrators.items():
+            if is_risk_estimator(cal):
+                risks[key] = np.asarray(cal.row_risk(outputs.probs), dtype=np.float64)  # type: ignore[union-attr]
+                if risks[key].shape != (m,):
+                    msg = f"calibrator {key!r} returned risks of shape {risks[key].shape}; expected ({m},)"
+                    raise TypeError(msg)
+                continue
+            inputs, kwargs = self._inputs_for(cal, outputs, cats)
+            matrix = np.asarray(cal.predict_sets(inputs, **kwargs))  # type: ignore[union-attr]
             if matrix.shape != outputs.probs.shape or matrix.dtype != np.bool_:
                 msg = f"calibrator {key!r} returned sets of shape {matrix.shape}, dtype {matrix.dtype}"
                 raise TypeError(msg)
+            sets[key] = matrix
+        stats: dict[str, BatchStats] = {}
+        for key, cal in self._calibrators.items():
+            if key in sets:
+                stats[key] = CalibratorBatchStats.from_sets(sets[key])
+            else:
+                top_k = int(getattr(cal, "top_k", 1))
+                stats[key] = RiskBatchStats(top_k=top_k, n_rows=m, risk_sum=float(risks[key].sum()))
         # Everything is validated and computed: commit.
         index = len(self._stream.batches)
         record = BatchRecord(
@@ -337,13 +397,14 @@ class Monitor:
             name=str(index) if name is None else str(name),
             observed_at=datetime.now(UTC),
             n_rows=m,
-            stats={key: CalibratorBatchStats.from_sets(matrix) for key, matrix in sets.items()},
+            stats=stats,
             rows=BatchRows(
                 ids=row_ids,
                 probs=outputs.probs,
                 packed_sets={key: np.packbits(matrix, axis=1) for key, matrix in sets.items()},
                 labels=np.full(m, NO_LABEL, dtype=np.intp),
                 categories=cats,
+                risks=risks,
             ),
         )
         if ids is None:
@@ -425,6 +486,9 @@ class Monitor:
         old = record.rows.labels[rows]
         had = old != NO_LABEL
         for key, stats in record.stats.items():
+            if isinstance(stats, RiskBatchStats):
+                self._apply_risk_labels(record.rows, key, stats, rows, labels, old, had)
+                continue
             if had.any():
                 old_rows, old_labels = rows[had], old[had]
                 was_covered = record.rows.contains(key, old_rows, old_labels)
@@ -437,6 +501,24 @@ class Monitor:
         newly = int((~had).sum())
         self._stream.rows_labelled += newly
         return int(had.sum())
+
+    @staticmethod
+    def _apply_risk_labels(
+        rows_of: BatchRows,
+        key: str,
+        stats: RiskBatchStats,
+        rows: IntArray,
+        labels: IntArray,
+        old: IntArray,
+        had: npt.NDArray[np.bool_],
+    ) -> None:
+        risk = rows_of.risks[key]
+        if had.any():
+            old_rows = rows[had]
+            missed_before = label_ranks(rows_of.probs[old_rows], old[had]) > stats.top_k
+            stats.add(missed_before, risk[old_rows], sign=-1)
+        missed = label_ranks(rows_of.probs[rows], labels) > stats.top_k
+        stats.add(missed, risk[rows])
 
     # ------------------------------------------------------------------ views
     def subscribe(self, listener: Listener) -> Callable[[], None]:
@@ -466,69 +548,93 @@ class Monitor:
         }
 
     def targets(self) -> dict[str, float]:
-        """Target coverage ``1 − α`` of each calibrator."""
-        return {key: 1.0 - float(cal.alpha) for key, cal in self._calibrators.items()}
+        """Target coverage of each set calibrator (``1 − α``, or ``1 − ε`` for PAC sets)."""
+        out = {key: target_coverage(cal) for key, cal in self._calibrators.items()}
+        return {key: value for key, value in out.items() if value is not None}
+
+    def _records(self, batches: tuple[int, ...] | None) -> list[BatchRecord]:
+        return self._stream.batches if batches is None else [self._stream.batches[i] for i in batches]
 
     def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
-        """One row per batch and calibrator: coverage, set sizes and label progress.
+        """One row per batch and calibrator: coverage, set sizes, risk and label progress.
 
-        Coverage comes with a 95% Clopper-Pearson interval.
+        Columns: ``batch, name, calibrator, kind, target, n_rows, n_labelled, n_pending,
+        n_covered, coverage, coverage_lo, coverage_hi, mean_set_size, singleton_share,
+        full_share, estimated_error, observed_error, error_gap, estimated_error_labelled,
+        in_window, observed_at``.
 
-        Columns: ``batch, name, calibrator, target, n_rows, n_labelled, n_pending, n_covered,
-        coverage, coverage_lo, coverage_hi, mean_set_size, singleton_share, full_share,
-        in_window, observed_at``. Coverage columns are null until a row of the batch is labelled.
+        ``kind`` is ``"sets"`` (coverage of prediction sets, with a 95% Clopper-Pearson
+        interval) or ``"risk"`` (a label-free estimate of the top-k error rate, known as soon
+        as the batch is observed, next to the observed error rate of its labelled rows;
+        ``error_gap`` is the estimate on the labelled rows minus the observed rate, paper 004's
+        δ: ≥ 0 means conservative). Columns of the other kind are null, as are labelled
+        metrics until a row of the batch is labelled.
         """
-        records = self._stream.batches if batches is None else [self._stream.batches[i] for i in batches]
         targets = self.targets()
-        columns: dict[str, list[Any]] = {
-            name: []
-            for name in (
-                "batch", "name", "calibrator", "target", "n_rows", "n_labelled", "n_covered",
-                "mean_set_size", "singleton_share", "full_share", "in_window", "observed_at",
-            )
-        }  # fmt: skip
-        for record in records:
+        rows: list[dict[str, Any]] = []
+        for record in self._records(batches):
             for key, stats in record.stats.items():
-                K = stats.class_labelled.shape[0]
-                sizes = np.arange(K + 1)
-                columns["batch"].append(record.index)
-                columns["name"].append(record.name)
-                columns["calibrator"].append(key)
-                columns["target"].append(targets.get(key, math.nan))
-                columns["n_rows"].append(record.n_rows)
-                columns["n_labelled"].append(stats.n_labelled)
-                columns["n_covered"].append(stats.n_covered)
-                columns["mean_set_size"].append(float(stats.size_counts @ sizes) / record.n_rows)
-                columns["singleton_share"].append(float(stats.size_counts[1]) / record.n_rows)
-                columns["full_share"].append(float(stats.size_counts[K]) / record.n_rows)
-                columns["in_window"].append(record.rows is not None)
-                columns["observed_at"].append(record.observed_at)
+                row: dict[str, Any] = {
+                    "batch": record.index,
+                    "name": record.name,
+                    "calibrator": key,
+                    "target": targets.get(key),
+                    "n_rows": record.n_rows,
+                    "n_labelled": stats.n_labelled,
+                    "in_window": record.rows is not None,
+                    "observed_at": record.observed_at,
+                }
+                if isinstance(stats, RiskBatchStats):
+                    n_lab = stats.n_labelled
+                    row |= {
+                        "kind": "risk",
+                        "estimated_error": stats.risk_sum / record.n_rows,
+                        "observed_error": stats.n_missed / n_lab if n_lab else None,
+                        "estimated_error_labelled": stats.risk_sum_labelled / n_lab if n_lab else None,
+                    }
+                else:
+                    K = stats.class_labelled.shape[0]
+                    row |= {
+                        "kind": "sets",
+                        "n_covered": stats.n_covered,
+                        "mean_set_size": float(stats.size_counts @ np.arange(K + 1)) / record.n_rows,
+                        "singleton_share": float(stats.size_counts[1]) / record.n_rows,
+                        "full_share": float(stats.size_counts[K]) / record.n_rows,
+                    }
+                rows.append(row)
         schema: dict[str, Any] = {
-            "batch": pl.Int64, "name": pl.String, "calibrator": pl.String, "target": pl.Float64,
-            "n_rows": pl.Int64, "n_labelled": pl.Int64, "n_covered": pl.Int64,
+            "batch": pl.Int64, "name": pl.String, "calibrator": pl.String, "kind": pl.String,
+            "target": pl.Float64, "n_rows": pl.Int64, "n_labelled": pl.Int64, "n_covered": pl.Int64,
             "mean_set_size": pl.Float64, "singleton_share": pl.Float64, "full_share": pl.Float64,
-            "in_window": pl.Boolean, "observed_at": pl.Datetime("us", "UTC"),
+            "estimated_error": pl.Float64, "observed_error": pl.Float64,
+            "estimated_error_labelled": pl.Float64, "in_window": pl.Boolean,
+            "observed_at": pl.Datetime("us", "UTC"),
         }  # fmt: skip
-        frame = pl.DataFrame(columns, schema=schema)
-        lo, hi = clopper_pearson(frame["n_covered"].to_numpy(), frame["n_labelled"].to_numpy())
-        labelled = pl.col("n_labelled") > 0
+        frame = pl.DataFrame(rows, schema=schema)
+        covered = frame["n_covered"].fill_null(0).to_numpy()
+        set_labelled = np.where(frame["kind"].to_numpy() == "sets", frame["n_labelled"].to_numpy(), 0)
+        lo, hi = clopper_pearson(covered, set_labelled)
+        has_coverage = (pl.col("kind") == "sets") & (pl.col("n_labelled") > 0)
         return frame.with_columns(
             n_pending=pl.col("n_rows") - pl.col("n_labelled"),
-            coverage=pl.when(labelled).then(pl.col("n_covered") / pl.col("n_labelled")),
+            coverage=pl.when(has_coverage).then(pl.col("n_covered") / pl.col("n_labelled")),
             coverage_lo=pl.Series(lo).fill_nan(None),
             coverage_hi=pl.Series(hi).fill_nan(None),
+            error_gap=pl.col("estimated_error_labelled") - pl.col("observed_error"),
         ).select(
-            "batch", "name", "calibrator", "target", "n_rows", "n_labelled", "n_pending",
+            "batch", "name", "calibrator", "kind", "target", "n_rows", "n_labelled", "n_pending",
             "n_covered", "coverage", "coverage_lo", "coverage_hi", "mean_set_size",
-            "singleton_share", "full_share", "in_window", "observed_at",
+            "singleton_share", "full_share", "estimated_error", "observed_error", "error_gap",
+            "estimated_error_labelled", "in_window", "observed_at",
         )  # fmt: skip
 
     def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
         """Rows per set size: ``batch, calibrator, size, count`` (sizes with count > 0)."""
-        records = self._stream.batches if batches is None else [self._stream.batches[i] for i in batches]
         out: dict[str, list[Any]] = {"batch": [], "calibrator": [], "size": [], "count": []}
-        for record in records:
+        for record in self._records(batches):
             for key, stats in record.stats.items():
+                if not isinstance(stats, CalibratorBatchStats):
+                    continue
                 sizes = np.flatnonzero(stats.size_counts)
                 out["batch"] += [record.index] * len(sizes)
                 out["calibrator"] += [key] * len(sizes)
@@ -545,13 +651,14 @@ class Monitor:
         Columns ``[batch,] calibrator, class, n_labelled, n_covered, coverage, coverage_lo,
         coverage_hi, target``; only classes with labelled rows appear.
         """
-        records = self._stream.batches if batches is None else [self._stream.batches[i] for i in batches]
         classes = self.classes_
         out: dict[str, list[Any]] = {
             "batch": [], "calibrator": [], "class": [], "n_labelled": [], "n_covered": [],
         }  # fmt: skip
-        for record in records:
+        for record in self._records(batches):
             for key, stats in record.stats.items():
+                if not isinstance(stats, CalibratorBatchStats):
+                    continue
                 present = np.flatnonzero(stats.class_labelled)
                 out["batch"] += [record.index] * len(present)
                 out["calibrator"] += [key] * len(present)
@@ -615,6 +722,8 @@ class Monitor:
                     c if h else None for c, h in zip(classes[rows.labels].tolist(), has_label, strict=True)
                 ],
             }
+            for key, risk in rows.risks.items():
+                columns[f"risk_{key}"] = risk
             for key in rows.packed_sets:
                 sets = rows.sets(key)
                 columns[f"set_{key}"] = [classes[np.flatnonzero(s)].tolist() for s in sets]

@@ -52,6 +52,27 @@ class CalibratorBatchStats:
 
 
 @dataclass
+class RiskBatchStats:
+    """Label-free risk estimate of one batch, and the observed misses once labels arrive."""
+
+    top_k: int  # the model output is its top-k classes
+    n_rows: int
+    risk_sum: float  # Σ estimated P(label ∉ top-k) over all rows of the batch
+    n_labelled: int = 0
+    n_missed: int = 0  # labelled rows whose label is not in the top-k classes
+    risk_sum_labelled: float = 0.0  # the same estimate summed over the labelled rows only
+
+    def add(self, missed: npt.NDArray[np.bool_], risks: npt.NDArray[np.float64], sign: int = 1) -> None:
+        """Count labelled rows in (``sign=1``) or out (``sign=-1``, a relabel)."""
+        self.n_labelled += sign * int(missed.shape[0])
+        self.n_missed += sign * int(missed.sum())
+        self.risk_sum_labelled += sign * float(risks.sum())
+
+
+BatchStats = CalibratorBatchStats | RiskBatchStats
+
+
+@dataclass
 class BatchRecord:
     """One observed batch: its statistics (kept forever) and its raw rows (kept in the window)."""
 
@@ -59,7 +80,7 @@ class BatchRecord:
     name: str
     observed_at: datetime
     n_rows: int
-    stats: dict[str, CalibratorBatchStats]
+    stats: dict[str, BatchStats]
     rows: BatchRows | None = None
 
     @property
@@ -78,6 +99,7 @@ class BatchRows:
     packed_sets: dict[str, npt.NDArray[np.uint8]]  # np.packbits of the (m, K) set matrix, axis 1
     labels: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
     categories: npt.NDArray[Any] | None = None
+    risks: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)  # per-row risk estimates
 
     def contains(self, calibrator: str, rows: IntArray, labels: IntArray) -> npt.NDArray[np.bool_]:
         """Whether each row's prediction set holds the given label."""

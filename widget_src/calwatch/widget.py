@@ -115,8 +115,9 @@ class MonitorWidget(anywidget.AnyWidget):
         """Re-send specs, calibrator names and status (after calibrate)."""
         with self.hold_sync():
             self._title = self._monitor.name
-            self._specs = charts.live_specs()
-            self._chart_order = list(charts.CHARTS)
+            kinds = charts.chart_kinds(self._monitor)
+            self._specs = charts.live_specs(kinds)
+            self._chart_order = kinds
             self._calibrators = list(self._monitor.calibrators)
             self._status = self._monitor.status()
 

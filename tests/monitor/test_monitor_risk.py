@@ -1,0 +1,139 @@
+"""Risk estimators and logit-based set calibrators inside the Monitor."""
+
+import numpy as np
+import polars as pl
+import pytest
+
+import calwatch as cw
+
+from ..synthetic import softmax_data
+
+
+class SoftmaxRisk:
+    """The simplest risk estimator (paper 004's SMX): P(label ∉ top-k) = 1 − Σ top-k p."""
+
+    kind = "risk"
+    method = "softmax"
+
+    def __init__(self, top_k=1):
+        self.top_k = top_k
+
+    def fit(self, P, y):
+        self.fitted_ = True
+        return self
+
+    def row_risk(self, P):
+        return 1.0 - np.sort(P, axis=1)[:, ::-1][:, : self.top_k].sum(axis=1)
+
+
+class LogitThreshold:
+    """A set calibrator that reads logits: keeps classes within `margin` of the top logit."""
+
+    input_kind = "logits"
+    epsilon, delta = 0.1, 0.05
+
+    def __init__(self, margin=1.0):
+        self.margin = margin
+
+    def fit(self, logits, y):
+        self.seen_logits_ = np.asarray(logits)
+        return self
+
+    def predict_sets(self, logits):
+        return logits >= logits.max(axis=1, keepdims=True) - self.margin
+
+
+@pytest.fixture
+def mon():
+    P, y = softmax_data(2000, K=5, seed=1)
+    m = cw.Monitor(
+        calibrators={
+            "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1),
+            "smx": SoftmaxRisk(),
+            "smx-top2": SoftmaxRisk(top_k=2),
+            "margin": LogitThreshold(),
+        }
+    )
+    return m.calibrate(probs=P, y=y)
+
+
+def test_risk_is_known_before_labels_and_compared_once_they_arrive(mon):
+    P, y = softmax_data(400, K=5, seed=2)
+    mon.observe(probs=P, ids=range(400))
+    risk = mon.summary().filter(pl.col("kind") == "risk").sort("calibrator")
+    expected = {"smx": 1 - P.max(axis=1), "smx-top2": 1 - np.sort(P, axis=1)[:, -2:].sum(axis=1)}
+    for row in risk.iter_rows(named=True):
+        assert row["estimated_error"] == pytest.approx(expected[row["calibrator"]].mean())
+        assert row["observed_error"] is None and row["coverage"] is None and row["target"] is None
+    mon.label(list(range(300)), y[:300])
+    risk = {r["calibrator"]: r for r in mon.summary().filter(pl.col("kind") == "risk").iter_rows(named=True)}
+    order = np.argsort(-P[:300], axis=1, kind="stable")
+    top1_miss = order[:, 0] != y[:300]
+    top2_miss = (order[:, 0] != y[:300]) & (order[:, 1] != y[:300])
+    assert risk["smx"]["observed_error"] == pytest.approx(top1_miss.mean())
+    assert risk["smx-top2"]["observed_error"] == pytest.approx(top2_miss.mean())
+    assert risk["smx"]["estimated_error_labelled"] == pytest.approx(expected["smx"][:300].mean())
+    assert risk["smx"]["error_gap"] == pytest.approx(expected["smx"][:300].mean() - top1_miss.mean())
+    # the set calibrator's coverage is unaffected by the risk rows next to it
+    aps = mon.summary().filter(pl.col("calibrator") == "aps").row(0, named=True)
+    assert aps["kind"] == "sets" and aps["n_labelled"] == 300 and aps["estimated_error"] is None
+
+
+def test_relabelling_updates_observed_error(mon):
+    P, y = softmax_data(100, K=5, seed=3)
+    mon.observe(probs=P, ids=range(100), y=y)
+    top = P.argmax(axis=1)
+    mon.label(list(range(100)), top)  # now every label is the top class: no misses
+    row = mon.summary().filter(pl.col("calibrator") == "smx").row(0, named=True)
+    assert row["n_labelled"] == 100 and row["observed_error"] == 0.0
+
+
+def test_logit_calibrators_get_logits(mon):
+    P, _ = softmax_data(50, K=5, seed=4)
+    logits = np.log(P) + 3.0  # any shift: still logits of P
+    mon.observe(logits=logits)
+    margin = mon.calibrators["margin"]
+    np.testing.assert_allclose(margin.seen_logits_.shape, (2000, 5))
+    row = mon.summary().filter(pl.col("calibrator") == "margin").row(0, named=True)
+    expected = (logits >= logits.max(axis=1, keepdims=True) - 1.0).sum(axis=1).mean()
+    assert row["mean_set_size"] == pytest.approx(expected)
+    assert row["target"] == pytest.approx(0.9)  # 1 − ε
+
+
+def test_risk_rows_in_rows_frame_and_charts(mon):
+    from calwatch import charts
+
+    P, y = softmax_data(30, K=5, seed=5)
+    mon.observe(probs=P, y=y)
+    rows = mon.rows()
+    np.testing.assert_allclose(rows["risk_smx"].to_numpy(), 1 - P.max(axis=1))
+    assert "risk" in charts.chart_kinds(mon)
+    labels = charts.calibrator_labels(mon)
+    assert labels["margin"] == "margin: PAC ε=0.1, δ=0.05"
+    assert labels["smx-top2"] == "smx-top2: softmax, top-2"
+    data = charts.datasets(mon)
+    assert set(data["set_sizes"]["calibrator"].unique()) == {"aps", "margin"}
+    spec = mon.chart("risk").to_dict()
+    assert spec["layer"][0]["encoding"]["y"]["field"] == "estimated_error"
+    assert "risk" in mon.widget()._chart_order
+
+
+def test_risk_only_monitor_has_no_set_charts():
+    from calwatch import charts
+
+    P, y = softmax_data(500, K=3, seed=6)
+    mon = cw.Monitor(calibrators={"smx": SoftmaxRisk()}).calibrate(probs=P, y=y)
+    assert charts.chart_kinds(mon) == ["risk", "labels"]
+    assert mon.targets() == {}
+
+
+def test_bad_risk_output_rejected_and_state_kept(mon):
+    class Broken(SoftmaxRisk):
+        def row_risk(self, P):
+            return np.zeros(3)
+
+    P, y = softmax_data(200, K=5, seed=7)
+    bad = cw.Monitor(calibrators={"broken": Broken()}).calibrate(probs=P, y=y)
+    with pytest.raises(TypeError, match="returned risks of shape"):
+        bad.observe(probs=P[:10])
+    assert bad.n_batches == 0
