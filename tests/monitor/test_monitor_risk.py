@@ -137,3 +137,22 @@ def test_bad_risk_output_rejected_and_state_kept(mon):
     with pytest.raises(TypeError, match="returned risks of shape"):
         bad.observe(probs=P[:10])
     assert bad.n_batches == 0
+
+
+def test_pac_sets_in_the_monitor_match_the_engine():
+    from calwatch.engine.pac import PACConfidenceSets
+
+    P, y = softmax_data(3000, K=5, seed=8)
+    mon = cw.Monitor(calibrators={"pac": PACConfidenceSets(epsilon=0.1, delta=0.05)})
+    mon.calibrate(probs=P, y=y)
+    Pt, yt = softmax_data(500, K=5, seed=9)
+    mon.observe(probs=Pt, y=yt)
+    pac = mon.calibrators["pac"]
+    expected = pac.predict_sets(np.maximum(np.log(Pt), np.log(np.finfo(float).tiny)))
+    row = mon.summary().row(0, named=True)
+    assert row["target"] == pytest.approx(0.9)
+    assert row["mean_set_size"] == pytest.approx(expected.sum(axis=1).mean())
+    assert row["n_covered"] == int(expected[np.arange(500), yt].sum())
+    from calwatch import charts
+
+    assert charts.calibrator_labels(mon)["pac"] == "pac: PAC ε=0.1, δ=0.05"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
+from calwatch.engine.pac import PACConfidenceSets
 from calwatch.models import ModelOutputs, wrap
 from calwatch.monitor import LabelReport, Monitor
 
@@ -28,6 +29,7 @@ __all__ = [
     "ModelOutputs",
     "Monitor",
     "NotFittedError",
+    "PACConfidenceSets",
     "SplitConformalClassifier",
     "__version__",
     "wrap",

@@ -51,12 +51,13 @@ def calibrator_labels(monitor: Monitor) -> dict[str, str]:
     out = {}
     for key, cal in monitor.calibrators.items():
         epsilon, delta = getattr(cal, "epsilon", None), getattr(cal, "delta", None)
+        alpha = getattr(cal, "alpha", None)
         if getattr(cal, "kind", None) == "risk":
             out[key] = f"{key}: {getattr(cal, 'method', 'risk')}, top-{getattr(cal, 'top_k', 1)}"
         elif epsilon is not None and delta is not None:
             out[key] = f"{key}: PAC ε={epsilon:g}, δ={delta:g}"
-        elif getattr(cal, "alpha", None) is not None:
-            out[key] = f"{key}: 1−α={1 - float(cal.alpha):g}"
+        elif alpha is not None:
+            out[key] = f"{key}: 1−α={1 - float(alpha):g}"
         else:
             out[key] = key
     return out
