@@ -156,3 +156,18 @@ def test_pac_sets_in_the_monitor_match_the_engine():
     from calwatch import charts
 
     assert charts.calibrator_labels(mon)["pac"] == "pac: PAC ε=0.1, δ=0.05"
+
+
+@pytest.mark.parametrize("method", ["invcp", "softmax", "temperature", "platt", "histogram", "isotonic"])
+def test_every_risk_method_runs_in_the_monitor_like_the_engine(method):
+    P, y = softmax_data(3000, K=5, seed=10)
+    mon = cw.Monitor(calibrators={"r": cw.RiskEstimator(method=method, top_k=2)}).calibrate(probs=P, y=y)
+    Pt, yt = softmax_data(400, K=5, seed=11)
+    mon.observe(probs=Pt, ids=range(400))
+    row = mon.summary().row(0, named=True)
+    assert row["estimated_error"] == pytest.approx(mon.calibrators["r"].estimate(Pt))
+    mon.label(list(range(400)), yt)
+    order = np.argsort(-Pt, axis=1, kind="stable")[:, :2]
+    missed = (order != yt[:, None]).all(axis=1)
+    row = mon.summary().row(0, named=True)
+    assert row["observed_error"] == pytest.approx(missed.mean())

@@ -19,6 +19,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from .helpers import (
     INLINE,
     MARKS,
+    SET_CHART_NAMES,
     SIDEBAR,
     assert_charts,
     attr,
@@ -113,7 +114,7 @@ def test_quickstart_in_jupyterlab(
         wait_attr(page, root, "data-replay-seq")
         assert count(page, root) == 1, f"{count(page, root)} {label} views"
         assert attr(page, root, "data-rows-batches") == expected_rows, label
-        charts_ = assert_charts(page, root)
+        charts_ = assert_charts(page, root, SET_CHART_NAMES)
         no_widget_error(page, root)
         title = page.locator(f"{root} .calwatch-title").inner_text().strip()
         assert title == name, f"{label} header title {title!r}, expected the monitor's name {name!r}"

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.ui
 
 NOTEBOOK = "00-widget-smoke.ipynb"
 N_BATCHES = 30  # as in the notebook
-N_CALIBRATORS = 2
+N_CALIBRATORS = 3  # lac, aps, and the temperature risk estimator
 
 # Records every change of data-applied-seq (any view) with the page's clock and the mark count.
 WATCH_SEQ_JS = """

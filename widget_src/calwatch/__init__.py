@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
 from calwatch.engine.pac import PACConfidenceSets
+from calwatch.engine.risk import RiskEstimator
 from calwatch.models import ModelOutputs, wrap
 from calwatch.monitor import LabelReport, Monitor
 
@@ -30,6 +31,7 @@ __all__ = [
     "Monitor",
     "NotFittedError",
     "PACConfidenceSets",
+    "RiskEstimator",
     "SplitConformalClassifier",
     "__version__",
     "wrap",

