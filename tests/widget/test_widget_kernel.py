@@ -37,7 +37,9 @@ def test_one_widget_per_monitor_with_traits(mon):
     assert w is mon.widget() and isinstance(w, MonitorWidget)
     assert w._title == "unit"
     assert w._calibrators == ["aps", "lac"]
-    assert w._chart_order == charts.chart_kinds(mon) == [k for k in charts.CHARTS if k != "risk"]
+    assert (
+        w._chart_order == charts.chart_kinds(mon) == [k for k in charts.CHARTS if k not in charts.RISK_CHARTS]
+    )
     assert set(w._specs) == set(w._chart_order)
     for name, spec in w._specs.items():
         text = json.dumps(spec)

@@ -307,6 +307,29 @@ def risk_chart(batches: Source = None) -> ChartSpec:
     return _finish(alt.layer(estimated, observed), "Estimated error (solid) vs observed (dashed)")
 
 
+def risk_gap_chart(batches: Source = None) -> ChartSpec:
+    """Estimated minus observed error on the labelled rows of each batch (paper 004's δ)."""
+    base = _base(batches, "batches", kind="risk").transform_filter("datum.n_labelled > 0")
+    gap = base.mark_line(point=True).encode(
+        x=_batch_axis("batch"),
+        y=alt.Y("error_gap:Q", title="estimate − observed"),
+        color=_color("label"),
+        tooltip=[
+            alt.Tooltip("name:N", title="batch"),
+            alt.Tooltip("label:N", title="estimator"),
+            alt.Tooltip("error_gap:Q", format="+.3f", title="gap"),
+            alt.Tooltip("estimated_error_labelled:Q", format=".3f", title="estimated (labelled rows)"),
+            alt.Tooltip("observed_error:Q", format=".3f", title="observed"),
+            alt.Tooltip("n_labelled:Q", title="labelled"),
+        ],
+    )
+    zero = alt.Chart().mark_rule(strokeDash=[5, 4], color="#444").encode(y=alt.datum(0))
+    return _finish(
+        alt.layer(gap, zero, data=alt.NamedData("batches") if batches is None else batches),
+        "Risk gap (≥ 0: conservative)",
+    )
+
+
 #: chart name -> (builder, dataset it reads), in display order.
 CHARTS: dict[str, tuple[Any, str]] = {
     "coverage": (coverage_chart, "batches"),
@@ -315,11 +338,12 @@ CHARTS: dict[str, tuple[Any, str]] = {
     "set_shares": (set_shares_chart, "batches"),
     "set_sizes": (set_sizes_chart, "set_sizes"),
     "risk": (risk_chart, "batches"),
+    "risk_gap": (risk_gap_chart, "batches"),
     "labels": (labels_chart, "batches"),
 }
 #: charts that only make sense with a set calibrator, or with a risk estimator
 SET_CHARTS = ("coverage", "class_coverage", "set_size", "set_shares", "set_sizes")
-RISK_CHARTS = ("risk",)
+RISK_CHARTS = ("risk", "risk_gap")
 
 
 def chart_kinds(monitor: Monitor) -> list[str]:
