@@ -1,10 +1,12 @@
 """Run every ``benchmarks/bench_*.py`` module's ``main()`` in turn (``make bench``).
 
 Each benchmark module must define ``main(argv: Sequence[str] | None = None) -> int``. It is
-called with an empty argument list (its defaults). A missed speed or memory target is the
-benchmark's result, printed as FAIL in its table, and does not count as a failure here; this
-script exits nonzero only when a benchmark fails to run: it cannot be imported, has no
-``main``, raises, or returns a nonzero code (a broken run, e.g. wrong results).
+called with an empty argument list (its defaults), in a fresh Python process of its own, so
+that one benchmark's imports and allocations do not change another's timings or peak RSS.
+A missed speed or memory target is the benchmark's result, printed as FAIL in its table, and
+does not count as a failure here; this script exits nonzero only when a benchmark fails to
+run: it cannot be imported, has no ``main``, raises, or returns a nonzero code (a broken run,
+e.g. wrong results).
 
 Usage: ``python benchmarks/run_all.py [NAME ...]``: with names (``conformal`` or
 ``bench_conformal``), only those benchmarks run.
@@ -12,14 +14,11 @@ Usage: ``python benchmarks/run_all.py [NAME ...]``: with names (``conformal`` or
 
 from __future__ import annotations
 
-import gc
-import importlib.util
+import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 
 BENCH_DIR = Path(__file__).resolve().parent
 
@@ -33,38 +32,18 @@ def discover(names: Sequence[str] = ()) -> list[Path]:
     return paths
 
 
-def load(path: Path) -> ModuleType:
-    """Import a benchmark file as a module (its folder is put on ``sys.path`` for helpers)."""
-    if str(path.parent) not in sys.path:
-        sys.path.insert(0, str(path.parent))
-    spec = importlib.util.spec_from_file_location(f"_calwatch_bench_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        msg = f"cannot import {path}"
-        raise ImportError(msg)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def run_one(path: Path) -> str | None:
-    """Run one benchmark; return None on success, else why it failed to run."""
-    try:
-        module = load(path)
-        main = getattr(module, "main", None)
-        if not callable(main):
-            return "no main() function"
-        code = main([])
-    except SystemExit as exc:  # argparse errors, sys.exit inside main
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except Exception:  # report it and go on to the next benchmark
-        sys.stdout.flush()
-        traceback.print_exc()
-        return "raised an exception"
-    finally:
-        gc.collect()
-    if code not in (0, None):
-        return f"main() returned {code}"
+    """Run one benchmark in its own process; return None on success, else why it failed to run."""
+    call = (
+        "import sys, runpy; sys.path.insert(0, sys.argv[1]); "
+        "namespace = runpy.run_path(sys.argv[2]); main = namespace.get('main'); "
+        "sys.exit(3 if not callable(main) else (main([]) or 0))"
+    )
+    completed = subprocess.run([sys.executable, "-c", call, str(path.parent), str(path)], check=False)
+    if completed.returncode == 3:
+        return "no main() function"
+    if completed.returncode != 0:
+        return f"exited with code {completed.returncode}"
     return None
 
 
