@@ -15,6 +15,39 @@ export interface Status {
   rows_in_window: number;
 }
 
+/**
+ * One entry of `_warnings`: a shift-warning episode of one monitor (SHIFT.md §5). The kernel
+ * sends the whole list, oldest first, whenever any entry changes.
+ */
+export interface ShiftWarning {
+  /** Episode id, unique within the widget (what an acknowledge message names). */
+  episode: number;
+  /** Monitor name. */
+  name: string;
+  /** The guarantee the shift threatens, in words. */
+  threatens: string;
+  /** One line in plain words. */
+  explanation: string;
+  /** Suggested action (recalibrate on recent labelled data, collect labels, retrain). */
+  action: string;
+  statistic: number;
+  threshold: number;
+  /** The false-alarm control the monitor offers, in words. */
+  false_alarm_control: string;
+  first_batch: number;
+  last_batch: number;
+  /** Stream rows involved (optional: sent by kernels that track them). */
+  first_row?: number;
+  last_row?: number;
+  /** The episode is still going on (the monitor has not come back below its threshold). */
+  open: boolean;
+  acknowledged: boolean;
+  /** The ack_* fields are "" until acknowledged (the kernel may send null: parseWarnings maps it). */
+  ack_note: string;
+  ack_by: string;
+  ack_at: string;
+}
+
 /** The synced traits, for `AnyModel<WidgetModel>`. */
 export interface WidgetModel {
   /** Header text. */
@@ -33,6 +66,8 @@ export interface WidgetModel {
   _status: Status;
   /** Error drawn in the widget ("" = none). */
   _error: string;
+  /** Shift warnings, oldest first. Optional: a kernel without warnings does not send it. */
+  _warnings?: ShiftWarning[];
 }
 
 /** Every row of every dataset carries a `key`, unique within its dataset. */
@@ -116,6 +151,14 @@ export interface ReplayRequest {
   view: string;
 }
 
+/** browser -> kernel: acknowledge a warning episode (the kernel records who and when). */
+export interface AcknowledgeMessage {
+  kind: "acknowledge";
+  episode: number;
+  /** Optional note, "" = none. */
+  note: string;
+}
+
 export type KernelMessage = UpsertMessage | ReplayMessage;
 
 /** Protocol violation in a kernel message (drawn into the widget, never swallowed). */
@@ -162,4 +205,99 @@ export function parseKernelMessage(msg: unknown): KernelMessage | null {
     throw new ProtocolError(`replay ${seq} without a string "view"`);
   }
   return { kind, view: msg.view, seq, data };
+}
+
+const WARNING_STRINGS = ["name", "threatens", "explanation", "action", "false_alarm_control"] as const;
+/** Strings the kernel may send as null until the warning is acknowledged. */
+const WARNING_ACK_STRINGS = ["ack_note", "ack_by", "ack_at"] as const;
+const WARNING_BOOLEANS = ["open", "acknowledged"] as const;
+const WARNING_INTEGERS = ["first_batch", "last_batch"] as const;
+
+/**
+ * Validates `_warnings`. A missing trait (a kernel without warnings) is an empty list. An entry
+ * without an integer `episode`, or repeating an earlier one, is dropped; a field of the wrong type
+ * gets a neutral default (statistic / threshold: NaN, drawn as "n/a"). null is accepted without a
+ * problem for statistic / threshold (not finite), the ack_* strings (not acknowledged: "") and the
+ * optional first_row / last_row (left out). Every deviation is listed in `problems`, for the
+ * widget's error box.
+ */
+export function parseWarnings(raw: unknown): { warnings: ShiftWarning[]; problems: string[] } {
+  const warnings: ShiftWarning[] = [];
+  const problems: string[] = [];
+  if (raw === undefined || raw === null) return { warnings, problems };
+  if (!Array.isArray(raw)) return { warnings, problems: ["_warnings must be an array"] };
+  const seen = new Set<number>();
+  raw.forEach((entry: unknown, i) => {
+    if (!isRecord(entry) || typeof entry.episode !== "number" || !Number.isInteger(entry.episode)) {
+      problems.push(`_warnings[${i}] has no integer "episode"`);
+      return;
+    }
+    const episode = entry.episode;
+    if (seen.has(episode)) {
+      problems.push(`_warnings[${i}] repeats episode ${episode}`);
+      return;
+    }
+    seen.add(episode);
+    const bad: string[] = [];
+    const str = (k: (typeof WARNING_STRINGS)[number]) => {
+      const v = entry[k];
+      if (typeof v === "string") return v;
+      bad.push(k);
+      return "";
+    };
+    const bool = (k: (typeof WARNING_BOOLEANS)[number]) => {
+      const v = entry[k];
+      if (typeof v === "boolean") return v;
+      bad.push(k);
+      return false;
+    };
+    const int = (k: (typeof WARNING_INTEGERS)[number]) => {
+      const v = entry[k];
+      if (typeof v === "number" && Number.isInteger(v)) return v;
+      bad.push(k);
+      return Number.NaN;
+    };
+    const num = (k: "statistic" | "threshold") => {
+      const v = entry[k];
+      if (typeof v === "number") return v;
+      if (v !== null) bad.push(k);
+      return Number.NaN;
+    };
+    const ackStr = (k: (typeof WARNING_ACK_STRINGS)[number]) => {
+      const v = entry[k];
+      if (typeof v === "string") return v;
+      if (v !== null && v !== undefined) bad.push(k);
+      return "";
+    };
+    const optInt = (k: "first_row" | "last_row") => {
+      const v = entry[k];
+      if (v === undefined || v === null) return {};
+      if (typeof v === "number" && Number.isInteger(v)) return { [k]: v };
+      bad.push(k);
+      return {};
+    };
+    const strings = Object.fromEntries(WARNING_STRINGS.map((k) => [k, str(k)])) as Record<
+      (typeof WARNING_STRINGS)[number],
+      string
+    >;
+    const acks = Object.fromEntries(WARNING_ACK_STRINGS.map((k) => [k, ackStr(k)])) as Record<
+      (typeof WARNING_ACK_STRINGS)[number],
+      string
+    >;
+    warnings.push({
+      episode,
+      ...strings,
+      statistic: num("statistic"),
+      threshold: num("threshold"),
+      first_batch: int("first_batch"),
+      last_batch: int("last_batch"),
+      ...optInt("first_row"),
+      ...optInt("last_row"),
+      open: bool("open"),
+      acknowledged: bool("acknowledged"),
+      ...acks,
+    });
+    if (bad.length > 0) problems.push(`warning episode ${episode}: bad or missing ${bad.join(", ")}`);
+  });
+  return { warnings, problems };
 }

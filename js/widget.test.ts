@@ -286,11 +286,57 @@ describe("renderView", () => {
     expect(box()).toBe("");
   });
 
+  it("puts the shift warnings under the header, and their protocol errors in the error box", () => {
+    const model = newModel(); // no _warnings: a kernel without warnings
+    const { root } = mount(model);
+    const alerts = root.querySelector<HTMLElement>(".calwatch-alerts");
+    expect([...root.children].map((c) => c.className)).toEqual([
+      "calwatch-controls",
+      "calwatch-alerts",
+      "calwatch-charts",
+    ]);
+    expect(alerts?.hidden).toBe(true);
+    const w = {
+      episode: 4,
+      name: "coverage-drop",
+      threatens: "coverage",
+      explanation: "Coverage fell.",
+      action: "recalibrate",
+      statistic: 25,
+      threshold: 20,
+      false_alarm_control: "5%",
+      first_batch: 12,
+      last_batch: 12,
+      open: true,
+      acknowledged: false,
+      ack_note: "",
+      ack_by: "",
+      ack_at: "",
+    };
+    model.set("_warnings", [w]);
+    expect(alerts?.hidden).toBe(false);
+    root.querySelector<HTMLButtonElement>('div.calwatch-warning[data-episode="4"] button.calwatch-ack')?.click();
+    root.querySelector<HTMLButtonElement>('div.calwatch-warning[data-episode="4"] button.calwatch-ack-ok')?.click();
+    expect(model.sent[model.sent.length - 1]).toStrictEqual({ kind: "acknowledge", episode: 4, note: "" });
+    const box = () => root.querySelector(".calwatch-error")?.textContent ?? "";
+    model.set("_warnings", [w, { episode: 4 } as unknown as typeof w]);
+    expect(box()).toBe("_warnings[1] repeats episode 4");
+    model.set("_warnings", [w]);
+    expect(box()).toBe("");
+  });
+
   it("cleans up: listeners off, DOM removed", () => {
     const model = newModel();
     const { el, cleanup } = mount(model);
     cleanup();
-    for (const event of ["msg:custom", "change:_paused", "change:_selected", "change:_specs", "change:_title"]) {
+    for (const event of [
+      "msg:custom",
+      "change:_paused",
+      "change:_selected",
+      "change:_specs",
+      "change:_title",
+      "change:_warnings",
+    ]) {
       expect(model.listenerCount(event)).toBe(0);
     }
     expect(el.querySelector(".calwatch-widget")).toBeNull();

@@ -2,7 +2,8 @@
 //
 // Each rendered view keeps its own browser-only state: a view id, the StreamBuffer ordering the
 // kernel's messages, the RowStore of the rows handed to the charts and the Vega charts.
-// Kernel-synced state is only read from / written to the model (types in model.ts).
+// Kernel-synced state is only read from / written to the model (types in model.ts). The header
+// (controls.ts) and the shift warnings under it (alerts.ts) follow their own traits.
 //
 // Updates reach the charts one apply at a time, in a task after the messages that brought them:
 // everything accepted meanwhile (messages already received, those arriving while an apply is
@@ -11,6 +12,7 @@
 // per message.
 
 import type { AnyModel, Initialize, Render } from "@anywidget/types";
+import { createAlerts } from "./alerts";
 import { Chart, isDarkTheme, type Renderer } from "./charts";
 import { createControls } from "./controls";
 import { parseKernelMessage, type ReplayRequest, type WidgetModel } from "./model";
@@ -56,9 +58,11 @@ export function renderView(
   root.className = "calwatch-widget";
   root.dataset.viewId = viewId;
   const controls = createControls(model, doc);
+  // Shift warnings under the header; they follow change:_warnings themselves.
+  const alerts = createAlerts(model, doc, { onError: (m) => controls.setLocalError("warnings", m) });
   const chartsEl = doc.createElement("div");
   chartsEl.className = "calwatch-charts";
-  root.append(controls.el, chartsEl);
+  root.append(controls.el, alerts.el, chartsEl);
   el.append(root);
 
   const stream = new StreamBuffer(viewId, { paused: Boolean(model.get("_paused")) });
@@ -205,6 +209,7 @@ export function renderView(
     for (const [event, fn] of listeners) model.off(event, fn);
     themeObserver?.disconnect();
     controls.dispose();
+    alerts.dispose();
     for (const chart of charts) chart.finalize();
     charts = [];
     root.remove();

@@ -123,7 +123,7 @@ def test_risk_only_monitor_has_no_set_charts():
 
     P, y = softmax_data(500, K=3, seed=6)
     mon = cw.Monitor(calibrators={"smx": SoftmaxRisk()}).calibrate(probs=P, y=y)
-    assert charts.chart_kinds(mon) == ["risk", "risk_gap", "labels"]
+    assert charts.chart_kinds(mon) == ["risk", "risk_gap", "shift", "labels"]
     assert mon.targets() == {}
 
 

@@ -16,7 +16,7 @@ import polars as pl
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
 
-DATASETS = ("batches", "set_sizes", "class_coverage")
+DATASETS = ("batches", "set_sizes", "class_coverage", "shift")
 CALIBRATOR_PARAM = "calibrator"
 ALL_CALIBRATORS = "(all)"
 _FILTER = f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || datum.calibrator == {CALIBRATOR_PARAM}"
@@ -39,7 +39,18 @@ def datasets(monitor: Monitor, batches: tuple[int, ...] | None = None) -> dict[s
         "batch", "calibrator", "class", "n_labelled", "n_covered", "target"
     )
     key = pl.concat_str
+    watch = monitor.shift_watch
+    latest = monitor.n_batches - 1
+    # label-based detectors look when labels arrive and are charted at the latest batch
+    wanted = None if batches is None else (*batches, latest)
+    looks = [] if watch is None else watch.look_rows(wanted)
+    shift_schema: dict[str, Any] = {
+        "batch": pl.Int64, "detector": pl.String, "calibrator": pl.String,
+        "log10_statistic": pl.Float64, "log10_threshold": pl.Float64, "alarm": pl.Boolean,
+    }  # fmt: skip
+    shift = pl.DataFrame(looks, schema=shift_schema)
     return {
+        "shift": shift.with_columns(key=key("detector", "batch", separator="|")),
         "batches": summary.with_columns(key=key("batch", "calibrator", separator="|")),
         "set_sizes": sizes.with_columns(key=key("batch", "calibrator", "size", separator="|")),
         "class_coverage": classes.with_columns(key=key("batch", "calibrator", "class", separator="|")),
@@ -330,6 +341,36 @@ def risk_gap_chart(batches: Source = None) -> ChartSpec:
     )
 
 
+def shift_chart(shift: Source = None) -> ChartSpec:
+    """Each shift detector's statistic (log10) per batch, its alarm threshold, and its alarms."""
+    data: Any = alt.NamedData("shift") if shift is None else shift
+    model_wide = "!datum.calibrator"  # label-free detectors watch the model, not one calibrator
+    base = alt.Chart(data).transform_filter(
+        f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || {model_wide} || datum.calibrator == {CALIBRATOR_PARAM}"
+    )
+    x = _batch_axis("batch")
+    tooltip = [
+        alt.Tooltip("detector:N"),
+        alt.Tooltip("batch:Q"),
+        alt.Tooltip("log10_statistic:Q", format=".2f", title="log10 statistic"),
+        alt.Tooltip("log10_threshold:Q", format=".1f", title="log10 threshold"),
+        alt.Tooltip("alarm:N"),
+    ]
+    color = _color("detector")
+    line = base.mark_line(point=True).encode(
+        x=x, y=alt.Y("log10_statistic:Q", title="log10 statistic"), color=color, tooltip=tooltip
+    )
+    threshold = base.mark_rule(strokeDash=[5, 4], opacity=0.7).encode(
+        y="mean(log10_threshold):Q", color=color
+    )
+    alarms = (
+        base.transform_filter("datum.alarm")
+        .mark_point(shape="triangle-up", size=90, filled=True, color="#d62728")
+        .encode(x=x, y="log10_statistic:Q", tooltip=tooltip)
+    )
+    return _finish(alt.layer(line, threshold, alarms), "Shift detectors (alarm at dashed line)")
+
+
 #: chart name -> (builder, dataset it reads), in display order.
 CHARTS: dict[str, tuple[Any, str]] = {
     "coverage": (coverage_chart, "batches"),
@@ -339,6 +380,7 @@ CHARTS: dict[str, tuple[Any, str]] = {
     "set_sizes": (set_sizes_chart, "set_sizes"),
     "risk": (risk_chart, "batches"),
     "risk_gap": (risk_gap_chart, "batches"),
+    "shift": (shift_chart, "shift"),
     "labels": (labels_chart, "batches"),
 }
 #: charts that only make sense with a set calibrator, or with a risk estimator
@@ -353,6 +395,8 @@ def chart_kinds(monitor: Monitor) -> list[str]:
     skip = set() if has_sets else set(SET_CHARTS)
     if not has_risk:
         skip |= set(RISK_CHARTS)
+    if monitor.shift_watch is None or not monitor.shift_watch.detectors:
+        skip.add("shift")
     return [kind for kind in CHARTS if kind not in skip]
 
 

@@ -18,6 +18,7 @@ from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
 from calwatch.engine.metrics import clopper_pearson
 from calwatch.engine.scores import label_ranks
 from calwatch.models import ModelAdapter, ModelOutputs, wrap
+from calwatch.shift_watch import CalibrationData, Detector, ShiftWatch, default_detectors
 from calwatch.stream import (
     NO_LABEL,
     BatchRecord,
@@ -131,6 +132,11 @@ class Monitor:
         Torch models: layer whose output is kept as the embedding.
     probability_tolerance : float
         How far a row of probabilities may sum from 1.
+    shift : "default", list of detectors, or None
+        Shift detectors (``calwatch.shift_watch``): ``"default"`` runs a label-free
+        martingale on the model's confidence, and per set calibrator a conformity-score
+        martingale and a coverage-drop test on labelled rows; their alarms become warnings
+        (:meth:`warnings`, the widget's banner). ``None`` turns them off.
 
     Examples
     --------
@@ -151,6 +157,7 @@ class Monitor:
         name: str = "calwatch",
         embedding_layer: str | None = None,
         probability_tolerance: float = PROBABILITY_SUM_TOLERANCE,
+        shift: str | list[Detector] | None = "default",
     ) -> None:
         self._adapter: ModelAdapter | None = (
             None if model is None else wrap(model, embedding_layer=embedding_layer)
@@ -185,6 +192,11 @@ class Monitor:
         self._listeners: list[Listener] = []
         self._widget: MonitorWidget | None = None
         self._next_auto_id = 0
+        if not (shift is None or shift == "default" or isinstance(shift, list)):
+            msg = f"shift must be 'default', a list of detectors or None; got {shift!r}"
+            raise ValueError(msg)
+        self._shift_spec = shift
+        self._shift: ShiftWatch | None = None
         self.calibration_: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
@@ -307,7 +319,16 @@ class Monitor:
             inputs, kwargs = self._inputs_for(calibrator, outputs, categories)
             candidate.fit(inputs, y_idx, **kwargs)
             fitted[key] = candidate
-        # Commit only once every calibrator fitted.
+        shift = self._shift
+        if self._shift_spec is not None:
+            if shift is None:
+                detectors: list[Detector] = (
+                    default_detectors(fitted) if isinstance(self._shift_spec, str) else list(self._shift_spec)
+                )
+                shift = ShiftWatch(detectors)
+            shift.calibrate(CalibrationData(outputs.probs, y_idx, fitted))
+        # Commit only once every calibrator (and detector) fitted.
+        self._shift = shift
         for key, candidate in fitted.items():
             self._calibrators[key] = candidate
         self._encoder = encoder
@@ -409,9 +430,14 @@ class Monitor:
         )
         if ids is None:
             self._next_auto_id += m
+        first_row = self._stream.rows_seen
         self._stream.append(record)
+        rows = (first_row, first_row + m - 1)
+        if self._shift is not None:
+            self._shift.observe(index, rows, outputs.probs)
         if labels is not None:
             self._apply_labels(record, np.arange(m), labels)
+            self._feed_labels([(record, np.arange(m), labels)])
         self._notify((index,))
         return index
 
@@ -473,9 +499,12 @@ class Monitor:
         by_index = {record.index: record for record in self._stream.window_batches()}
         relabelled = 0
         touched = np.unique(batch_of).tolist()
+        groups = []
         for batch_index in touched:
             mask = batch_of == batch_index
             relabelled += self._apply_labels(by_index[batch_index], row_of[mask], label_of[mask])
+            groups.append((by_index[batch_index], row_of[mask], label_of[mask]))
+        self._feed_labels(groups)
         self._notify(tuple(touched))
         return LabelReport(len(matched), unmatched, relabelled, tuple(touched))
 
@@ -501,6 +530,54 @@ class Monitor:
         newly = int((~had).sum())
         self._stream.rows_labelled += newly
         return int(had.sum())
+
+    def _feed_labels(self, groups: list[tuple[BatchRecord, IntArray, IntArray]]) -> None:
+        """Give newly labelled rows to the label-based shift detectors."""
+        if self._shift is None or not groups:
+            return
+        probs = np.concatenate(
+            [record.rows.probs[rows] for record, rows, _ in groups if record.rows is not None]
+        )
+        labels = np.concatenate([labels for _, _, labels in groups])
+        covered = {
+            key: np.concatenate(
+                [
+                    record.rows.contains(key, rows, labels)
+                    for record, rows, labels in groups
+                    if record.rows is not None
+                ]
+            )
+            for key, stats in groups[0][0].stats.items()
+            if isinstance(stats, CalibratorBatchStats)
+        }
+        latest = len(self._stream.batches) - 1
+        seen = self._stream.rows_seen
+        self._shift.labelled(latest, (seen - 1, seen - 1), probs, labels, covered)
+
+    # ------------------------------------------------------------------ shift warnings
+    def warnings(self) -> pl.DataFrame:
+        """The shift warning log: one row per episode, with acknowledgements.
+
+        Columns ``episode, name, threatens, statistic, threshold, false_alarm_control,
+        first_batch, last_batch, first_row, last_row, open, explanation, action,
+        acknowledged, ack_by, ack_at, ack_note``. Empty without shift detectors.
+        """
+        if self._shift is None:
+            return ShiftWatch([]).warnings()
+        return self._shift.warnings()
+
+    def acknowledge(self, episode: int, note: str = "", *, by: str | None = None) -> None:
+        """Acknowledge a warning (the note, who and when are kept in the log)."""
+        if self._shift is None:
+            msg = "there are no warnings to acknowledge: the monitor runs no shift detectors"
+            raise ValueError(msg)
+        self._shift.acknowledge(int(episode), note, by)
+        self._notify(())
+
+    @property
+    def shift_watch(self) -> ShiftWatch | None:
+        """The shift detectors and their log (None without detectors or before calibrate)."""
+        return self._shift
 
     @staticmethod
     def _apply_risk_labels(

@@ -35,7 +35,11 @@ def _bundle() -> Path:
 
 def _json_rows(frame: Any) -> list[dict[str, Any]]:
     """Frame rows as JSON-safe dicts (NaN and inf become null)."""
-    rows: list[dict[str, Any]] = frame.to_dicts()
+    return _json_rows_from_dicts(frame.to_dicts())
+
+
+def _json_rows_from_dicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Dicts with NaN and inf replaced by null (JSON has neither)."""
     for row in rows:
         for key, value in row.items():
             if isinstance(value, float) and not math.isfinite(value):
@@ -67,6 +71,8 @@ class MonitorWidget(anywidget.AnyWidget):
     """Stream counters for the status line (see ``Monitor.status``)."""
     _error = traitlets.Unicode("").tag(sync=True)
     """Error text drawn in the widget ("" = none)."""
+    _warnings = traitlets.List(traitlets.Dict()).tag(sync=True)
+    """The shift warning log (see ``Monitor.warnings``), oldest first, with acknowledgements."""
 
     def __init__(self, monitor: Monitor, **kwargs: Any) -> None:
         _bundle()
@@ -120,6 +126,7 @@ class MonitorWidget(anywidget.AnyWidget):
             self._chart_order = kinds
             self._calibrators = list(self._monitor.calibrators)
             self._status = self._monitor.status()
+            self._warnings = self._warning_records()
 
     def replay_payload(self) -> dict[str, list[dict[str, Any]]]:
         """Every dataset row of the stream so far (what a new view receives)."""
@@ -138,9 +145,21 @@ class MonitorWidget(anywidget.AnyWidget):
             raise
         self._seq += 1
         self.send({"kind": "upsert", "seq": self._seq, "data": data})
-        self._status = self._monitor.status()
+        with self.hold_sync():
+            self._status = self._monitor.status()
+            self._warnings = self._warning_records()
+
+    def _warning_records(self) -> list[dict[str, Any]]:
+        watch = self._monitor.shift_watch
+        return [] if watch is None else _json_rows_from_dicts(watch.warning_records())
 
     def _on_custom_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if isinstance(content, dict) and content.get("kind") == "acknowledge":
+            try:
+                self._monitor.acknowledge(int(content["episode"]), str(content.get("note", "")))
+            except (KeyError, TypeError, ValueError) as err:
+                self._error = f"acknowledge failed: {err}"
+            return
         if isinstance(content, dict) and content.get("kind") == "replay-request":
             view = str(content.get("view", ""))
             self.send({"kind": "replay", "view": view, "seq": self._seq, "data": self.replay_payload()})

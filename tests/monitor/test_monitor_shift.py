@@ -1,0 +1,110 @@
+"""Shift detectors inside the Monitor: warnings, episodes, acknowledgements, charts."""
+
+import polars as pl
+import pytest
+
+import calwatch as cw
+from calwatch import charts
+
+from ..synthetic import softmax_data
+
+
+def make_monitor(**kwargs):
+    P, y = softmax_data(3000, K=4, seed=1)
+    mon = cw.Monitor(
+        calibrators={
+            "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
+            "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1),
+        },
+        **kwargs,
+    )
+    return mon.calibrate(probs=P, y=y)
+
+
+def test_default_detectors():
+    mon = make_monitor()
+    names = [d.name for d in mon.shift_watch.detectors]
+    assert names == [
+        "confidence martingale",
+        "lac: conformity martingale",
+        "lac: coverage drop",
+        "aps: conformity martingale",
+        "aps: coverage drop",
+    ]
+    assert "shift" in charts.chart_kinds(mon)
+
+
+def test_exchangeable_stream_raises_no_warning():
+    mon = make_monitor()
+    pending = None
+    for b in range(20):
+        P, y = softmax_data(500, K=4, seed=100 + b)
+        ids = range(b * 500, (b + 1) * 500)
+        mon.observe(probs=P, ids=ids)
+        if pending:
+            mon.label(*pending)
+        pending = (list(ids), y)
+    assert mon.warnings().height == 0
+    looks = pl.DataFrame(mon.shift_watch.look_rows())
+    assert set(looks["detector"]) == {d.name for d in mon.shift_watch.detectors}
+    assert not looks["alarm"].any()
+
+
+def test_confidence_shift_opens_one_warning_that_can_be_acknowledged():
+    mon = make_monitor()
+    for b in range(3):
+        mon.observe(probs=softmax_data(500, K=4, seed=200 + b)[0])
+    assert mon.warnings().height == 0
+    for b in range(6):  # a flatter model: much less confident rows
+        mon.observe(probs=softmax_data(500, K=4, seed=300 + b, scale=0.3)[0])
+    warnings = mon.warnings()
+    confidence = warnings.filter(pl.col("name") == "confidence martingale")
+    assert confidence.height == 1  # one episode, not one warning per alarming batch
+    w = confidence.row(0, named=True)
+    assert w["first_batch"] >= 3 and w["open"] and not w["acknowledged"]
+    assert "exchangeable" in w["explanation"] and "L/c" in w["false_alarm_control"]
+    assert w["statistic"] >= w["threshold"] == pytest.approx(6.0)
+    mon.acknowledge(w["episode"], "known: new model version deployed", by="ana")
+    w = mon.warnings().filter(pl.col("episode") == w["episode"]).row(0, named=True)
+    assert w["acknowledged"] and w["ack_by"] == "ana" and w["ack_note"].startswith("known")
+    with pytest.raises(ValueError, match="episode must be one of"):
+        mon.acknowledge(99)
+
+
+def test_wrong_labels_trip_the_label_based_detectors():
+    mon = make_monitor()
+    for b in range(8):
+        P, _ = softmax_data(500, K=4, seed=400 + b)
+        ids = list(range(b * 500, (b + 1) * 500))
+        mon.observe(probs=P, ids=ids)
+        mon.label(ids, (P.argmin(axis=1)))  # labels the model finds least likely
+    names = set(mon.warnings()["name"])
+    assert {"lac: conformity martingale", "lac: coverage drop", "aps: coverage drop"} <= names
+    assert "confidence martingale" not in names  # the inputs did not change
+
+
+def test_shift_off():
+    mon = make_monitor(shift=None)
+    mon.observe(probs=softmax_data(100, K=4, seed=5)[0])
+    assert mon.shift_watch is None and mon.warnings().height == 0
+    assert "shift" not in charts.chart_kinds(mon)
+    with pytest.raises(ValueError, match="no shift detectors"):
+        mon.acknowledge(0)
+    with pytest.raises(ValueError, match="shift must be"):
+        cw.Monitor(shift="everything")
+
+
+def test_widget_gets_warnings_and_acknowledgements(monkeypatch):
+    mon = make_monitor()
+    widget = mon.widget()
+    sent = []
+    monkeypatch.setattr(widget, "send", lambda content, buffers=None: sent.append(content))
+    for b in range(6):
+        mon.observe(probs=softmax_data(500, K=4, seed=500 + b, scale=0.3 if b >= 2 else 2.0)[0])
+    assert any(r["detector"] == "confidence martingale" for r in sent[-1]["data"]["shift"])
+    assert len(widget._warnings) == 1 and widget._warnings[0]["open"]
+    episode = widget._warnings[0]["episode"]
+    widget._on_custom_message(widget, {"kind": "acknowledge", "episode": episode, "note": "seen"}, [])
+    assert widget._warnings[0]["acknowledged"] and widget._warnings[0]["ack_note"] == "seen"
+    widget._on_custom_message(widget, {"kind": "acknowledge", "episode": 42}, [])
+    assert "acknowledge failed" in widget._error

@@ -1,0 +1,400 @@
+"""Numerics of conformal test martingales (SHIFT.md §1), array in, array out.
+
+- :class:`ScoreBag`: the exact multiset of every score seen so far (calibration rows first,
+  then the stream in order) and the smoothed conformal p-value of each new row against it.
+- :func:`earlier_counts`: within one batch, how many *earlier* rows of the batch score above
+  (and equal to) each row, by a merge-sort count in ``O(b log b)``.
+- :func:`simple_jumper`: Vovk's simple-jumper betting martingale over a batch of p-values,
+  vectorised as a blocked parallel prefix product of 3×3 matrices, in log space.
+- :func:`cusum`, :func:`shiryaev_roberts`: the change-detection statistics on the
+  martingale's factors, in log space, restarted after every alarm.
+
+:class:`calwatch.engine.shift.ConformalTestMartingale` puts these together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+#: Runs of the bag are kept at least this many times smaller than the run before them; a new
+#: run that breaks this is merged into its predecessor (so there are ``O(log N)`` runs).
+MERGE_RATIO = 4
+#: Rows per block of the simple jumper's prefix product. Every factor ``D_n M`` has column sums
+#: in ``[0.5, 1.5]``, so a product of up to this many has column sums in
+#: ``[0.5^32, 1.5^32] ⊂ [1e-10, 1e6]`` and needs no rescaling; the block totals are rescaled
+#: at every step of their own scan.
+JUMPER_BLOCK = 32
+#: The betting states ``ε`` of the simple jumper, in this order throughout.
+EPSILONS = np.array([-1.0, 0.0, 1.0])
+
+
+# ----------------------------------------------------------------------------------- the bag
+class _Run(NamedTuple):
+    """A sorted run of the bag: distinct values and how many elements lie below each."""
+
+    values: FloatArray  # sorted, distinct
+    below: IntArray  # below[i] = #elements < values[i]; below[-1] = size of the run
+
+
+def _run_from_sorted(values: FloatArray) -> _Run:
+    """A run from sorted values that may repeat."""
+    n = values.shape[0]
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    np.not_equal(values[1:], values[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    return _Run(values[starts], np.append(starts, n).astype(np.int64))
+
+
+def _merge(a: _Run, b: _Run) -> _Run:
+    """The union of two runs (counts added where a value is in both), by insertion into ``a``."""
+    if a.values.shape[0] < b.values.shape[0]:
+        a, b = b, a
+    at = np.searchsorted(a.values, b.values)
+    hit = np.take(a.values, at, mode="clip") == b.values
+    counts = np.diff(a.below)
+    b_counts = np.diff(b.below)
+    counts[at[hit]] += b_counts[hit]
+    miss = ~hit
+    values = np.insert(a.values, at[miss], b.values[miss])
+    counts = np.insert(counts, at[miss], b_counts[miss])
+    below = np.zeros(values.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=below[1:])
+    return _Run(values, below)
+
+
+def earlier_counts(scores: FloatArray) -> tuple[IntArray, IntArray, FloatArray, IntArray]:
+    """Rank each row of a batch against the rows before it in the same batch.
+
+    Parameters
+    ----------
+    scores : ndarray of shape (b,)
+        One batch of scores, in arrival order.
+
+    Returns
+    -------
+    greater, equal : ndarray of int64, shape (b,)
+        ``#{i < j : a_i > a_j}`` and ``#{i < j : a_i = a_j}`` for every row ``j``.
+    distinct : ndarray of shape (u,)
+        The batch's distinct values, sorted.
+    inverse : ndarray of int64, shape (b,)
+        ``distinct[inverse] == scores``.
+
+    Notes
+    -----
+    One stable sort gives the rank of every row under the total order "by score, then by
+    position", a permutation ``π``; ``#{i < j : a_i > a_j}`` is then the number of inversions
+    ``#{i < j : π_i > π_j}`` ending at ``j``, counted bottom-up as in merge sort: at level
+    ``L`` the batch is cut into blocks of ``2^(L+1)`` positions, each block's two halves
+    already sorted by rank, and every row of a right half gains the number of left-half rows
+    ranked above it (read off a cumulative count after sorting the block). Each pair
+    ``i < j`` is counted once, at the level where the two first fall in different halves:
+    ``O(b log b)`` work in ``⌈log2 b⌉`` vectorised steps.
+    """
+    b = scores.shape[0]
+    order = np.argsort(scores, kind="stable")
+    ordered = scores[order]
+    new = np.empty(b, dtype=bool)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    group = np.cumsum(new) - 1
+    positions = np.arange(b, dtype=np.int64)
+    equal = np.empty(b, dtype=np.int64)
+    equal[order] = positions - starts[group]  # stable: a tie group lists its rows in order
+    inverse = np.empty(b, dtype=np.int64)
+    inverse[order] = group
+    rank = np.empty(b, dtype=np.int64)
+    rank[order] = positions
+    return _earlier_greater(rank), equal, ordered[starts], inverse
+
+
+def _earlier_greater(rank: IntArray) -> IntArray:
+    """``#{i < j : rank_i > rank_j}`` for every ``j``, ``rank`` a permutation of ``0..b-1``."""
+    b = rank.shape[0]
+    size = 1 << max(0, (b - 1).bit_length())  # padded to a power of two; pads rank last
+    bits = max(1, size.bit_length() - 1)
+    index = np.arange(size, dtype=np.int64)
+    padded = index.copy()
+    padded[:b] = rank
+    keys = (padded << bits) | index  # sorting keys sorts by rank and carries the row
+    greater = np.zeros(size, dtype=np.int64)
+    mask = (1 << bits) - 1
+    level, width = 0, 1
+    while width < size:
+        keys = np.sort(keys.reshape(-1, 2 * width), axis=1).ravel()
+        rows = keys & mask
+        left = ((rows >> level) & 1) == 0
+        left_so_far = np.cumsum(left.reshape(-1, 2 * width), axis=1).ravel()
+        greater[rows] += np.where(left, 0, width - left_so_far)
+        level, width = level + 1, 2 * width
+    return greater[:b]
+
+
+class ScoreBag:
+    """The exact multiset of all scores seen so far, as sorted runs merged geometrically.
+
+    Each run holds sorted distinct values with cumulative counts; a batch enters as a new run
+    and is merged into the run before it while it is at least ``1/MERGE_RATIO`` of that run's
+    size, so sizes shrink geometrically, there are ``O(log N)`` runs and each score is merged
+    ``O(log N)`` times. A p-value costs one binary search per run, ``O(log² N)`` at worst and
+    ``O(log N)`` in practice (the recent runs are small).
+
+    Parameters
+    ----------
+    scores : ndarray of shape (n,)
+        The calibration scores, the first elements of the bag (any order).
+    """
+
+    def __init__(self, scores: FloatArray) -> None:
+        self._runs: list[_Run] = []
+        self.size = 0
+        if scores.shape[0]:
+            self._push(_run_from_sorted(np.sort(scores)))
+
+    @classmethod
+    def from_counts(cls, values: FloatArray, counts: IntArray) -> ScoreBag:
+        """A bag holding ``counts[i]`` copies of ``values[i]`` (``values`` sorted and distinct)."""
+        bag = cls(np.empty(0))
+        if values.shape[0]:
+            below = np.zeros(values.shape[0] + 1, dtype=np.int64)
+            np.cumsum(counts, out=below[1:])
+            bag._push(_Run(values.copy(), below))
+        return bag
+
+    def counts(self) -> tuple[FloatArray, IntArray]:
+        """The bag as sorted distinct values and their multiplicities (runs merged)."""
+        if not self._runs:
+            return np.empty(0), np.empty(0, dtype=np.int64)
+        merged = self._runs[0]
+        for run in self._runs[1:]:
+            merged = _merge(merged, run)
+        self._runs = [merged]
+        return merged.values, np.diff(merged.below)
+
+    @property
+    def n_runs(self) -> int:
+        """How many sorted runs the bag is split into now."""
+        return len(self._runs)
+
+    def _push(self, run: _Run) -> None:
+        self._runs.append(run)
+        self.size += int(run.below[-1])
+        runs = self._runs
+        while len(runs) > 1 and MERGE_RATIO * runs[-1].values.shape[0] >= runs[-2].values.shape[0]:
+            last = runs.pop()
+            runs[-1] = _merge(runs[-1], last)
+
+    def _counts_against(self, distinct: FloatArray) -> tuple[IntArray, IntArray]:
+        """``#{bag > x}`` and ``#{bag = x}`` for sorted distinct query values ``x``."""
+        greater = np.zeros(distinct.shape[0], dtype=np.int64)
+        equal = np.zeros(distinct.shape[0], dtype=np.int64)
+        for run in self._runs:
+            lo = np.searchsorted(run.values, distinct)
+            hit = np.take(run.values, lo, mode="clip") == distinct
+            below = run.below[lo]
+            not_above = run.below[lo + hit]
+            greater += run.below[-1] - not_above
+            equal += not_above - below
+        return greater, equal
+
+    def p_values(self, scores: FloatArray, theta: FloatArray) -> FloatArray:
+        """Add ``scores`` to the bag, in order, returning each row's smoothed p-value.
+
+        ``p_n = (#{i : a_i > a_n} + θ_n · #{i : a_i = a_n}) / N_n`` over the bag just after row
+        ``n`` joined it (so ``N_n`` counts row ``n`` and the equal count includes it).
+        """
+        b = scores.shape[0]
+        if b == 0:
+            return np.empty(0)
+        greater_in, equal_in, distinct, inverse = earlier_counts(scores)
+        greater_bag, equal_bag = self._counts_against(distinct)
+        greater = greater_bag[inverse] + greater_in
+        equal = equal_bag[inverse] + equal_in + 1
+        sizes = np.arange(self.size + 1, self.size + b + 1, dtype=np.float64)
+        out: FloatArray = (greater + theta * equal) / sizes
+        counts = np.bincount(inverse, minlength=distinct.shape[0])
+        below = np.zeros(distinct.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=below[1:])
+        self._push(_Run(distinct, below))
+        return out
+
+
+# ------------------------------------------------------------------------ the simple jumper
+def jumper_matrix(jump: float) -> FloatArray:
+    """``M = (1 − J) I + (J/3) 11ᵀ``: each state keeps ``1 − J`` of its capital, the rest is pooled."""
+    return (1.0 - jump) * np.eye(3) + jump / 3.0
+
+
+def simple_jumper(p: FloatArray, *, jump: float, capital: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Log of Vovk's simple-jumper martingale over a batch of p-values, relative to its start.
+
+    Row ``n`` maps the capital vector ``C`` (states ``ε = −1, 0, 1``) to ``D_n M C`` with
+    ``D_n = diag(1 + ε (p_n − ½))`` and ``M`` from :func:`jumper_matrix`; the martingale is
+    ``S_n = Σ_ε C_ε``. The batch's prefix products are computed in parallel: a doubling scan
+    inside blocks of :data:`JUMPER_BLOCK` rows (bounded entries, no rescaling), then a doubling
+    scan over the block totals, each normalised to sum 1 with its log carried separately.
+
+    Parameters
+    ----------
+    p : ndarray of shape (b,)
+        The batch's p-values.
+    jump : float
+        The jump rate ``J`` in ``[0, 1]``.
+    capital : ndarray of shape (3,)
+        The capital before the batch, normalised to sum 1.
+
+    Returns
+    -------
+    log_growth : ndarray of shape (b,)
+        ``log(S_n / S_start)`` for every row of the batch.
+    capital : ndarray of shape (3,)
+        The capital after the batch, normalised to sum 1.
+    """
+    b = p.shape[0]
+    if b == 0:
+        return np.empty(0), capital.copy()
+    block = JUMPER_BLOCK
+    n_blocks = -(-b // block)
+    f = 1.0 + EPSILONS[:, None] * (p[None, :] - 0.5)
+    flat = np.empty((3, 3, n_blocks * block))
+    np.multiply(f[:, None, :], jumper_matrix(jump)[:, :, None], out=flat[..., :b])
+    flat[..., b:] = np.eye(3)[:, :, None]  # padding: identity factors
+    X = flat.reshape(3, 3, n_blocks, block)
+    step = 1
+    while step < block:  # X[..., k, j] becomes A_{k,j} ⋯ A_{k,0}
+        X[..., step:] = np.einsum("ijnb,jknb->iknb", X[..., step:], X[..., :-step])
+        step *= 2
+    # Block level: U_k = T_k ⋯ T_0 (T_k the total of block k), each kept as exp(scale) · unit-sum.
+    U = X[..., -1].copy()
+    scale = np.log(U.sum(axis=(0, 1)))
+    U /= np.exp(scale)
+    step = 1
+    while step < n_blocks:
+        product = np.einsum("ijn,jkn->ikn", U[..., step:], U[..., :-step])
+        norm = product.sum(axis=(0, 1))
+        U[..., step:] = product / norm
+        scale[step:] += scale[:-step] + np.log(norm)
+        step *= 2
+    # Capital entering each block: c for block 0, U_{k−1} c after.
+    entering = np.empty((3, n_blocks))
+    entering[:, 0] = capital
+    entry_scale = np.zeros(n_blocks)
+    if n_blocks > 1:
+        carried = np.einsum("ijn,j->in", U[..., :-1], capital)
+        total = carried.sum(axis=0)
+        entering[:, 1:] = carried / total
+        entry_scale[1:] = scale[:-1] + np.log(total)
+    inside = np.einsum("ijnb,jn->inb", X, entering).reshape(3, -1)[:, :b]
+    sums = inside.sum(axis=0)
+    log_growth: FloatArray = np.repeat(entry_scale, block)[:b] + np.log(sums)
+    return log_growth, inside[:, -1] / sums[-1]
+
+
+# ------------------------------------------------------------- CUSUM and Shiryaev–Roberts
+#: After a restart, the change statistics are computed over this many rows at first, then over
+#: windows twice as long while no alarm comes (so restarts cost ``O(gap)``, not ``O(batch)``).
+_FIRST_WINDOW = 64
+
+
+def _cusum_window(log_factors: FloatArray, head: float) -> FloatArray:
+    """``log γ`` over a stretch without restarts, ``head = log γ`` before it."""
+    L = np.cumsum(log_factors)
+    floor = np.empty(L.shape[0])
+    floor[0] = -max(0.0, head)
+    floor[1:] = L[:-1]
+    out: FloatArray = L - np.minimum.accumulate(floor)
+    return out
+
+
+def _sr_window(log_factors: FloatArray, head: float) -> FloatArray:
+    """``log R`` over a stretch without restarts, ``head = log R`` before it."""
+    L = np.cumsum(log_factors)
+    terms = np.empty(L.shape[0] + 1)
+    terms[0] = head
+    terms[1] = 0.0
+    np.negative(L[:-1], out=terms[2:])
+    out: FloatArray = L + np.logaddexp.accumulate(terms)[1:]
+    return out
+
+
+def _with_restarts(
+    log_factors: FloatArray,
+    window: Callable[[FloatArray, float], FloatArray],
+    start: float,
+    restart: float,
+    log_threshold: float,
+) -> tuple[FloatArray, BoolArray]:
+    """Run a statistic over the batch, restarting it (``head = restart``) after each alarm."""
+    b = log_factors.shape[0]
+    out = np.empty(b)
+    alarm = np.zeros(b, dtype=bool)
+    head, i, width = start, 0, _FIRST_WINDOW
+    while i < b:
+        stop = min(b, i + width)
+        values = window(log_factors[i:stop], head)
+        hits = values >= log_threshold
+        k = int(hits.argmax())
+        if hits[k]:
+            out[i : i + k + 1] = values[: k + 1]
+            alarm[i + k] = True
+            head, i, width = restart, i + k + 1, _FIRST_WINDOW
+        else:
+            out[i:stop] = values
+            head, i, width = float(values[-1]), stop, 2 * width
+    return out, alarm
+
+
+def cusum(log_factors: FloatArray, *, start: float, log_threshold: float) -> tuple[FloatArray, BoolArray]:
+    """CUSUM ``log γ_n = log F_n + max(0, log γ_{n−1})`` with restarts after every alarm.
+
+    Vectorised: between restarts ``log γ_n = L_n − min(−max(0, log γ_0), L_1, …, L_{n−1})``
+    with ``L`` the cumulative sum of the log factors since the restart.
+
+    Parameters
+    ----------
+    log_factors : ndarray of shape (b,)
+        ``log F_n = log S_n − log S_{n−1}``.
+    start : float
+        ``log γ`` before the batch (``0`` after a restart: ``γ = 1``).
+    log_threshold : float
+        ``log c``; an alarm at ``log γ_n ≥ log c``, after which ``γ`` restarts at 1.
+
+    Returns
+    -------
+    log_gamma, alarm : ndarray of shape (b,)
+    """
+    return _with_restarts(log_factors, _cusum_window, start, 0.0, log_threshold)
+
+
+def shiryaev_roberts(
+    log_factors: FloatArray, *, start: float, log_threshold: float
+) -> tuple[FloatArray, BoolArray]:
+    """Shiryaev–Roberts ``log R_n = log F_n + log(1 + R_{n−1})``, ``R_0 = 0``, restarted at alarms.
+
+    Vectorised: between restarts ``R_n = e^{L_n} (R_0 + Σ_{k<n} e^{−L_k})`` with ``L_0 = 0``,
+    accumulated with ``logaddexp``.
+
+    Parameters
+    ----------
+    log_factors : ndarray of shape (b,)
+        ``log F_n``.
+    start : float
+        ``log R`` before the batch (``-inf`` after a restart: ``R = 0``).
+    log_threshold : float
+        ``log c``; an alarm at ``log R_n ≥ log c``, after which ``R`` restarts at 0.
+
+    Returns
+    -------
+    log_r, alarm : ndarray of shape (b,)
+    """
+    return _with_restarts(log_factors, _sr_window, start, -math.inf, log_threshold)

@@ -1,0 +1,449 @@
+"""Shift warnings with false-alarm control (SHIFT.md §1): conformal test martingales.
+
+Every guarantee calwatch shows assumes the stream is exchangeable with the calibration rows.
+:class:`ConformalTestMartingale` watches that assumption online: each new row gets a smoothed
+conformal p-value against every row before it, the p-values feed a betting martingale, and
+an alarm goes off when the bet has grown past a threshold ``c``, with a stated bound on false
+alarms.
+
+Scores
+    One nonconformity score per row, larger = less conforming. Label-free scores watch the
+    inputs and the model (covariate shift): ``1 − max p``, the distance to the reference set,
+    a per-row risk estimate, an embedding's nearest-neighbour distance. Label-based scores
+    watch the conditional (concept shift) once labels arrive: a calibrator's score
+    ``s(x, y)``. Feed late labels' scores in the order the labels arrive; that is valid as long
+    as the order in which labels arrive does not depend on their values (a label that comes
+    back sooner *because* the prediction was wrong breaks exchangeability of the fed sequence,
+    and the alarm may then fire without a shift).
+
+Why the p-values are fully online
+    Row ``n``'s p-value is computed against the calibration rows *and* every earlier stream
+    row (the calibration rows are the first elements of the sequence). Under exchangeability
+    these p-values are independent and uniform, which is what makes the bounds below exact.
+    P-values against the fixed calibration set alone are dependent (they share the
+    calibration draw) and Ville's bound is then only approximate; calwatch does not take that
+    shortcut.
+
+False-alarm guarantees (under exchangeability of calibration + stream)
+    ``"ville"``: ``P(sup_n S_n ≥ c) ≤ 1/c`` over the whole, unbounded stream (Ville's
+    inequality); with ``c = 100``, at most a 1% chance of ever alarming. This is the "ever
+    violated since calibration" flag, and its anytime-valid p-value is ``1 / max_k S_k``.
+    It reacts slowly after a long quiet stretch (``log S_n`` drifts far below 0 under the
+    null and must climb back).
+
+    ``"cusum"`` and ``"shiryaev-roberts"``: change detectors on the martingale's factors
+    ``F_n = S_n / S_{n−1}``, restarted after every alarm, so they stay quick after a quiet
+    stretch. Their control is a rate, not a probability over the whole stream: the mean
+    number of rows to a false alarm is at least ``c`` (``R_n − n`` is a martingale for
+    Shiryaev–Roberts, and CUSUM never exceeds it), and the probability of a false alarm
+    within any ``L`` rows is at most ``L/c``. Choose ``c = L/δ`` and state both: e.g.
+    ``c = 10⁶`` keeps the chance of a false alarm within 10,000 rows below 1%.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, Self
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from calwatch.engine.conformal import NotFittedError
+from calwatch.engine.martingale import ScoreBag, cusum, shiryaev_roberts, simple_jumper
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+StatisticName = Literal["ville", "cusum", "shiryaev-roberts"]
+
+#: The statistics an alarm can be raised on.
+STATISTICS: tuple[StatisticName, ...] = ("ville", "cusum", "shiryaev-roberts")
+#: Rows ranked against each other per step of an update (larger updates are cut into chunks).
+MAX_CHUNK = 4096
+#: Version of the layout returned by :meth:`ConformalTestMartingale.state`.
+STATE_VERSION = 1
+_LN10 = math.log(10.0)
+_COLUMNS = ("row", "p_value", "log10_martingale", "log10_cusum", "log10_sr", "alarm")
+
+
+def _check_number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        msg = f"{name} must be a real number; got {value!r}"
+        raise TypeError(msg)
+    return float(value)
+
+
+def _check_scores(scores: Any, name: str) -> FloatArray:
+    arr = np.asarray(scores)
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+    ):
+        msg = f"{name} must be a numeric array of scores; got dtype {arr.dtype}"
+        raise TypeError(msg)
+    if arr.ndim != 1:
+        msg = f"{name} must be a 1-D array with one score per row; got shape {arr.shape}"
+        raise ValueError(msg)
+    out = np.asarray(arr, dtype=np.float64)
+    if np.isnan(out).any():
+        msg = f"{name} contains NaN (first in row {int(np.flatnonzero(np.isnan(out))[0])})"
+        raise ValueError(msg)
+    return out
+
+
+def _log_or_none(value: float) -> float | None:
+    """``-inf`` as ``None`` (strict JSON has no infinities)."""
+    return None if value == -math.inf else value
+
+
+class ConformalTestMartingale:
+    """Online exchangeability test: smoothed conformal p-values, simple-jumper martingale, alarms.
+
+    Parameters
+    ----------
+    threshold : float
+        The alarm threshold ``c > 1`` of the chosen ``statistic``. Ville: false alarm
+        probability ``≤ 1/c`` over the whole stream (default 100: 1%). CUSUM and
+        Shiryaev–Roberts: mean time to a false alarm ``≥ c`` rows, ``P(false alarm within L
+        rows) ≤ L/c``, so use ``c = L/δ`` (e.g. ``1e6``). CUSUM and Shiryaev–Roberts restart
+        after reaching ``c`` (their columns are reported whichever statistic is chosen).
+    jump : float
+        The simple jumper's jump rate ``J`` in ``[0, 1]``: each row, a share ``J`` of the
+        capital is pooled and shared out evenly over the three bets ``ε ∈ {−1, 0, 1}``
+        (bet on small p-values, no bet, bet on large ones), with ``f_ε(p) = 1 + ε(p − ½)``.
+    statistic : {"ville", "cusum", "shiryaev-roberts"}
+        Which statistic raises ``alarm``, ``alarmed_`` and ``first_alarm_index_``.
+    resolution : float, optional
+        If set, every score (calibration and stream) is replaced by ``⌊score / resolution⌋``
+        before it enters the bag. That is a fixed, data-independent map, so exchangeability,
+        the p-values' uniformity and every bound above are unchanged (ties are broken by
+        ``θ``); it bounds the bag's memory by the number of grid cells the scores occupy, at
+        the price of ignoring differences finer than ``resolution``. ``None`` keeps scores
+        exact.
+    seed : int
+        Seed of the tie-breaking draws ``θ_n ~ U(0, 1)``: ``numpy.random.default_rng(seed)``,
+        one ``random()`` draw per stream row in order (batching does not change them).
+
+    Attributes
+    ----------
+    n_calibration_ : int
+        Calibration rows (the first elements of the bag).
+    n_seen_ : int
+        Stream rows seen so far; ``row`` in :meth:`update`'s output counts from 0.
+    log10_martingale_ : float
+        ``log10 S_n`` now (``S_0 = 1``).
+    max_log10_martingale_ : float
+        ``log10 max_{k≤n} S_k``; ``anytime_p_value_ = min(1, 1 / max_k S_k)``.
+    log10_cusum_, log10_sr_ : float
+        CUSUM's ``log10 γ_n`` and Shiryaev–Roberts's ``log10 R_n`` now (after a restart: 0 and
+        ``-inf``).
+    alarmed_ : bool
+        Whether the chosen statistic has reached ``threshold`` (Ville: ever; sticky).
+    first_alarm_index_ : int or None
+        The stream row of the first alarm.
+    alarm_indices_ : list of int
+        Every alarm row (CUSUM and Shiryaev–Roberts: one per restart; Ville: the first
+        crossing only).
+
+    Notes
+    -----
+    The bag is exact, not a sketch: sorted runs of distinct values with counts, a new batch
+    merged into the run before it while it is at least a quarter of that run's size (a
+    log-structured merge), so there are ``O(log N)`` runs, a p-value costs one binary search
+    per run, and within a batch each row is ranked against the rows before it by a
+    merge-sort count (:func:`calwatch.engine.martingale.earlier_counts`), ``O(b log b)``. A
+    fixed-resolution sketch would shift every p-value by up to one cell's mass, and a product
+    martingale compounds a per-row bias ``δ`` into a factor up to ``(1 + δ)^n``: over a long
+    stream that alone could cross ``c``. Exactness keeps the bounds exact; memory is 16 bytes
+    per *distinct* score (16 MB per million continuous scores), and ``resolution`` bounds it
+    without approximating the guarantee. The martingale works in log space: a batch's 3×3
+    factors ``D_n M`` are multiplied by a blocked parallel prefix scan
+    (:func:`calwatch.engine.martingale.simple_jumper`), and CUSUM and Shiryaev–Roberts by
+    cumulative sums, running minima and ``logaddexp`` accumulation.
+
+    Examples
+    --------
+    >>> cal = np.linspace(0.0, 1.0, 201)  # calibration scores
+    >>> m = ConformalTestMartingale(threshold=100.0, jump=0.01, seed=0).fit(cal)
+    >>> quiet = m.update(np.random.default_rng(1).uniform(size=300))
+    >>> bool(quiet["alarm"].any()), m.alarmed_
+    (False, False)
+    >>> shifted = m.update(np.full(100, 2.0))  # every new row less conforming than all before
+    >>> m.alarmed_, m.first_alarm_index_
+    (True, 324)
+    """
+
+    def __init__(
+        self,
+        *,
+        threshold: float = 100.0,
+        jump: float = 0.01,
+        statistic: StatisticName = "ville",
+        resolution: float | None = None,
+        seed: int = 0,
+    ) -> None:
+        c = _check_number(threshold, "threshold")
+        if not (math.isfinite(c) and c > 1.0):
+            msg = f"threshold must be a finite number > 1 (S_0 = 1 would alarm at once); got {threshold!r}"
+            raise ValueError(msg)
+        j = _check_number(jump, "jump")
+        if not 0.0 <= j <= 1.0:
+            msg = f"jump must be in [0, 1]; got {jump!r}"
+            raise ValueError(msg)
+        if statistic not in STATISTICS:
+            msg = f"statistic must be one of {STATISTICS}; got {statistic!r}"
+            raise ValueError(msg)
+        if resolution is not None:
+            r = _check_number(resolution, "resolution")
+            if not (math.isfinite(r) and r > 0.0):
+                msg = f"resolution must be None or a finite number > 0; got {resolution!r}"
+                raise ValueError(msg)
+            resolution = r
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            msg = f"seed must be an integer ≥ 0; got {seed!r}"
+            raise ValueError(msg)
+        self.threshold = c
+        self.jump = j
+        self.statistic: StatisticName = statistic
+        self.resolution = resolution
+        self.seed = int(seed)
+
+    def __repr__(self) -> str:
+        options = [f"threshold={self.threshold!r}", f"jump={self.jump!r}"]
+        if self.statistic != "ville":
+            options.append(f"statistic={self.statistic!r}")
+        if self.resolution is not None:
+            options.append(f"resolution={self.resolution!r}")
+        options.append(f"seed={self.seed!r}")
+        return f"ConformalTestMartingale({', '.join(options)})"
+
+    # ------------------------------------------------------------------ fitting
+    def _grid(self, scores: FloatArray) -> FloatArray:
+        return scores if self.resolution is None else np.floor(scores / self.resolution)
+
+    def fit(self, scores_cal: Any) -> Self:
+        """Start a test: the calibration scores become the first elements of the bag.
+
+        Parameters
+        ----------
+        scores_cal : array-like of shape (n,)
+            Nonconformity scores of the calibration rows (larger = less conforming), ``n ≥ 1``;
+            ``±inf`` is allowed, NaN is not.
+
+        Returns
+        -------
+        ConformalTestMartingale
+            ``self``, with the martingale at ``S_0 = 1`` and no stream rows seen.
+        """
+        scores = _check_scores(scores_cal, "scores_cal")
+        if scores.shape[0] == 0:
+            msg = "scores_cal is empty: expected at least one calibration score"
+            raise ValueError(msg)
+        self._bag = ScoreBag(self._grid(scores))
+        self._rng = np.random.default_rng(self.seed)
+        self._capital = np.full(3, 1.0 / 3.0)
+        self._log_s = 0.0
+        self._max_log_s = 0.0
+        self._log_cusum = 0.0
+        self._log_sr = -math.inf
+        self.n_calibration_ = int(scores.shape[0])
+        self.n_seen_ = 0
+        self.alarmed_ = False
+        self.first_alarm_index_: int | None = None
+        self.alarm_indices_: list[int] = []
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "_bag"):
+            msg = "this ConformalTestMartingale is not fitted yet: call fit(scores_cal) first"
+            raise NotFittedError(msg)
+
+    # ------------------------------------------------------------- attributes
+    @property
+    def log10_martingale_(self) -> float:
+        """``log10 S_n`` after the rows seen so far."""
+        self._check_fitted()
+        return self._log_s / _LN10
+
+    @property
+    def max_log10_martingale_(self) -> float:
+        """``log10 max_{k≤n} S_k`` (``S_0 = 1`` included, so never below 0)."""
+        self._check_fitted()
+        return self._max_log_s / _LN10
+
+    @property
+    def anytime_p_value_(self) -> float:
+        """Anytime-valid p-value of exchangeability, ``min(1, 1 / max_{k≤n} S_k)``."""
+        self._check_fitted()
+        return math.exp(-self._max_log_s)
+
+    @property
+    def log10_cusum_(self) -> float:
+        """CUSUM's ``log10 γ_n`` now (0 after a restart)."""
+        self._check_fitted()
+        return self._log_cusum / _LN10
+
+    @property
+    def log10_sr_(self) -> float:
+        """Shiryaev–Roberts's ``log10 R_n`` now (``-inf`` after a restart)."""
+        self._check_fitted()
+        return self._log_sr / _LN10
+
+    # ----------------------------------------------------------------- update
+    def update(self, scores: Any) -> pl.DataFrame:
+        """Feed a batch of stream scores, in arrival order; one output row per score.
+
+        Parameters
+        ----------
+        scores : array-like of shape (b,)
+            Nonconformity scores of the new rows (any ``b ≥ 0``).
+
+        Returns
+        -------
+        polars.DataFrame
+            ``row`` (stream index from 0), ``p_value`` (smoothed conformal p-value against the
+            calibration rows and every earlier stream row, this one included),
+            ``log10_martingale`` (``log10 S_n``), ``log10_cusum``, ``log10_sr`` (each after
+            this row, before any restart), and ``alarm``: the chosen statistic is at or above
+            ``threshold`` at this row (for CUSUM and Shiryaev–Roberts, which then restart).
+        """
+        self._check_fitted()
+        batch = self._grid(_check_scores(scores, "scores"))
+        b = batch.shape[0]
+        theta: FloatArray = np.asarray(self._rng.random(b), dtype=np.float64)
+        p = np.empty(b)
+        for lo in range(0, b, MAX_CHUNK):
+            hi = min(b, lo + MAX_CHUNK)
+            p[lo:hi] = self._bag.p_values(batch[lo:hi], theta[lo:hi])
+        growth, self._capital = simple_jumper(p, jump=self.jump, capital=self._capital)
+        log_s = self._log_s + growth
+        factors = np.diff(growth, prepend=0.0)
+        log_c = math.log(self.threshold)
+        log_cusum, cusum_alarm = cusum(factors, start=self._log_cusum, log_threshold=log_c)
+        log_sr, sr_alarm = shiryaev_roberts(factors, start=self._log_sr, log_threshold=log_c)
+        if self.statistic == "ville":
+            alarm = log_s >= log_c
+        else:
+            alarm = cusum_alarm if self.statistic == "cusum" else sr_alarm
+        start = self.n_seen_
+        if b:
+            self._log_s = float(log_s[-1])
+            self._max_log_s = max(self._max_log_s, float(log_s.max()))
+            self._log_cusum = 0.0 if cusum_alarm[-1] else float(log_cusum[-1])
+            self._log_sr = -math.inf if sr_alarm[-1] else float(log_sr[-1])
+            self.n_seen_ += b
+            hits = np.flatnonzero(alarm)
+            if hits.size:
+                if self.statistic == "ville":
+                    hits = hits[:1] if not self.alarmed_ else hits[:0]
+                self.alarm_indices_.extend((hits + start).tolist())
+                if self.first_alarm_index_ is None:
+                    self.first_alarm_index_ = self.alarm_indices_[0]
+                self.alarmed_ = True
+        return pl.DataFrame(
+            {
+                "row": np.arange(start, start + b, dtype=np.int64),
+                "p_value": p,
+                "log10_martingale": log_s / _LN10,
+                "log10_cusum": log_cusum / _LN10,
+                "log10_sr": log_sr / _LN10,
+                "alarm": alarm,
+            }
+        )
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> tuple[dict[str, npt.NDArray[Any]], dict[str, Any]]:
+        """The whole test as plain arrays and a JSON-able dict (for snapshots; no pickle).
+
+        Returns
+        -------
+        arrays : dict of str to ndarray
+            ``bag_values`` (sorted distinct scores, after ``resolution``), ``bag_counts``
+            (their multiplicities), ``capital`` (the three bets' capital, summing to 1) and
+            ``alarm_indices``.
+        info : dict
+            Options, counters, the log statistics (``None`` for ``-inf``), alarm flags and the
+            random generator's state; ``json.dumps`` accepts it.
+        """
+        self._check_fitted()
+        values, counts = self._bag.counts()
+        arrays: dict[str, npt.NDArray[Any]] = {
+            "bag_values": values.copy(),
+            "bag_counts": counts.copy(),
+            "capital": self._capital.copy(),
+            "alarm_indices": np.asarray(self.alarm_indices_, dtype=np.int64),
+        }
+        info: dict[str, Any] = {
+            "kind": "ConformalTestMartingale",
+            "version": STATE_VERSION,
+            "params": {
+                "threshold": self.threshold,
+                "jump": self.jump,
+                "statistic": self.statistic,
+                "resolution": self.resolution,
+                "seed": self.seed,
+            },
+            "n_calibration": self.n_calibration_,
+            "n_seen": self.n_seen_,
+            "log_martingale": self._log_s,
+            "max_log_martingale": self._max_log_s,
+            "log_cusum": self._log_cusum,
+            "log_sr": _log_or_none(self._log_sr),
+            "alarmed": self.alarmed_,
+            "first_alarm_index": self.first_alarm_index_,
+            "rng": self._rng.bit_generator.state,
+        }
+        return arrays, info
+
+    @classmethod
+    def from_state(cls, arrays: dict[str, Any], info: dict[str, Any]) -> ConformalTestMartingale:
+        """Rebuild a test from :meth:`state`'s output; it continues exactly where it stopped.
+
+        Raises
+        ------
+        ValueError
+            ``info`` is not a state of this class or version, or the arrays do not match it.
+        """
+        if info.get("kind") != "ConformalTestMartingale" or info.get("version") != STATE_VERSION:
+            msg = (
+                f"not a ConformalTestMartingale state of version {STATE_VERSION}: "
+                f"kind={info.get('kind')!r}, version={info.get('version')!r}"
+            )
+            raise ValueError(msg)
+        missing = {"bag_values", "bag_counts", "capital", "alarm_indices"} - set(arrays)
+        if missing:
+            msg = f"state arrays are missing {sorted(missing)}"
+            raise ValueError(msg)
+        values = np.asarray(arrays["bag_values"], dtype=np.float64)
+        counts = np.asarray(arrays["bag_counts"], dtype=np.int64)
+        capital = np.asarray(arrays["capital"], dtype=np.float64)
+        n_calibration, n_seen = int(info["n_calibration"]), int(info["n_seen"])
+        if (
+            values.ndim != 1
+            or counts.shape != values.shape
+            or np.any(counts < 1)
+            or np.any(np.diff(values) <= 0)
+            or int(counts.sum()) != n_calibration + n_seen
+        ):
+            msg = (
+                "state arrays bag_values/bag_counts do not hold a sorted bag of n_calibration + n_seen scores"
+            )
+            raise ValueError(msg)
+        if capital.shape != (3,) or np.any(capital < 0) or not math.isclose(float(capital.sum()), 1.0):
+            msg = f"state array capital must be 3 non-negative numbers summing to 1; got {capital!r}"
+            raise ValueError(msg)
+        out = cls(**info["params"])
+        out._bag = ScoreBag.from_counts(values, counts)
+        out._rng = np.random.default_rng()
+        out._rng.bit_generator.state = info["rng"]
+        out._capital = capital.copy()
+        out._log_s = float(info["log_martingale"])
+        out._max_log_s = float(info["max_log_martingale"])
+        out._log_cusum = float(info["log_cusum"])
+        out._log_sr = -math.inf if info["log_sr"] is None else float(info["log_sr"])
+        out.n_calibration_ = n_calibration
+        out.n_seen_ = n_seen
+        out.alarmed_ = bool(info["alarmed"])
+        first = info["first_alarm_index"]
+        out.first_alarm_index_ = None if first is None else int(first)
+        out.alarm_indices_ = [int(i) for i in np.asarray(arrays["alarm_indices"]).tolist()]
+        return out

@@ -1,0 +1,413 @@
+"""The monitor's shift layer: detectors fed by the stream, and the warning log (SHIFT.md).
+
+Detectors look at each batch as it is observed (label-free) or at labels as they arrive
+(label-based), and report a :class:`~calwatch.engine.monitors.MonitorResult` per look. An
+:class:`~calwatch.engine.monitors.EpisodeTracker` turns alarms into one warning per episode;
+warnings can be acknowledged, with a note, and the acknowledgement is kept in the log.
+
+Default detectors (``Monitor(shift="default")``):
+
+- a label-free conformal test martingale on the model's confidence ``1 − max p`` (CUSUM,
+  ``c = 10⁶``: mean time to a false alarm ≥ 10⁶ rows, ``P(false alarm within L rows) ≤ L/10⁶``);
+- per set calibrator with ``label_scores``: a conformal test martingale on its conformity
+  scores ``s(x, y)`` as labels arrive, in arrival order (valid if the order in which labels
+  arrive does not depend on their values);
+- per set calibrator with ``alpha``: a coverage-drop betting test on the labelled rows.
+
+Scores enter the martingales on a fixed grid (``resolution=1e-4``), which bounds their memory
+and leaves every bound exact (see :class:`~calwatch.engine.shift.ConformalTestMartingale`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import getpass
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from calwatch.engine.monitors import CoverageDrop, EpisodeTracker, MonitorResult, ShiftWarning
+from calwatch.engine.shift import ConformalTestMartingale
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.intp]
+StatisticName = Literal["ville", "cusum", "shiryaev-roberts"]
+
+#: Threshold of the default repeated-detection martingales (CUSUM).
+DEFAULT_CUSUM_THRESHOLD = 1e6
+#: Grid on which scores enter the default martingales.
+DEFAULT_RESOLUTION = 1e-4
+_LN10 = math.log(10.0)
+
+
+@dataclass
+class CalibrationData:
+    """What detectors may fit on: calibration probabilities, labels, and the fitted calibrators."""
+
+    probs: FloatArray
+    labels: IntArray
+    calibrators: dict[str, Any]
+
+
+class Detector(Protocol):
+    """A shift detector the monitor feeds (label-free ones in ``observe``, others in ``label``)."""
+
+    name: str
+    needs_labels: bool
+
+    def calibrate(self, data: CalibrationData) -> None:
+        """Fit on the calibration data (called by ``Monitor.calibrate``)."""
+
+    def observe(self, probs: FloatArray) -> MonitorResult | None:
+        """Look at a newly observed batch (label-free detectors)."""
+
+    def labelled(
+        self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
+    ) -> MonitorResult | None:
+        """Look at newly labelled rows, in arrival order (label-based detectors)."""
+
+
+def _martingale_guarantee(statistic: StatisticName, threshold: float) -> str:
+    if statistic == "ville":
+        return f"P(any false alarm over the whole stream) ≤ 1/c = {1 / threshold:.2g} (Ville)"
+    return (
+        f"mean rows to a false alarm ≥ c = {threshold:.3g}; P(false alarm within L rows) ≤ L/c "
+        f"({'CUSUM' if statistic == 'cusum' else 'Shiryaev–Roberts'}; "
+        "null: rows exchangeable with calibration)"
+    )
+
+
+class _MartingaleDetector:
+    """Shared bookkeeping of the two conformal-test-martingale detectors."""
+
+    name: str
+    needs_labels: bool
+    threatens: str
+    action: str
+
+    def __init__(
+        self, *, statistic: StatisticName, threshold: float, jump: float, resolution: float | None, seed: int
+    ) -> None:
+        self.statistic: StatisticName = statistic
+        self.threshold = float(threshold)
+        self.jump = float(jump)
+        self.resolution = resolution
+        self.seed = int(seed)
+        self.martingale_: ConformalTestMartingale | None = None
+
+    def _fit(self, scores: FloatArray) -> None:
+        self.martingale_ = ConformalTestMartingale(
+            threshold=self.threshold,
+            jump=self.jump,
+            statistic=self.statistic,
+            resolution=self.resolution,
+            seed=self.seed,
+        ).fit(scores)
+
+    def _look(self, scores: FloatArray, what: str) -> MonitorResult:
+        assert self.martingale_ is not None  # calibrate() runs before any look
+        m = self.martingale_
+        before = len(m.alarm_indices_)
+        out = m.update(scores)
+        column = {"ville": "log10_martingale", "cusum": "log10_cusum", "shiryaev-roberts": "log10_sr"}
+        values = out[column[self.statistic]].to_numpy()
+        new_alarms = tuple(m.alarm_indices_[before:])
+        statistic = float(values.max()) if values.size else -math.inf
+        p_values = out["p_value"].to_numpy()
+        p_mean = float(p_values.mean()) if p_values.size else math.nan
+        return MonitorResult(
+            name=self.name,
+            statistic=statistic,
+            threshold=math.log10(self.threshold),
+            alarm=bool(new_alarms),
+            guarantee=_martingale_guarantee(self.statistic, self.threshold),
+            threatens=self.threatens,
+            explanation=(
+                f"{what} no longer look exchangeable with the calibration data: the test martingale "
+                f"reached 10^{statistic:.1f} (alarm at 10^{math.log10(self.threshold):.1f}); "
+                f"mean conformal p-value of the window {p_mean:.2f} (0.5 when nothing changed)"
+            ),
+            action=self.action,
+            estimate=p_mean,
+            rows_seen=m.n_seen_,
+            alarm_rows=new_alarms,
+        )
+
+
+class ConfidenceMartingale(_MartingaleDetector):
+    """Label-free: a conformal test martingale on the model's confidence score ``1 − max p``.
+
+    Parameters
+    ----------
+    statistic : {"cusum", "shiryaev-roberts", "ville"}
+        Which statistic alarms (CUSUM by default: repeated detection with a bounded
+        false-alarm rate; Ville: the "ever since calibration" flag).
+    threshold : float
+        Alarm threshold ``c``.
+    jump, resolution, seed
+        Passed to :class:`~calwatch.engine.shift.ConformalTestMartingale`.
+    """
+
+    needs_labels = False
+    threatens = "every guarantee shown (they assume the stream is exchangeable with calibration)"
+    action = "collect labels for recent rows to check coverage; recalibrate if it has dropped"
+
+    def __init__(
+        self,
+        *,
+        statistic: StatisticName = "cusum",
+        threshold: float = DEFAULT_CUSUM_THRESHOLD,
+        jump: float = 0.01,
+        resolution: float | None = DEFAULT_RESOLUTION,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(
+            statistic=statistic, threshold=threshold, jump=jump, resolution=resolution, seed=seed
+        )
+        self.name = "confidence martingale"
+
+    def calibrate(self, data: CalibrationData) -> None:
+        """Fit on the calibration rows' confidence scores."""
+        self._fit(1.0 - data.probs.max(axis=1))
+
+    def observe(self, probs: FloatArray) -> MonitorResult | None:
+        """Feed a batch's confidence scores."""
+        return self._look(1.0 - probs.max(axis=1), "the model's confidence scores")
+
+    def labelled(
+        self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
+    ) -> MonitorResult | None:
+        """Label-free: labels are not used."""
+        return None
+
+
+class LabelMartingale(_MartingaleDetector):
+    """Label-based: a conformal test martingale on a calibrator's conformity scores ``s(x, y)``.
+
+    Fed with newly labelled rows in arrival order. Needs a calibrator with
+    ``label_scores(P, y)`` (``SplitConformalClassifier``).
+    """
+
+    needs_labels = True
+    action = "recalibrate on recent labelled data; if the alarm keeps recurring, retrain the model"
+
+    def __init__(
+        self,
+        calibrator: str,
+        *,
+        statistic: StatisticName = "cusum",
+        threshold: float = DEFAULT_CUSUM_THRESHOLD,
+        jump: float = 0.01,
+        resolution: float | None = DEFAULT_RESOLUTION,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(
+            statistic=statistic, threshold=threshold, jump=jump, resolution=resolution, seed=seed
+        )
+        self.calibrator = calibrator
+        self.name = f"{calibrator}: conformity martingale"
+        self.threatens = f"the coverage of {calibrator}'s prediction sets"
+        self._scorer: Any = None
+
+    def calibrate(self, data: CalibrationData) -> None:
+        """Fit on the calibrator's conformity scores of the calibration rows."""
+        # A copy: scoring must not advance a randomised calibrator's own random stream.
+        self._scorer = copy.deepcopy(data.calibrators[self.calibrator])
+        self._fit(np.asarray(self._scorer.label_scores(data.probs, data.labels), dtype=np.float64))
+
+    def observe(self, probs: FloatArray) -> MonitorResult | None:
+        """Label-based: nothing to do until labels arrive."""
+        return None
+
+    def labelled(
+        self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
+    ) -> MonitorResult | None:
+        """Feed the conformity scores of the newly labelled rows."""
+        scores = np.asarray(self._scorer.label_scores(probs, labels), dtype=np.float64)
+        return self._look(scores, f"{self.calibrator}'s conformity scores of labelled rows")
+
+
+class CoverageDropDetector:
+    """Label-based: a betting test of a set calibrator's miss rate (``engine.monitors.CoverageDrop``)."""
+
+    needs_labels = True
+
+    def __init__(self, calibrator: str, **options: Any) -> None:
+        self.calibrator = calibrator
+        self.name = f"{calibrator}: coverage drop"
+        self.options = options
+        self.test_: CoverageDrop | None = None
+
+    def calibrate(self, data: CalibrationData) -> None:
+        """Set the null miss rate from the calibrator's α and calibration size."""
+        cal = data.calibrators[self.calibrator]
+        n_cal = int(getattr(cal, "n_calibration_", None) or data.labels.shape[0])
+        self.test_ = CoverageDrop(alpha=float(cal.alpha), n_calibration=n_cal, **self.options)
+
+    def observe(self, probs: FloatArray) -> MonitorResult | None:
+        """Label-based: nothing to do until labels arrive."""
+        return None
+
+    def labelled(
+        self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
+    ) -> MonitorResult | None:
+        """Feed whether each newly labelled row was covered."""
+        assert self.test_ is not None
+        result = self.test_.update(covered[self.calibrator])
+        return dataclasses.replace(result, name=self.name)
+
+
+def default_detectors(calibrators: dict[str, Any]) -> list[Detector]:
+    """The detectors ``Monitor(shift="default")`` runs for these calibrators."""
+    detectors: list[Detector] = [ConfidenceMartingale()]
+    for key, cal in calibrators.items():
+        if getattr(cal, "kind", None) == "risk":
+            continue
+        if hasattr(cal, "label_scores"):
+            detectors.append(LabelMartingale(key))
+        if getattr(cal, "alpha", None) is not None:
+            detectors.append(CoverageDropDetector(key))
+    return detectors
+
+
+@dataclass
+class Acknowledgement:
+    """Who acknowledged a warning, when, and what they noted."""
+
+    by: str
+    at: str
+    note: str
+
+
+@dataclass
+class ShiftWatch:
+    """The monitor's detectors, their per-batch statistics and the warning log."""
+
+    detectors: list[Detector]
+    patience: int = 3
+    tracker: EpisodeTracker = field(init=False)
+    acknowledgements: dict[int, Acknowledgement] = field(default_factory=dict)
+    looks: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # (detector, batch) -> look
+
+    def __post_init__(self) -> None:
+        names = [d.name for d in self.detectors]
+        if len(set(names)) != len(names):
+            msg = f"shift detectors must have distinct names; got {names}"
+            raise ValueError(msg)
+        self.tracker = EpisodeTracker(patience=self.patience)
+
+    def calibrate(self, data: CalibrationData) -> None:
+        """Fit every detector (fresh state: warnings and looks of an earlier calibration stay)."""
+        for detector in self.detectors:
+            detector.calibrate(data)
+
+    def _record(
+        self, detector: Detector, result: MonitorResult | None, batch: int, rows: tuple[int, int]
+    ) -> None:
+        if result is None:
+            return
+        calibrator = getattr(detector, "calibrator", None)
+        key = (result.name, batch)
+        previous = self.looks.get(key)
+        self.looks[key] = {
+            "batch": batch,
+            "detector": result.name,
+            "calibrator": calibrator,
+            "log10_statistic": result.statistic if math.isfinite(result.statistic) else None,
+            "log10_threshold": result.threshold,
+            "alarm": result.alarm or bool(previous and previous["alarm"]),
+        }
+        self.tracker.observe(result, batch=batch, rows=rows)
+
+    def observe(self, batch: int, rows: tuple[int, int], probs: FloatArray) -> None:
+        """Feed a newly observed batch to the label-free detectors."""
+        for detector in self.detectors:
+            if not detector.needs_labels:
+                self._record(detector, detector.observe(probs), batch, rows)
+
+    def labelled(
+        self,
+        batch: int,
+        rows: tuple[int, int],
+        probs: FloatArray,
+        labels: IntArray,
+        covered: dict[str, npt.NDArray[np.bool_]],
+    ) -> None:
+        """Feed newly labelled rows (arrival order) to the label-based detectors.
+
+        ``batch`` is the latest batch at the time: their looks are charted there.
+        """
+        if labels.shape[0] == 0:
+            return
+        for detector in self.detectors:
+            if detector.needs_labels:
+                self._record(detector, detector.labelled(probs, labels, covered), batch, rows)
+
+    def acknowledge(self, episode: int, note: str = "", by: str | None = None) -> Acknowledgement:
+        """Acknowledge a warning; the note, who and when are kept in the log."""
+        if not 0 <= episode < len(self.tracker.warnings_):
+            msg = f"episode must be one of 0..{len(self.tracker.warnings_) - 1}; got {episode!r}"
+            raise ValueError(msg)
+        who = by if by is not None else _current_user()
+        ack = Acknowledgement(by=who, at=datetime.now(UTC).isoformat(timespec="seconds"), note=str(note))
+        self.acknowledgements[episode] = ack
+        return ack
+
+    def warning_records(self) -> list[dict[str, Any]]:
+        """Every warning so far as plain dicts (oldest first), with its acknowledgement."""
+        out = []
+        for warning in self.tracker.warnings_:
+            ack = self.acknowledgements.get(warning.episode)
+            out.append(_warning_dict(warning, ack))
+        return out
+
+    def warnings(self) -> pl.DataFrame:
+        """The warning log as a polars frame (one row per episode)."""
+        schema: dict[str, Any] = {
+            "episode": pl.Int64, "name": pl.String, "threatens": pl.String, "statistic": pl.Float64,
+            "threshold": pl.Float64, "false_alarm_control": pl.String, "first_batch": pl.Int64,
+            "last_batch": pl.Int64, "first_row": pl.Int64, "last_row": pl.Int64, "open": pl.Boolean,
+            "explanation": pl.String, "action": pl.String, "acknowledged": pl.Boolean,
+            "ack_by": pl.String, "ack_at": pl.String, "ack_note": pl.String,
+        }  # fmt: skip
+        return pl.DataFrame(self.warning_records(), schema=schema)
+
+    def look_rows(self, batches: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
+        """The per-batch detector statistics (for the shift chart)."""
+        wanted = None if batches is None else set(batches)
+        return [dict(look) for (_, batch), look in self.looks.items() if wanted is None or batch in wanted]
+
+
+def _warning_dict(warning: ShiftWarning, ack: Acknowledgement | None) -> dict[str, Any]:
+    return {
+        "episode": warning.episode,
+        "name": warning.name,
+        "threatens": warning.threatens,
+        "statistic": warning.statistic if math.isfinite(warning.statistic) else None,
+        "threshold": warning.threshold,
+        "false_alarm_control": warning.false_alarm_control,
+        "first_batch": warning.first_batch,
+        "last_batch": warning.last_batch,
+        "first_row": warning.rows[0],
+        "last_row": warning.rows[1],
+        "open": warning.open,
+        "explanation": warning.explanation,
+        "action": warning.action,
+        "acknowledged": ack is not None,
+        "ack_by": None if ack is None else ack.by,
+        "ack_at": None if ack is None else ack.at,
+        "ack_note": None if ack is None else ack.note,
+    }
+
+
+def _current_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name in this environment
+        return "unknown"
