@@ -108,3 +108,34 @@ def test_widget_gets_warnings_and_acknowledgements(monkeypatch):
     assert widget._warnings[0]["acknowledged"] and widget._warnings[0]["ack_note"] == "seen"
     widget._on_custom_message(widget, {"kind": "acknowledge", "episode": 42}, [])
     assert "acknowledge failed" in widget._error
+
+
+def test_adaptive_calibrator_moves_its_level_as_labels_arrive():
+    P, y = softmax_data(3000, K=4, seed=1)
+    mon = cw.Monitor(
+        calibrators={
+            "aci": cw.Adaptive(cw.SplitConformalClassifier(score="lac", alpha=0.1), gamma=0.01),
+            "plain": cw.SplitConformalClassifier(score="lac", alpha=0.1),
+        }
+    ).calibrate(probs=P, y=y)
+    aci = mon.calibrators["aci"]
+    assert aci.alpha_t_ == pytest.approx(0.1)
+    levels = []
+    for b in range(6):  # a shifted stream: a flatter model (full sets: over-coverage)
+        Pb, yb = softmax_data(300, K=4, seed=600 + b, scale=0.5)
+        ids = list(range(b * 300, (b + 1) * 300))
+        mon.observe(probs=Pb, ids=ids)
+        levels.append(aci.alpha_t_)
+        mon.label(ids, yb)
+    # each batch's sets were taken at the level current when it was observed
+    summary = mon.summary().filter(pl.col("calibrator") == "aci").sort("batch")
+    assert summary["alpha_level"].to_list() == pytest.approx(levels)
+    assert aci.n_updates_ == 1800
+    # the update replays exactly what the monitor recorded: α_T+1 − α_1 = γ Σ (α − err)
+    missed = summary["n_labelled"].sum() - summary["n_covered"].sum()
+    assert missed < 0.1 * 1800 and aci.alpha_t_ > 0.1  # over-coverage raises the level
+    assert aci.alpha_t_ - 0.1 == pytest.approx(0.01 * (0.1 * 1800 - missed))
+    plain = mon.summary().filter(pl.col("calibrator") == "plain")
+    assert plain["alpha_level"].to_list() == [0.1] * 6
+    assert "aci" in charts.chart_kinds(mon)
+    assert mon.chart("aci").to_dict()["encoding"]["y"]["field"] == "alpha_level"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from calwatch.engine.adaptive import Adaptive
 from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
 from calwatch.engine.pac import PACConfidenceSets
 from calwatch.engine.risk import RiskEstimator
@@ -25,6 +26,7 @@ class CalwatchWarning(UserWarning):
 
 
 __all__ = [
+    "Adaptive",
     "CalwatchWarning",
     "LabelReport",
     "ModelOutputs",

@@ -371,6 +371,26 @@ def shift_chart(shift: Source = None) -> ChartSpec:
     return _finish(alt.layer(line, threshold, alarms), "Shift detectors (alarm at dashed line)")
 
 
+def aci_chart(batches: Source = None) -> ChartSpec:
+    """The level α at which each batch's sets were taken: constant, or moved by ACI (``cw.Adaptive``)."""
+    base = _base(batches, "batches", kind="sets").transform_filter("datum.alpha_level != null")
+    return _finish(
+        base.mark_line(point=True, interpolate="step-after").encode(
+            x=_batch_axis("batch"),
+            y=alt.Y("alpha_level:Q", title="level α_t"),
+            color=_color("label"),
+            tooltip=[
+                alt.Tooltip("name:N", title="batch"),
+                alt.Tooltip("label:N", title="calibrator"),
+                alt.Tooltip("alpha_level:Q", format=".4f", title="α_t"),
+                alt.Tooltip("coverage:Q", format=".3f", title="realised coverage"),
+                alt.Tooltip("target:Q", format=".3f"),
+            ],
+        ),
+        "ACI level α_t (sets taken at it)",
+    )
+
+
 #: chart name -> (builder, dataset it reads), in display order.
 CHARTS: dict[str, tuple[Any, str]] = {
     "coverage": (coverage_chart, "batches"),
@@ -381,6 +401,7 @@ CHARTS: dict[str, tuple[Any, str]] = {
     "risk": (risk_chart, "batches"),
     "risk_gap": (risk_gap_chart, "batches"),
     "shift": (shift_chart, "shift"),
+    "aci": (aci_chart, "batches"),
     "labels": (labels_chart, "batches"),
 }
 #: charts that only make sense with a set calibrator, or with a risk estimator
@@ -397,6 +418,8 @@ def chart_kinds(monitor: Monitor) -> list[str]:
         skip |= set(RISK_CHARTS)
     if monitor.shift_watch is None or not monitor.shift_watch.detectors:
         skip.add("shift")
+    if not any(hasattr(c, "alpha_t_") for c in monitor.calibrators.values()):
+        skip.add("aci")
     return [kind for kind in CHARTS if kind not in skip]
 
 

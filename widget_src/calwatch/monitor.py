@@ -74,6 +74,11 @@ def is_risk_estimator(calibrator: Any) -> bool:
     return getattr(calibrator, "kind", None) == "risk"
 
 
+def is_adaptive(calibrator: Any) -> bool:
+    """Whether a calibrator moves its level as labels arrive (``cw.Adaptive``: ACI)."""
+    return hasattr(calibrator, "alpha_t_") and callable(getattr(calibrator, "update", None))
+
+
 def target_coverage(calibrator: Any) -> float | None:
     """The coverage a set calibrator promises (``1 − ε`` or ``1 − α``); None for risk estimators."""
     if is_risk_estimator(calibrator):
@@ -407,7 +412,10 @@ class Monitor:
         stats: dict[str, BatchStats] = {}
         for key, cal in self._calibrators.items():
             if key in sets:
-                stats[key] = CalibratorBatchStats.from_sets(sets[key])
+                level = getattr(cal, "alpha_t_", getattr(cal, "alpha", None))
+                stats[key] = CalibratorBatchStats.from_sets(
+                    sets[key], None if level is None else float(level)
+                )
             else:
                 top_k = int(getattr(cal, "top_k", 1))
                 stats[key] = RiskBatchStats(top_k=top_k, n_rows=m, risk_sum=float(risks[key].sum()))
@@ -533,6 +541,7 @@ class Monitor:
 
     def _feed_labels(self, groups: list[tuple[BatchRecord, IntArray, IntArray]]) -> None:
         """Give newly labelled rows to the label-based shift detectors."""
+        self._feed_adaptive(groups)
         if self._shift is None or not groups:
             return
         probs = np.concatenate(
@@ -553,6 +562,15 @@ class Monitor:
         latest = len(self._stream.batches) - 1
         seen = self._stream.rows_seen
         self._shift.labelled(latest, (seen - 1, seen - 1), probs, labels, covered)
+
+    def _feed_adaptive(self, groups: list[tuple[BatchRecord, IntArray, IntArray]]) -> None:
+        """Give newly labelled rows, with the sets they were shown, to ACI calibrators."""
+        for key, cal in self._calibrators.items():
+            if not is_adaptive(cal):
+                continue
+            for record, rows, labels in groups:
+                if record.rows is not None and rows.shape[0]:
+                    cal.update(record.rows.sets(key)[rows], labels)  # type: ignore[union-attr]
 
     # ------------------------------------------------------------------ shift warnings
     def warnings(self) -> pl.DataFrame:
@@ -638,7 +656,8 @@ class Monitor:
         Columns: ``batch, name, calibrator, kind, target, n_rows, n_labelled, n_pending,
         n_covered, coverage, coverage_lo, coverage_hi, mean_set_size, singleton_share,
         full_share, estimated_error, observed_error, error_gap, estimated_error_labelled,
-        in_window, observed_at``.
+        alpha_level, in_window, observed_at``. ``alpha_level`` is the level at which a set
+        calibrator's sets were taken (its ``α``; for ``cw.Adaptive``, the ACI level ``α_t``).
 
         ``kind`` is ``"sets"`` (coverage of prediction sets, with a 95% Clopper-Pearson
         interval) or ``"risk"`` (a label-free estimate of the top-k error rate, known as soon
@@ -677,6 +696,7 @@ class Monitor:
                         "mean_set_size": float(stats.size_counts @ np.arange(K + 1)) / record.n_rows,
                         "singleton_share": float(stats.size_counts[1]) / record.n_rows,
                         "full_share": float(stats.size_counts[K]) / record.n_rows,
+                        "alpha_level": stats.alpha_level,
                     }
                 rows.append(row)
         schema: dict[str, Any] = {
@@ -684,7 +704,7 @@ class Monitor:
             "target": pl.Float64, "n_rows": pl.Int64, "n_labelled": pl.Int64, "n_covered": pl.Int64,
             "mean_set_size": pl.Float64, "singleton_share": pl.Float64, "full_share": pl.Float64,
             "estimated_error": pl.Float64, "observed_error": pl.Float64,
-            "estimated_error_labelled": pl.Float64, "in_window": pl.Boolean,
+            "estimated_error_labelled": pl.Float64, "alpha_level": pl.Float64, "in_window": pl.Boolean,
             "observed_at": pl.Datetime("us", "UTC"),
         }  # fmt: skip
         frame = pl.DataFrame(rows, schema=schema)
@@ -702,7 +722,7 @@ class Monitor:
             "batch", "name", "calibrator", "kind", "target", "n_rows", "n_labelled", "n_pending",
             "n_covered", "coverage", "coverage_lo", "coverage_hi", "mean_set_size",
             "singleton_share", "full_share", "estimated_error", "observed_error", "error_gap",
-            "estimated_error_labelled", "in_window", "observed_at",
+            "estimated_error_labelled", "alpha_level", "in_window", "observed_at",
         )  # fmt: skip
 
     def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:

@@ -28,9 +28,10 @@ class CalibratorBatchStats:
     size_counts: npt.NDArray[np.int64]  # (K + 1,): rows whose set has each size
     class_labelled: npt.NDArray[np.int64]  # (K,): labelled rows by true class
     class_covered: npt.NDArray[np.int64]  # (K,): labelled rows whose set holds the label
+    alpha_level: float | None = None  # the α at which the sets were taken (ACI moves it)
 
     @classmethod
-    def from_sets(cls, sets: npt.NDArray[np.bool_]) -> CalibratorBatchStats:
+    def from_sets(cls, sets: npt.NDArray[np.bool_], alpha_level: float | None = None) -> CalibratorBatchStats:
         """Statistics of a freshly observed batch (no labels yet)."""
         K = sets.shape[1]
         sizes = sets.sum(axis=1)
@@ -38,6 +39,7 @@ class CalibratorBatchStats:
             size_counts=np.bincount(sizes, minlength=K + 1).astype(np.int64),
             class_labelled=np.zeros(K, dtype=np.int64),
             class_covered=np.zeros(K, dtype=np.int64),
+            alpha_level=alpha_level,
         )
 
     @property
