@@ -564,7 +564,8 @@ class CoverageDrop:
         """Feed whether each newly labelled row was covered (in arrival order)."""
         hits = _as_1d(covered, "covered", dtype=bool)
         before = len(self.test_.alarms_)
-        self.test_.update(~hits)
+        trace = self.test_.update(~hits)
+        peak = float(trace.max()) if trace.size else -math.inf  # the evidence at its highest
         coverage = float(hits.mean())
         lo, hi = clopper_pearson([int(hits.sum())], [hits.shape[0]])
         eps = self.null_rate
@@ -577,8 +578,10 @@ class CoverageDrop:
             calibration_delta=self.calibration_delta,
             threatens=f"coverage ≥ {1 - self.alpha:.3g} of the prediction sets",
             explanation=(
-                f"{hits.shape[0] - int(hits.sum())} of {hits.shape[0]} newly labelled rows fell outside "
-                f"their sets ({1 - coverage:.1%}); the calibrator allows at most {eps:.1%}"
+                f"labelled rows have fallen outside their sets more often than the calibrator allows "
+                f"({eps:.1%}): the betting test's evidence reached 10^{peak:.1f} "
+                f"(alarm at 10^{self.test_.log10_threshold:.1f}); in this window "
+                f"{hits.shape[0] - int(hits.sum())} of {hits.shape[0]} missed ({1 - coverage:.1%})"
             ),
             action="recalibrate on recent labelled data; if it keeps recurring, retrain",
         )
