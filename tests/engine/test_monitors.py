@@ -102,7 +102,13 @@ def test_coverage_drop_statistic_by_hand():
     r = m.update(covered)
     u = np.asarray(BET_FRACTIONS)
     log_k = 25 * np.log1p(u * 0.9 / 0.1) + 75 * np.log1p(-u)
-    assert r.statistic == pytest.approx(math.log10(np.exp(log_k).mean()), rel=1e-12)
+    assert m.test_.log10_statistic_ == pytest.approx(math.log10(np.exp(log_k).mean()), rel=1e-12)
+    # the result reports the window's highest evidence: after row t, with e_t misses so far
+    t = np.arange(1, 101)
+    e = np.cumsum(~covered)
+    log_kt = e[:, None] * np.log1p(u * 0.9 / 0.1) + (t - e)[:, None] * np.log1p(-u)
+    peak = np.log10(np.exp(log_kt).mean(axis=1)).max()
+    assert r.statistic == pytest.approx(peak, rel=1e-12)
     assert r.threshold == 2.0 and r.alarm  # 10^statistic ≈ 1545 ≥ 100
     assert r.estimate == 0.75 and r.rows_seen == 100
     assert r.interval[0] < 0.75 < r.interval[1]

@@ -139,3 +139,14 @@ def test_adaptive_calibrator_moves_its_level_as_labels_arrive():
     assert plain["alpha_level"].to_list() == [0.1] * 6
     assert "aci" in charts.chart_kinds(mon)
     assert mon.chart("aci").to_dict()["encoding"]["y"]["field"] == "alpha_level"
+
+
+def test_coverage_drop_warning_reports_the_evidence_that_crossed_the_threshold():
+    mon = make_monitor()
+    for b in range(6):
+        P, _ = softmax_data(500, K=4, seed=700 + b)
+        ids = list(range(b * 500, (b + 1) * 500))
+        mon.observe(probs=P, ids=ids)
+        mon.label(ids, P.argmin(axis=1))
+    drop = mon.warnings().filter(pl.col("name") == "lac: coverage drop").row(0, named=True)
+    assert drop["statistic"] >= drop["threshold"]  # not the value after the post-alarm reset

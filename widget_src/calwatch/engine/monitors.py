@@ -479,6 +479,7 @@ def _betting_result(
     threatens: str,
     explanation: str,
     action: str,
+    statistic: float | None = None,
 ) -> MonitorResult:
     guarantee = test.guarantee()
     if calibration_delta is not None:
@@ -487,7 +488,7 @@ def _betting_result(
     alarm = bool(window_alarms) or (test.detector == "ville" and test.alarmed_)
     return MonitorResult(
         name=name,
-        statistic=test.log10_statistic_,
+        statistic=test.log10_statistic_ if statistic is None else statistic,
         threshold=test.log10_threshold,
         alarm=alarm,
         guarantee=guarantee,
@@ -584,6 +585,7 @@ class CoverageDrop:
                 f"{hits.shape[0] - int(hits.sum())} of {hits.shape[0]} missed ({1 - coverage:.1%})"
             ),
             action="recalibrate on recent labelled data; if it keeps recurring, retrain",
+            statistic=peak,  # the window's highest evidence (the statistic resets after an alarm)
         )
 
 
