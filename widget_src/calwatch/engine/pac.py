@@ -364,7 +364,37 @@ def _log_softmax(z: FloatArray, temperature: float) -> tuple[FloatArray, FloatAr
     return s, lse
 
 
-class PACConfidenceSets:
+class _PACOptions:
+    """The options every PAC calibrator shares (validated here, once)."""
+
+    def __init__(
+        self,
+        *,
+        epsilon: float = 0.01,
+        delta: float = 1e-5,
+        bound: BoundName = "binomial",
+        temperature: bool = True,
+        seed: int = 0,
+    ) -> None:
+        self.epsilon = _check_level(epsilon, "epsilon")
+        self.delta = _check_level(delta, "delta")
+        self.bound: BoundName = _check_bound(bound)
+        self.temperature = _check_flag(temperature, "temperature")
+        self.seed = int(seed)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(epsilon={self.epsilon!r}, delta={self.delta!r}, "
+            f"bound={self.bound!r}, temperature={self.temperature!r}, seed={self.seed!r})"
+        )
+
+    @property
+    def target_coverage(self) -> float:
+        """``1 − ε``: the coverage the sets promise (with probability ``1 − δ``)."""
+        return 1.0 - self.epsilon
+
+
+class PACConfidenceSets(_PACOptions):
     """PAC confidence sets for classification from logits (paper 003 Algorithm 1).
 
     ``C(x) = {y : f(y | x) ≥ e^{−T̂}} ∪ {ŷ}`` where ``f = softmax(logits / T)`` and ``T̂`` is
@@ -427,32 +457,6 @@ class PACConfidenceSets:
     """
 
     input_kind: ClassVar[str] = "logits"
-
-    def __init__(
-        self,
-        *,
-        epsilon: float = 0.01,
-        delta: float = 1e-5,
-        bound: BoundName = "binomial",
-        temperature: bool = True,
-        seed: int = 0,
-    ) -> None:
-        self.epsilon = _check_level(epsilon, "epsilon")
-        self.delta = _check_level(delta, "delta")
-        self.bound: BoundName = _check_bound(bound)
-        self.temperature = _check_flag(temperature, "temperature")
-        self.seed = int(seed)
-
-    def __repr__(self) -> str:
-        return (
-            f"PACConfidenceSets(epsilon={self.epsilon!r}, delta={self.delta!r}, "
-            f"bound={self.bound!r}, temperature={self.temperature!r}, seed={self.seed!r})"
-        )
-
-    @property
-    def target_coverage(self) -> float:
-        """``1 − ε``: the coverage the sets promise (with probability ``1 − δ``)."""
-        return 1.0 - self.epsilon
 
     def fit(self, logits_cal: Any, y_cal: Any, temperature_data: Any = None) -> Self:
         """Fit the temperature (optional), ``k*`` and the threshold ``T̂``.
@@ -737,7 +741,7 @@ def _check_gaussian(mean: Any, scale: Any, *, name: str, d: int | None) -> _Gaus
     return _GaussianBatch(mu, sc, one_d=False)
 
 
-class PACGaussianRegression:
+class PACGaussianRegression(_PACOptions):
     """PAC confidence sets for Gaussian forecasts ``N(μ(x), Σ(x))`` (paper 003 §3.6, App. C).
 
     The set is the density superlevel set ``{y : N(y; μ, T·Σ) ≥ e^{−T̂}}``: with
@@ -786,32 +790,6 @@ class PACGaussianRegression:
     >>> round(float(hi) / 2.0, 2)  # ≈ z_{0.95} = 1.645, a little more for the PAC margin
     1.71
     """
-
-    def __init__(
-        self,
-        *,
-        epsilon: float = 0.01,
-        delta: float = 1e-5,
-        bound: BoundName = "binomial",
-        temperature: bool = True,
-        seed: int = 0,
-    ) -> None:
-        self.epsilon = _check_level(epsilon, "epsilon")
-        self.delta = _check_level(delta, "delta")
-        self.bound: BoundName = _check_bound(bound)
-        self.temperature = _check_flag(temperature, "temperature")
-        self.seed = int(seed)
-
-    def __repr__(self) -> str:
-        return (
-            f"PACGaussianRegression(epsilon={self.epsilon!r}, delta={self.delta!r}, "
-            f"bound={self.bound!r}, temperature={self.temperature!r}, seed={self.seed!r})"
-        )
-
-    @property
-    def target_coverage(self) -> float:
-        """``1 − ε``: the coverage the sets promise (with probability ``1 − δ``)."""
-        return 1.0 - self.epsilon
 
     def _neg_log_density(self, batch: _GaussianBatch, y: FloatArray, T: float) -> FloatArray:
         r2, logdet = batch.terms(y)
