@@ -19,12 +19,8 @@ Run: ``python benchmarks/bench_conformal.py [--repeats R] [--n-cal N] [--n-test 
 from __future__ import annotations
 
 import argparse
-import gc
 import math
-import os
-import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 from sklearn.base import BaseEstimator, ClassifierMixin
 
+from _common import fmt_ms, machine_line, median, parse_size_args, size_parser, timed
 from calwatch.engine.conformal import SplitConformalClassifier
 
 FloatArray = npt.NDArray[np.float64]
@@ -204,21 +201,6 @@ class Row:
     mean_size: dict[str, float] = field(default_factory=dict)
 
 
-def _timed(fn: Callable[[], BoolArray]) -> tuple[float, BoolArray]:
-    gc.collect()
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else math.nan
-
-
-def _fmt_ms(seconds: float) -> str:
-    return "—" if math.isnan(seconds) else f"{1000 * seconds:8.1f}"
-
-
 def _fmt_ratio(value: float) -> str:
     return "—" if math.isnan(value) else f"{value:5.2f}×"
 
@@ -252,7 +234,7 @@ def run_benchmark(
         del warm
         for _ in range(repeats):
             for key, fn in impls.items():
-                seconds, _sets = _timed(fn)
+                seconds, _sets = timed(fn)
                 getattr(row, key).append(seconds)
         rows.append(row)
     return rows
@@ -265,11 +247,7 @@ def print_report(rows: list[Row], args: argparse.Namespace) -> bool:
         f"n_test={args.n_test:,}, K={args.n_classes}, α={ALPHA}; median of {args.repeats} "
         f"repeats (ms)"
     )
-    load = " / ".join(f"{x:.2f}" for x in args.loadavg) if args.loadavg else "n/a"
-    print(
-        f"numpy {np.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-        f"load average at start (1/5/15 min): {load}"
-    )
+    print(machine_line(args.loadavg))
     header = (
         f"{'score':<10} {'calwatch':>9} {'numpy':>9} {'mapie':>9} {'cw/np':>7} "
         f"{'mapie/cw':>9} {'sets==np':>9}  {'cw≤1.5×np':>10} {'mapie≥2×cw':>11}"
@@ -278,7 +256,7 @@ def print_report(rows: list[Row], args: argparse.Namespace) -> bool:
     print("-" * len(header))
     all_equal = True
     for row in rows:
-        cw, npy, mp = _median(row.calwatch), _median(row.numpy), _median(row.mapie)
+        cw, npy, mp = median(row.calwatch), median(row.numpy), median(row.mapie)
         cw_np = cw / npy if row.numpy else math.nan
         mp_cw = mp / cw if row.mapie else math.nan
         info_only = row.name.endswith("+tune")
@@ -294,7 +272,7 @@ def print_report(rows: list[Row], args: argparse.Namespace) -> bool:
         if info_only and t2 != "—":
             t2 = f"({t2})"
         print(
-            f"{row.name:<10} {_fmt_ms(cw):>9} {_fmt_ms(npy):>9} {_fmt_ms(mp):>9} "
+            f"{row.name:<10} {fmt_ms(cw):>9} {fmt_ms(npy):>9} {fmt_ms(mp):>9} "
             f"{_fmt_ratio(cw_np):>7} {_fmt_ratio(mp_cw):>9} {equal:>9}  {t1:>10} {t2:>11}"
         )
     print("\nsets: coverage / mean size on the test rows (target coverage ≥ 0.90)")
@@ -312,16 +290,10 @@ def print_report(rows: list[Row], args: argparse.Namespace) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print the table; 0 unless calwatch's sets disagree with numpy."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats (default 5)")
-    parser.add_argument("--n-cal", type=int, default=20_000)
-    parser.add_argument("--n-test", type=int, default=200_000)
-    parser.add_argument("--n-classes", type=int, default=10)
+    parser = size_parser(__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-mapie", action="store_true", help="skip MAPIE")
-    args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+    args = parse_size_args(parser, argv)
     with_mapie = not args.no_mapie
     if with_mapie:
         try:
@@ -329,7 +301,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError:
             print("mapie is not installed (pip install mapie==1.6.0): skipping MAPIE")
             with_mapie = False
-    args.loadavg = os.getloadavg() if hasattr(os, "getloadavg") else None
     rows = run_benchmark(args.n_cal, args.n_test, args.n_classes, args.repeats, args.seed, with_mapie)
     return 0 if print_report(rows, args) else 1
 

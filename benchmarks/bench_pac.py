@@ -24,10 +24,7 @@ Run: ``python benchmarks/bench_pac.py [--repeats R] [--n-cal N] [--n-test M]``.
 from __future__ import annotations
 
 import argparse
-import gc
 import math
-import os
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +37,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 from scipy.stats import binom
 
+from _common import fmt_ms, machine_line, median, parse_size_args, size_parser, timed
 from calwatch.engine.pac import TEMPERATURE_FRACTION, PACConfidenceSets, binomial_k_star
 
 FloatArray = npt.NDArray[np.float64]
@@ -124,13 +122,6 @@ class Case:
     mean_size: float = math.nan
 
 
-def _timed(fn: Callable[[], BoolArray]) -> tuple[float, BoolArray]:
-    gc.collect()
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
-
-
 def run_benchmark(n_cal: int, n_test: int, n_classes: int, repeats: int) -> list[Case]:
     z, y = make_data(n_cal + n_test + N_TEMPERATURE_DATA, n_classes, SEED)
     z_cal, y_cal = z[:n_cal], y[:n_cal]
@@ -178,18 +169,10 @@ def run_benchmark(n_cal: int, n_test: int, n_classes: int, repeats: int) -> list
         del warm
         for _ in range(repeats):
             for key, fn in impls.items():
-                seconds, _sets = _timed(fn)
+                seconds, _sets = timed(fn)
                 getattr(case, key).append(seconds)
         cases.append(case)
     return cases
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else math.nan
-
-
-def _fmt_ms(seconds: float) -> str:
-    return "—" if math.isnan(seconds) else f"{1000 * seconds:8.1f}"
 
 
 def print_report(cases: list[Case], args: argparse.Namespace) -> bool:
@@ -198,11 +181,7 @@ def print_report(cases: list[Case], args: argparse.Namespace) -> bool:
         f"\nPAC confidence sets: fit on n_cal={args.n_cal:,} + predict_sets on n_test={args.n_test:,}, "
         f"K={args.n_classes}, ε={EPSILON}, δ={DELTA:g}; median of {args.repeats} repeats (ms)"
     )
-    load = " / ".join(f"{x:.2f}" for x in args.loadavg) if args.loadavg else "n/a"
-    print(
-        f"numpy {np.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-        f"load average at start (1/5/15 min): {load}"
-    )
+    print(machine_line(args.loadavg))
     header = (
         f"{'case':<17} {'k*':>5} {'T':>7} {'calwatch':>9} {'numpy':>9} {'cw/np':>7} "
         f"{'np+fitT':>9} {'cw/(np+fitT)':>13} {'sets==np':>9} {'cw≤2×np':>8}"
@@ -211,7 +190,7 @@ def print_report(cases: list[Case], args: argparse.Namespace) -> bool:
     print("-" * len(header))
     all_equal = True
     for case in cases:
-        cw, npy, npt_ = _median(case.calwatch), _median(case.numpy), _median(case.numpy_fit_t)
+        cw, npy, npt_ = median(case.calwatch), median(case.numpy), median(case.numpy_fit_t)
         ratio = cw / npy
         ratio_t = cw / npt_ if case.numpy_fit_t else math.nan
         equal = "yes" if case.mismatches == 0 else f"NO:{case.mismatches}"
@@ -219,8 +198,8 @@ def print_report(cases: list[Case], args: argparse.Namespace) -> bool:
         verdict = "PASS" if ratio <= TARGET_VS_NUMPY else "FAIL"
         ratio_t_text = "—" if math.isnan(ratio_t) else f"{ratio_t:5.2f}×"
         print(
-            f"{case.name:<17} {case.k_star:>5} {case.temperature:>7.4f} {_fmt_ms(cw):>9} "
-            f"{_fmt_ms(npy):>9} {ratio:6.2f}× {_fmt_ms(npt_):>9} {ratio_t_text:>13} {equal:>9} "
+            f"{case.name:<17} {case.k_star:>5} {case.temperature:>7.4f} {fmt_ms(cw):>9} "
+            f"{fmt_ms(npy):>9} {ratio:6.2f}× {fmt_ms(npt_):>9} {ratio_t_text:>13} {equal:>9} "
             f"{verdict:>8}"
         )
     print("\nsets: coverage / mean size on the test rows (target coverage ≥ 1 − ε = 0.99)")
@@ -235,15 +214,8 @@ def print_report(cases: list[Case], args: argparse.Namespace) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print the table; 0 unless calwatch's sets disagree with numpy."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats (default 5)")
-    parser.add_argument("--n-cal", type=int, default=20_000)
-    parser.add_argument("--n-test", type=int, default=200_000)
-    parser.add_argument("--n-classes", type=int, default=10)
-    args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
-    args.loadavg = os.getloadavg() if hasattr(os, "getloadavg") else None
+    parser = size_parser(__doc__.splitlines()[0] if __doc__ else None)
+    args = parse_size_args(parser, argv)
     cases = run_benchmark(args.n_cal, args.n_test, args.n_classes, args.repeats)
     return 0 if print_report(cases, args) else 1
 

@@ -34,12 +34,7 @@ Run: ``python benchmarks/bench_risk.py [--repeats R] [--n-cal N] [--n-test M] [-
 from __future__ import annotations
 
 import argparse
-import gc
-import math
-import os
-import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize
 
+from _common import fmt_ms, machine_line, median, parse_size_args, size_parser, timed
 from calwatch.engine.calibration import TemperatureScaling
 from calwatch.engine.risk import LOGIT_EPSILON, RISK_METHODS, RiskEstimator
 
@@ -167,15 +163,7 @@ class Row:
     values: dict[str, float] = field(default_factory=dict)
 
     def median(self, key: str) -> float:
-        values = self.times.get(key, [])
-        return statistics.median(values) if values else math.nan
-
-
-def _timed(fn: Callable[[], float]) -> tuple[float, float]:
-    gc.collect()
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
+        return median(self.times.get(key, []))
 
 
 def _run(row: Row, impls: dict[str, Callable[[], float]], repeats: int) -> None:
@@ -184,7 +172,7 @@ def _run(row: Row, impls: dict[str, Callable[[], float]], repeats: int) -> None:
         row.times[key] = []
     for _ in range(repeats):
         for key, fn in impls.items():
-            seconds, _ = _timed(fn)
+            seconds, _ = timed(fn)
             row.times[key].append(seconds)
 
 
@@ -222,21 +210,13 @@ def bench_estimates(
     return rows
 
 
-def _fmt_ms(seconds: float) -> str:
-    return "—" if math.isnan(seconds) else f"{1000 * seconds:8.2f}"
-
-
 def print_report(temperature: Row, estimates: list[tuple[Row, float]], args: argparse.Namespace) -> bool:
     """Print both tables; return True when every implementation agreed."""
-    load = " / ".join(f"{x:.2f}" for x in args.loadavg) if args.loadavg else "n/a"
     print(
         f"\nRisk estimation: n_cal={args.n_cal:,}, n_test={args.n_test:,}, K={args.n_classes}; "
         f"median of {args.repeats} repeats (ms)"
     )
-    print(
-        f"numpy {np.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-        f"load average at start (1/5/15 min): {load}"
-    )
+    print(machine_line(args.loadavg))
     ok = True
     cw = temperature.median("calwatch")
     best_scipy = min(temperature.median("scipy+grad"), temperature.median("scipy"))
@@ -246,7 +226,7 @@ def print_report(temperature: Row, estimates: list[tuple[Row, float]], args: arg
     print("-" * len(header))
     for key in temperature.times:
         t = temperature.median(key)
-        print(f"{key:<16} {_fmt_ms(t):>9} {t / cw:>11.2f}× {temperature.values[key]:>10.5f}")
+        print(f"{key:<16} {fmt_ms(t, 2):>9} {t / cw:>11.2f}× {temperature.values[key]:>10.5f}")
         if abs(temperature.values[key] / temperature.values["calwatch"] - 1.0) > 1e-3:
             print(f"MISMATCH: {key} fitted T = {temperature.values[key]:.6f}")
             ok = False
@@ -264,7 +244,7 @@ def print_report(temperature: Row, estimates: list[tuple[Row, float]], args: arg
         c, n = row.median("calwatch"), row.median("numpy")
         verdict = "PASS" if c <= TARGET_VS_NUMPY * n else "FAIL"
         print(
-            f"{row.name:<18} {_fmt_ms(c):>9} {_fmt_ms(n):>9} {c / n:>6.2f}× "
+            f"{row.name:<18} {fmt_ms(c, 2):>9} {fmt_ms(n, 2):>9} {c / n:>6.2f}× "
             f"{row.values['calwatch']:>8.4f} {abs(diff):>9.1e}  {verdict:>8}"
         )
         if abs(diff) > 1e-9:
@@ -275,16 +255,10 @@ def print_report(temperature: Row, estimates: list[tuple[Row, float]], args: arg
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print the tables; 0 unless the implementations disagree."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats (default 5)")
-    parser.add_argument("--n-cal", type=int, default=20_000)
-    parser.add_argument("--n-test", type=int, default=200_000)
-    parser.add_argument("--n-classes", type=int, default=10)
+    parser = size_parser(__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-netcal", action="store_true", help="skip netcal")
-    args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+    args = parse_size_args(parser, argv)
     with_netcal = not args.no_netcal
     if with_netcal:
         try:
@@ -292,7 +266,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError:
             print("netcal is not installed (pip install netcal==1.4.0): skipping netcal")
             with_netcal = False
-    args.loadavg = os.getloadavg() if hasattr(os, "getloadavg") else None
     logits_cal, y_cal, logits_test, _ = make_data(args.n_cal, args.n_test, args.n_classes, args.seed)
     temperature = bench_temperature(logits_cal, y_cal, args.repeats, with_netcal)
     estimates = bench_estimates(softmax(logits_cal), y_cal, softmax(logits_test), args.repeats)

@@ -1,0 +1,63 @@
+"""What the ``bench_*.py`` benchmarks share: timing, medians, the command line, the machine line."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
+    """Seconds one call of ``fn`` takes (after a garbage collection), and its result."""
+    gc.collect()
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def median(values: list[float]) -> float:
+    """Median of the timings, ``nan`` when there are none."""
+    return statistics.median(values) if values else math.nan
+
+
+def fmt_ms(seconds: float, digits: int = 1) -> str:
+    """Seconds as a right-aligned millisecond figure, ``—`` for ``nan``."""
+    return "—" if math.isnan(seconds) else f"{1000 * seconds:8.{digits}f}"
+
+
+def size_parser(description: str | None) -> argparse.ArgumentParser:
+    """A parser with the options every speed benchmark takes (repeats and problem size)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats (default 5)")
+    parser.add_argument("--n-cal", type=int, default=20_000)
+    parser.add_argument("--n-test", type=int, default=200_000)
+    parser.add_argument("--n-classes", type=int, default=10)
+    return parser
+
+
+def parse_size_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse, check ``--repeats`` and record the load average at the start (``args.loadavg``)."""
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    args.loadavg = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return args
+
+
+def machine_line(loadavg: tuple[float, float, float] | None) -> str:
+    """numpy and Python versions, CPUs and the load average, printed under every table title."""
+    load = " / ".join(f"{x:.2f}" for x in loadavg) if loadavg else "n/a"
+    return (
+        f"numpy {np.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+        f"load average at start (1/5/15 min): {load}"
+    )
