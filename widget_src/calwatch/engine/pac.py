@@ -393,6 +393,19 @@ class _PACOptions:
         """``1 − ε``: the coverage the sets promise (with probability ``1 − δ``)."""
         return 1.0 - self.epsilon
 
+    def _temperature_split(self, n: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        """Seeded rows to fit the temperature on, and the rows left for the bound (both sorted).
+
+        The bound is checked on the rows that will remain before any time goes into the fit.
+        """
+        if n < 2:
+            msg = "temperature=True without temperature_data needs at least 2 calibration rows"
+            raise ValueError(msg)
+        n_temp = _temperature_rows(n)
+        _k_star_for_fit(n - n_temp, self.epsilon, self.delta, self.bound, split_from=n)
+        perm = np.random.default_rng(self.seed).permutation(n)
+        return np.sort(perm[:n_temp]), np.sort(perm[n_temp:])
+
 
 class PACConfidenceSets(_PACOptions):
     """PAC confidence sets for classification from logits (paper 003 Algorithm 1).
@@ -496,15 +509,9 @@ class PACConfidenceSets(_PACOptions):
             y_t = check_labels(y_t, K, "temperature_data labels", n_rows=z_t.shape[0])
             T, n_temp = TemperatureScaling().fit(z_t, y_t).temperature_, int(z_t.shape[0])
         else:
-            if n < 2:
-                msg = "temperature=True without temperature_data needs at least 2 calibration rows"
-                raise ValueError(msg)
-            n_temp = _temperature_rows(n)
             split_from = n
-            # Check the bound on the rows that will remain before spending time on the fit.
-            _k_star_for_fit(n - n_temp, self.epsilon, self.delta, self.bound, split_from=n)
-            perm = np.random.default_rng(self.seed).permutation(n)
-            temp_rows, keep = np.sort(perm[:n_temp]), np.sort(perm[n_temp:])
+            temp_rows, keep = self._temperature_split(n)
+            n_temp = int(temp_rows.shape[0])
             T = TemperatureScaling().fit(z[temp_rows], y[temp_rows]).temperature_
             z, y = z[keep], y[keep]
         n_bound = int(z.shape[0])
@@ -838,14 +845,9 @@ class PACGaussianRegression(_PACOptions):
                 tb.m,
             )
         else:
-            if n < 2:
-                msg = "temperature=True without temperature_data needs at least 2 calibration rows"
-                raise ValueError(msg)
-            n_temp = _temperature_rows(n)
             split_from = n
-            _k_star_for_fit(n - n_temp, self.epsilon, self.delta, self.bound, split_from=n)
-            perm = np.random.default_rng(self.seed).permutation(n)
-            temp_rows, keep = np.sort(perm[:n_temp]), np.sort(perm[n_temp:])
+            temp_rows, keep = self._temperature_split(n)
+            n_temp = int(temp_rows.shape[0])
             T = _gaussian_temperature(_take(batch, temp_rows), y[temp_rows])
             batch, y = _take(batch, keep), y[keep]
         n_bound = batch.m
