@@ -13,7 +13,8 @@ from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
 from calwatch.engine.pac import PACConfidenceSets
 from calwatch.engine.risk import RiskEstimator
 from calwatch.models import ModelOutputs, wrap
-from calwatch.monitor import LabelReport, Monitor
+from calwatch.monitor import LabelReport, Monitor, Note
+from calwatch.state_codec import SnapshotError
 
 try:
     __version__ = version("calwatch")
@@ -32,8 +33,10 @@ __all__ = [
     "ModelOutputs",
     "Monitor",
     "NotFittedError",
+    "Note",
     "PACConfidenceSets",
     "RiskEstimator",
+    "SnapshotError",
     "SplitConformalClassifier",
     "__version__",
     "wrap",

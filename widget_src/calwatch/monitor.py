@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import copy
+import getpass
+import os
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -111,6 +114,18 @@ class LabelReport:
     batches: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class Note:
+    """A note a user pinned to the stream, a batch or a warning (kept in snapshots and reports)."""
+
+    note_id: int
+    text: str
+    author: str
+    at: str
+    batch: int | None = None
+    episode: int | None = None
+
+
 # A listener gets the batches whose statistics changed (live views subscribe to this).
 Listener = Callable[[tuple[int, ...]], None]
 
@@ -202,7 +217,9 @@ class Monitor:
             raise ValueError(msg)
         self._shift_spec = shift
         self._shift: ShiftWatch | None = None
+        self._notes: list[Note] = []
         self.calibration_: dict[str, Any] | None = None
+        self.model_description = "none (precomputed outputs)" if model is None else _describe(model)
 
     def __repr__(self) -> str:
         state = "calibrated" if self.calibration_ else "not calibrated"
@@ -239,7 +256,10 @@ class Monitor:
             raise ValueError(msg)
         if X is not None:
             if self._adapter is None:
-                msg = "X was given but the monitor has no model: pass probs= instead, or Monitor(model)"
+                msg = (
+                    "X was given but the monitor has no model: pass probs= instead, Monitor(model), "
+                    "or Monitor.load(path, model=model) for a saved monitor"
+                )
                 raise ValueError(msg)
             if hasattr(X, "__len__") and len(X) == 0:
                 msg = "X is empty: a batch needs at least one row"
@@ -592,6 +612,91 @@ class Monitor:
         self._shift.acknowledge(int(episode), note, by)
         self._notify(())
 
+    # ------------------------------------------------------------------ notes
+    def note(
+        self, text: str, *, batch: int | None = None, episode: int | None = None, author: str | None = None
+    ) -> Note:
+        """Pin a note to a batch, to a warning episode, or to the stream as a whole.
+
+        Parameters
+        ----------
+        text : str
+            The note (plain text; views escape it).
+        batch : int, optional
+            The batch it is about (must have been observed).
+        episode : int, optional
+            The warning episode it is about (see :meth:`warnings`).
+        author : str, optional
+            Who wrote it (default: ``$CALWATCH_AUTHOR``, ``$JUPYTERHUB_USER`` or the login name).
+
+        Returns
+        -------
+        Note
+            The stored note, with its id and UTC time.
+        """
+        if not isinstance(text, str) or not text.strip():
+            msg = f"text must be a non-empty string; got {text!r}"
+            raise ValueError(msg)
+        if batch is not None and not (isinstance(batch, int) and 0 <= batch < len(self._stream.batches)):
+            last = len(self._stream.batches) - 1
+            msg = f"batch must be the index of an observed batch (0..{last}); got {batch!r}"
+            raise ValueError(msg)
+        n_warnings = 0 if self._shift is None else len(self._shift.tracker.warnings_)
+        if episode is not None and not (isinstance(episode, int) and 0 <= episode < n_warnings):
+            msg = f"episode must be a warning number from warnings() (0..{n_warnings - 1}); got {episode!r}"
+            raise ValueError(msg)
+        note = Note(
+            note_id=len(self._notes),
+            text=text.strip(),
+            author=str(author or "").strip() or default_author(),
+            at=datetime.now(UTC).isoformat(timespec="seconds"),
+            batch=batch,
+            episode=episode,
+        )
+        self._notes.append(note)
+        self._notify(())
+        return note
+
+    def notes(self) -> pl.DataFrame:
+        """Every note so far: ``note_id, batch, episode, author, at, text``."""
+        schema: dict[str, Any] = {
+            "note_id": pl.Int64, "batch": pl.Int64, "episode": pl.Int64, "author": pl.String,
+            "at": pl.String, "text": pl.String,
+        }  # fmt: skip
+        rows = [{name: getattr(n, name) for name in schema} for n in self._notes]
+        return pl.DataFrame(rows, schema=schema)
+
+    # ------------------------------------------------------------------ snapshots
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save the monitor to a snapshot folder (parquet + JSON, no pickle), atomically.
+
+        Everything but the model is kept: calibrators' fitted state, per-batch statistics, the
+        raw rows of the window, shift detectors, the warning log and notes. Reload it with
+        :meth:`Monitor.load`, passing the model again to keep streaming inputs.
+        """
+        from calwatch.store import save_monitor
+
+        return save_monitor(self, path)
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], *, model: Any = None, embedding_layer: str | None = None
+    ) -> Monitor:
+        """Load a snapshot written by :meth:`save` (verifying it first; no code is executed).
+
+        Parameters
+        ----------
+        path : path-like
+            The snapshot folder.
+        model : optional
+            The model to re-attach, to keep observing inputs ``X``.
+        embedding_layer : str, optional
+            Torch models: the layer kept as the embedding.
+        """
+        from calwatch.store import load_monitor
+
+        return load_monitor(path, model=model, embedding_layer=embedding_layer)
+
     @property
     def shift_watch(self) -> ShiftWatch | None:
         """The shift detectors and their log (None without detectors or before calibrate)."""
@@ -870,6 +975,23 @@ class Monitor:
             widget.keep_panel(panel)
         else:
             display(widget)  # type: ignore[no-untyped-call]
+
+
+def default_author() -> str:
+    """Who is writing: ``$CALWATCH_AUTHOR``, else ``$JUPYTERHUB_USER``, else the login name."""
+    for variable in ("CALWATCH_AUTHOR", "JUPYTERHUB_USER"):
+        value = os.environ.get(variable, "").strip()
+        if value:
+            return value
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def _describe(model: Any) -> str:
+    cls = type(model)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _as_id_list(ids: Any) -> list[Hashable]:

@@ -1,0 +1,285 @@
+"""Encode fitted calibrators and detectors as JSON plus numeric arrays — never pickle.
+
+A snapshot must load without executing code from it. This codec walks an object graph and
+writes plain JSON for scalars, strings and containers, a reference into an array table for
+numpy arrays (numeric, boolean, string or datetime dtypes only), and for objects the dotted
+name of their class together with their attributes. Decoding rebuilds objects without calling
+their constructors (``cls.__new__`` then the attributes), and only for classes defined in the
+``calwatch`` package; anything else in a snapshot is refused with :class:`SnapshotError`.
+
+Shared references are kept: an object reached twice is written once and decoded as one
+object, so a detector list that the monitor and its shift layer both hold stays shared.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections import deque
+from datetime import datetime
+from types import FunctionType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+#: The package whose classes and functions a snapshot may name.
+TRUSTED_PACKAGE = "calwatch"
+#: numpy dtype kinds an array in a snapshot may have (no objects, no void records).
+ARRAY_KINDS = frozenset("biufcUSMm")
+_BIT_GENERATORS = {"PCG64": np.random.PCG64, "PCG64DXSM": np.random.PCG64DXSM, "MT19937": np.random.MT19937,
+                   "Philox": np.random.Philox, "SFC64": np.random.SFC64}  # fmt: skip
+_TAG = "$"
+
+
+class SnapshotError(ValueError):
+    """A snapshot could not be written or read (corrupt, truncated, or holding unsupported state)."""
+
+
+class StateEncoder:
+    """Turn an object graph into JSON-able values, collecting numpy arrays on the side.
+
+    Examples
+    --------
+    >>> enc = StateEncoder()
+    >>> tree = enc.encode({"q": np.array([0.5, 1.0]), "n": 3, "pair": (1, "a")})
+    >>> tree["n"], tree["pair"], sorted(enc.arrays)
+    (3, {'$': 'tuple', 'items': [1, 'a']}, ['a0'])
+    >>> StateDecoder(enc.arrays).decode(tree)["q"].tolist()
+    [0.5, 1.0]
+    """
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, npt.NDArray[Any]] = {}
+        self._memo: dict[int, int] = {}
+        self._keepalive: list[Any] = []  # ids stay unique while encoding
+
+    def encode(self, value: Any, path: str = "state") -> Any:
+        """The JSON-able form of ``value``; ``path`` names it in error messages."""
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, int):
+            return int(value)
+        if isinstance(value, float):
+            return _encode_float(value)
+        if isinstance(value, np.ndarray):
+            return self._encode_array(value, path)
+        if isinstance(value, np.generic):
+            return {_TAG: "scalar", "dtype": value.dtype.str, "value": self.encode(value.item(), path)}
+        if isinstance(value, list):
+            return [self.encode(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            items = [self.encode(v, f"{path}.{f}") for f, v in zip(value._fields, value, strict=True)]
+            return {_TAG: "namedtuple", "class": _trusted_name(type(value), path), "items": items}
+        if isinstance(value, tuple):
+            return {_TAG: "tuple", "items": [self.encode(v, f"{path}[{i}]") for i, v in enumerate(value)]}
+        if isinstance(value, dict):
+            return self._encode_dict(value, path)
+        if isinstance(value, (set, frozenset)):
+            items = [self.encode(v, f"{path}{{}}") for v in sorted(value, key=repr)]
+            return {_TAG: "frozenset" if isinstance(value, frozenset) else "set", "items": items}
+        if isinstance(value, deque):
+            items = [self.encode(v, f"{path}[{i}]") for i, v in enumerate(value)]
+            return {_TAG: "deque", "items": items, "maxlen": value.maxlen}
+        if isinstance(value, datetime):
+            return {_TAG: "datetime", "value": value.isoformat()}
+        if isinstance(value, np.dtype):
+            return {_TAG: "dtype", "value": _check_dtype(value, path).str}
+        if isinstance(value, np.random.Generator):
+            state = value.bit_generator.state
+            return {_TAG: "generator", "state": self.encode(state, f"{path}.bit_generator")}
+        if isinstance(value, FunctionType):
+            return {_TAG: "function", "name": _trusted_name(value, path)}
+        return self._encode_object(value, path)
+
+    def _encode_array(self, value: npt.NDArray[Any], path: str) -> Any:
+        if value.dtype.kind == "O":
+            items = value.tolist()
+            if value.ndim != 1 or not all(v is None or isinstance(v, (bool, int, float, str)) for v in items):
+                msg = f"{path}: an object array can be saved only when 1-D and holding plain scalars"
+                raise SnapshotError(msg)
+            return {_TAG: "objarray", "items": [self.encode(v, path) for v in items]}
+        _check_dtype(value.dtype, path)
+        key = f"a{len(self.arrays)}"
+        self.arrays[key] = np.ascontiguousarray(value)
+        return {_TAG: "array", "key": key}
+
+    def _encode_dict(self, value: dict[Any, Any], path: str) -> Any:
+        if all(isinstance(k, str) and k != _TAG for k in value):
+            return {k: self.encode(v, f"{path}[{k!r}]") for k, v in value.items()}
+        items = [[self.encode(k, f"{path}.key"), self.encode(v, f"{path}[{k!r}]")] for k, v in value.items()]
+        return {_TAG: "dict", "items": items}
+
+    def _encode_object(self, value: Any, path: str) -> Any:
+        cls = type(value)
+        name = _trusted_name(cls, path)
+        ref = self._memo.get(id(value))
+        if ref is not None:
+            return {_TAG: "ref", "id": ref}
+        ref = len(self._memo)
+        self._memo[id(value)] = ref
+        self._keepalive.append(value)
+        attrs = {k: self.encode(v, f"{path}.{k}") for k, v in _attributes(value).items()}
+        return {_TAG: "object", "class": name, "id": ref, "attrs": attrs}
+
+
+class StateDecoder:
+    """Rebuild what :class:`StateEncoder` wrote, importing only ``calwatch`` classes."""
+
+    def __init__(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        self.arrays = arrays
+        self._objects: dict[int, Any] = {}
+
+    def decode(self, tree: Any) -> Any:
+        """The value ``tree`` encodes."""
+        if isinstance(tree, list):
+            return [self.decode(v) for v in tree]
+        if not isinstance(tree, dict):
+            return tree
+        tag = tree.get(_TAG)
+        if tag is None:
+            return {k: self.decode(v) for k, v in tree.items()}
+        handler = _DECODERS.get(tag)
+        if handler is None:
+            msg = f"unknown entry type {tag!r} in the snapshot state"
+            raise SnapshotError(msg)
+        return handler(self, tree)
+
+    def _array(self, tree: dict[str, Any]) -> Any:
+        try:
+            return self.arrays[tree["key"]]
+        except KeyError as err:
+            msg = f"the snapshot state refers to array {tree.get('key')!r}, which is missing"
+            raise SnapshotError(msg) from err
+
+    def _object(self, tree: dict[str, Any]) -> Any:
+        cls = resolve_trusted(tree["class"])
+        if not isinstance(cls, type):
+            msg = f"{tree['class']} is not a class"
+            raise SnapshotError(msg)
+        obj: Any = object.__new__(cls)
+        self._objects[int(tree["id"])] = obj
+        for key, value in tree["attrs"].items():
+            object.__setattr__(obj, key, self.decode(value))  # also for frozen dataclasses and slots
+        return obj
+
+    def _namedtuple(self, tree: dict[str, Any]) -> Any:
+        cls = resolve_trusted(tree["class"])
+        if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
+            msg = f"{tree['class']} is not a named tuple"
+            raise SnapshotError(msg)
+        return tuple.__new__(cls, [self.decode(v) for v in tree["items"]])
+
+    def _ref(self, tree: dict[str, Any]) -> Any:
+        try:
+            return self._objects[int(tree["id"])]
+        except KeyError as err:
+            msg = f"the snapshot state refers to object {tree.get('id')!r} before defining it"
+            raise SnapshotError(msg) from err
+
+    def _generator(self, tree: dict[str, Any]) -> Any:
+        state = self.decode(tree["state"])
+        bit_generator = _BIT_GENERATORS.get(str(state.get("bit_generator")))
+        if bit_generator is None:
+            msg = f"unsupported random bit generator {state.get('bit_generator')!r}"
+            raise SnapshotError(msg)
+        bits = bit_generator()
+        bits.state = state
+        return np.random.Generator(bits)
+
+    def _function(self, tree: dict[str, Any]) -> Any:
+        function = resolve_trusted(tree["name"])
+        if not isinstance(function, FunctionType):
+            msg = f"{tree['name']} is not a function"
+            raise SnapshotError(msg)
+        return function
+
+
+def _decode_scalar(dec: StateDecoder, tree: dict[str, Any]) -> Any:
+    dtype = _check_dtype(np.dtype(tree["dtype"]), "scalar")
+    return dtype.type(dec.decode(tree["value"]))
+
+
+_DECODERS: dict[str, Any] = {
+    "float": lambda dec, t: float(t["value"]),
+    "tuple": lambda dec, t: tuple(dec.decode(v) for v in t["items"]),
+    "dict": lambda dec, t: {_hashable(dec.decode(k)): dec.decode(v) for k, v in t["items"]},
+    "set": lambda dec, t: {_hashable(dec.decode(v)) for v in t["items"]},
+    "frozenset": lambda dec, t: frozenset(_hashable(dec.decode(v)) for v in t["items"]),
+    "deque": lambda dec, t: deque((dec.decode(v) for v in t["items"]), maxlen=t["maxlen"]),
+    "datetime": lambda dec, t: datetime.fromisoformat(t["value"]),
+    "dtype": lambda dec, t: _check_dtype(np.dtype(t["value"]), "dtype"),
+    "objarray": lambda dec, t: np.array([dec.decode(v) for v in t["items"]], dtype=object),
+    "scalar": _decode_scalar,
+    "array": StateDecoder._array,
+    "object": StateDecoder._object,
+    "ref": StateDecoder._ref,
+    "namedtuple": StateDecoder._namedtuple,
+    "generator": StateDecoder._generator,
+    "function": StateDecoder._function,
+}
+
+
+def _encode_float(value: float) -> Any:
+    if math.isfinite(value):
+        return value
+    return {_TAG: "float", "value": repr(value)}  # "nan", "inf", "-inf": float() reads them back
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError as err:
+        msg = f"a dictionary key or set member in the snapshot is not hashable: {value!r}"
+        raise SnapshotError(msg) from err
+    return value
+
+
+def _check_dtype(dtype: np.dtype[Any], path: str) -> np.dtype[Any]:
+    if dtype.kind not in ARRAY_KINDS or dtype.fields is not None:
+        msg = f"{path}: arrays of dtype {dtype} cannot be saved (numbers, booleans, strings, dates only)"
+        raise SnapshotError(msg)
+    return dtype
+
+
+def _attributes(value: Any) -> dict[str, Any]:
+    """An object's state: its ``__dict__`` and the ``__slots__`` that are set."""
+    attrs = dict(vars(value)) if hasattr(value, "__dict__") else {}
+    for base in type(value).__mro__:
+        slots = getattr(base, "__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot not in ("__dict__", "__weakref__") and hasattr(value, slot):
+                attrs[slot] = getattr(value, slot)
+    return attrs
+
+
+def _trusted_name(obj: Any, path: str) -> str:
+    module = getattr(obj, "__module__", "") or ""
+    qualname = getattr(obj, "__qualname__", "")
+    if module.split(".")[0] != TRUSTED_PACKAGE or "<" in qualname:
+        what = f"{module}.{qualname}" if module else repr(obj)
+        msg = (
+            f"{path}: {what} cannot be saved in a snapshot (only calwatch's own classes, arrays and "
+            "plain values are; models are re-attached on load)"
+        )
+        raise SnapshotError(msg)
+    return f"{module}:{qualname}"
+
+
+def resolve_trusted(name: str) -> Any:
+    """The class or function ``"module:qualname"`` names, if it lives in the calwatch package."""
+    module_name, _, qualname = str(name).partition(":")
+    if module_name.split(".")[0] != TRUSTED_PACKAGE or not qualname or "<" in qualname:
+        msg = f"the snapshot names {name!r}, which is not part of calwatch: refusing to load it"
+        raise SnapshotError(msg)
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as err:
+        msg = f"the snapshot names {name!r}, which this version of calwatch does not have"
+        raise SnapshotError(msg) from err
+    if getattr(target, "__module__", None) != module_name:
+        msg = f"{name!r} is not defined in {module_name}: refusing to load it"
+        raise SnapshotError(msg)
+    return target

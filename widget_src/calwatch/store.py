@@ -1,0 +1,451 @@
+"""Monitor snapshots on disk: a folder of parquet tables and JSON, written atomically, no pickle.
+
+Layout of a snapshot folder::
+
+    manifest.json     format, versions, when, the model's description, and a size + SHA-256 of
+                      every other file (checked before anything is read back)
+    state.json        calibrators, shift detectors, warning log, notes, class encoder (JSON,
+                      via :mod:`calwatch.state_codec`)
+    arrays.parquet    the numeric arrays state.json refers to (key, dtype, shape, bytes)
+    batches.parquet   per-batch statistics of the whole stream, one row per batch and calibrator
+    rows.parquet      the raw rows still in the window (ids, probabilities, packed sets, labels)
+
+The folder is written next to its destination under a temporary name and renamed into place,
+so a crash leaves either the old snapshot or the new one, never half of one. Loading verifies
+every checksum first and builds a new :class:`~calwatch.monitor.Monitor`; a corrupted or
+truncated snapshot raises :class:`~calwatch.state_codec.SnapshotError` and changes nothing.
+The model itself is not saved (its weights belong to its own framework): pass it again to
+:meth:`Monitor.load <calwatch.monitor.Monitor.load>` to keep streaming inputs ``X``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Hashable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder
+from calwatch.stream import (
+    NO_LABEL,
+    BatchRecord,
+    BatchRows,
+    CalibratorBatchStats,
+    RiskBatchStats,
+    StreamState,
+)
+
+if TYPE_CHECKING:
+    from calwatch.monitor import Monitor
+
+FORMAT = "calwatch-snapshot"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+DATA_FILES = ("state.json", "arrays.parquet", "batches.parquet", "rows.parquet")
+# Monitor attributes that are not state: the model adapter, live views and their listeners.
+_TRANSIENT = frozenset({"_adapter", "_listeners", "_widget", "_stream"})
+
+
+# ---------------------------------------------------------------------------- save
+def save_monitor(monitor: Monitor, path: str | os.PathLike[str]) -> Path:
+    """Write ``monitor`` to the folder ``path`` (replacing an earlier snapshot there).
+
+    Returns
+    -------
+    Path
+        The snapshot folder.
+
+    Raises
+    ------
+    SnapshotError
+        If a calibrator holds state that cannot be saved without pickle (nothing is written),
+        or ``path`` is an existing folder that is not a calwatch snapshot.
+    """
+    target = Path(path)
+    if target.exists() and not _is_replaceable(target):
+        msg = f"path {str(target)!r} exists and is not a calwatch snapshot: refusing to overwrite it"
+        raise SnapshotError(msg)
+    encoder = StateEncoder()
+    state = {
+        "monitor": encoder.encode({k: v for k, v in vars(monitor).items() if k not in _TRANSIENT}, "monitor"),
+        "stream": _stream_counters(monitor._stream),
+    }
+    batches = _batches_frame(monitor._stream)
+    rows, row_columns = _rows_frame(monitor._stream)
+    state["row_columns"] = row_columns
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        (staging / "state.json").write_text(json.dumps(state, allow_nan=False), encoding="utf-8")
+        _arrays_frame(encoder.arrays).write_parquet(staging / "arrays.parquet")
+        batches.write_parquet(staging / "batches.parquet")
+        rows.write_parquet(staging / "rows.parquet")
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "calwatch_version": _version(),
+            "saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "name": monitor.name,
+            "model": monitor.model_description,
+            "status": monitor.status(),
+            "files": {name: _file_facts(staging / name) for name in DATA_FILES},
+        }
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        _sync_folder(staging)
+        _swap_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def _is_replaceable(target: Path) -> bool:
+    return target.is_dir() and ((target / MANIFEST).is_file() or not any(target.iterdir()))
+
+
+def _swap_into_place(staging: Path, target: Path) -> None:
+    if not target.exists():
+        staging.rename(target)
+        return
+    retired = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+    target.rename(retired)
+    try:
+        staging.rename(target)
+    except BaseException:
+        retired.rename(target)
+        raise
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def _sync_folder(folder: Path) -> None:
+    for file in folder.iterdir():
+        with open(file, "rb") as handle:
+            os.fsync(handle.fileno())
+
+
+def _file_facts(file: Path) -> dict[str, Any]:
+    return {"bytes": file.stat().st_size, "sha256": _sha256(file)}
+
+
+def _sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with open(file, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _version() -> str:
+    from calwatch import __version__
+
+    return __version__
+
+
+def _stream_counters(stream: StreamState) -> dict[str, int]:
+    return {
+        "window": stream.window,
+        "rows_seen": stream.rows_seen,
+        "rows_labelled": stream.rows_labelled,
+        "labels_unmatched": stream.labels_unmatched,
+        "rows_expired": stream.rows_expired,
+    }
+
+
+_BATCH_SCHEMA: dict[str, Any] = {
+    "batch": pl.Int64, "name": pl.String, "observed_at": pl.Datetime("us", "UTC"), "n_rows": pl.Int64,
+    "calibrator": pl.String, "kind": pl.String, "size_counts": pl.List(pl.Int64),
+    "class_labelled": pl.List(pl.Int64), "class_covered": pl.List(pl.Int64), "alpha_level": pl.Float64,
+    "top_k": pl.Int64, "risk_sum": pl.Float64, "n_labelled": pl.Int64, "n_missed": pl.Int64,
+    "risk_sum_labelled": pl.Float64,
+}  # fmt: skip
+
+
+def _batches_frame(stream: StreamState) -> pl.DataFrame:
+    out: dict[str, list[Any]] = {name: [] for name in _BATCH_SCHEMA}
+    for record in stream.batches:
+        for key, stats in record.stats.items():
+            values: dict[str, Any] = {
+                "batch": record.index, "name": record.name, "observed_at": record.observed_at,
+                "n_rows": record.n_rows, "calibrator": key,
+            }  # fmt: skip
+            if isinstance(stats, CalibratorBatchStats):
+                values |= {
+                    "kind": "sets", "size_counts": stats.size_counts.tolist(),
+                    "class_labelled": stats.class_labelled.tolist(),
+                    "class_covered": stats.class_covered.tolist(), "alpha_level": stats.alpha_level,
+                }  # fmt: skip
+            else:
+                values |= {
+                    "kind": "risk", "top_k": stats.top_k, "risk_sum": stats.risk_sum,
+                    "n_labelled": stats.n_labelled, "n_missed": stats.n_missed,
+                    "risk_sum_labelled": stats.risk_sum_labelled,
+                }  # fmt: skip
+            for name in _BATCH_SCHEMA:
+                out[name].append(values.get(name))
+    return pl.DataFrame(out, schema=_BATCH_SCHEMA)
+
+
+def _rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """The window's raw rows, and how its columns map back (id encoding, calibrator columns)."""
+    records = stream.window_batches()
+    calibrators: list[str] = []
+    risks: list[str] = []
+    if records:
+        assert records[0].rows is not None
+        calibrators = list(records[0].rows.packed_sets)
+        risks = list(records[0].rows.risks)
+    ids = [i for r in records if r.rows is not None for i in r.rows.ids]
+    id_kind, id_column = _encode_ids(ids)
+    columns: dict[str, Any] = {
+        "batch": pl.Series([r.index for r in records for _ in range(r.n_rows)], dtype=pl.Int64),
+        "id": id_column,
+    }
+    present = [r.rows for r in records if r.rows is not None]
+    if present:
+        columns["probs"] = pl.Series(np.concatenate([rows.probs for rows in present]))
+        columns["label"] = pl.Series(np.concatenate([rows.labels for rows in present]).astype(np.int64))
+        categories = [rows.categories for rows in present]
+        if any(c is not None for c in categories):
+            if any(c is None for c in categories):
+                msg = "some window batches have Mondrian categories and others do not"
+                raise SnapshotError(msg)
+            columns["category"] = _category_series(np.concatenate(categories))  # type: ignore[arg-type]
+        for i, key in enumerate(calibrators):
+            columns[f"set_{i}"] = pl.Series(
+                [row.tobytes() for rows in present for row in rows.packed_sets[key]], dtype=pl.Binary
+            )
+        for i, key in enumerate(risks):
+            columns[f"risk_{i}"] = pl.Series(np.concatenate([rows.risks[key] for rows in present]))
+    mapping = {"id_kind": id_kind, "set_calibrators": calibrators, "risk_calibrators": risks}
+    return pl.DataFrame(columns), mapping
+
+
+def _encode_ids(ids: list[Hashable]) -> tuple[str, pl.Series]:
+    kinds = {type(i) for i in ids}
+    if kinds <= {int}:
+        return "int", pl.Series(ids, dtype=pl.Int64)
+    if kinds <= {str}:
+        return "str", pl.Series(ids, dtype=pl.String)
+    encoder = StateEncoder()
+    encoded = []
+    for i in ids:
+        tree = encoder.encode(i, "ids")
+        if encoder.arrays:
+            msg = f"ids: {i!r} cannot be saved (ids must be numbers, strings or tuples of them)"
+            raise SnapshotError(msg)
+        encoded.append(json.dumps(tree, allow_nan=False))
+    return "json", pl.Series(encoded, dtype=pl.String)
+
+
+def _category_series(values: npt.NDArray[Any]) -> pl.Series:
+    if values.dtype.kind == "O":
+        items = values.tolist()
+        if not all(isinstance(v, (str, int, float, bool)) for v in items):
+            msg = "categories: only numbers and strings can be saved in a snapshot"
+            raise SnapshotError(msg)
+        return pl.Series(items)
+    return pl.Series(values)
+
+
+def _arrays_frame(arrays: dict[str, npt.NDArray[Any]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "key": list(arrays),
+            "dtype": [a.dtype.str for a in arrays.values()],
+            "shape": [list(a.shape) for a in arrays.values()],
+            "data": [a.tobytes() for a in arrays.values()],
+        },
+        schema={"key": pl.String, "dtype": pl.String, "shape": pl.List(pl.Int64), "data": pl.Binary},
+    )
+
+
+# ---------------------------------------------------------------------------- load
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest of a snapshot folder, after checking every file's size and checksum."""
+    folder = Path(path)
+    if not folder.is_dir():
+        msg = f"path {str(folder)!r} is not a snapshot folder (no such directory)"
+        raise SnapshotError(msg)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        msg = f"{str(folder)!r} has no {MANIFEST}: it is not a calwatch snapshot, or it is incomplete"
+        raise SnapshotError(msg) from err
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        msg = f"{MANIFEST} in {str(folder)!r} is corrupted ({err})"
+        raise SnapshotError(msg) from err
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        msg = f"{str(folder)!r} is not a calwatch snapshot ({MANIFEST} has no format {FORMAT!r})"
+        raise SnapshotError(msg)
+    if manifest.get("format_version") != FORMAT_VERSION:
+        msg = (
+            f"snapshot format version {manifest.get('format_version')!r} is not supported by this "
+            f"calwatch (it reads version {FORMAT_VERSION})"
+        )
+        raise SnapshotError(msg)
+    files = manifest.get("files")
+    for name in DATA_FILES:
+        facts = files.get(name) if isinstance(files, dict) else None
+        file = folder / name
+        if not isinstance(facts, dict) or not file.is_file():
+            msg = f"snapshot {str(folder)!r} is incomplete: {name} is missing"
+            raise SnapshotError(msg)
+        if file.stat().st_size != facts.get("bytes"):
+            msg = f"snapshot {str(folder)!r} is truncated or altered: {name} has the wrong size"
+            raise SnapshotError(msg)
+        if _sha256(file) != facts.get("sha256"):
+            msg = f"snapshot {str(folder)!r} is corrupted: {name} does not match its checksum"
+            raise SnapshotError(msg)
+    return manifest
+
+
+def load_monitor(
+    path: str | os.PathLike[str], *, model: Any = None, embedding_layer: str | None = None
+) -> Monitor:
+    """Rebuild a :class:`~calwatch.monitor.Monitor` from a snapshot folder.
+
+    Parameters
+    ----------
+    path : path-like
+        A folder written by :func:`save_monitor`.
+    model : optional
+        The model to re-attach (anything :func:`calwatch.wrap` accepts), so the monitor can keep
+        observing inputs ``X``; without it, it observes precomputed ``probs=``.
+    embedding_layer : str, optional
+        Torch models: the layer whose output is the embedding.
+
+    Raises
+    ------
+    SnapshotError
+        If the folder is not a complete, unaltered snapshot, or names classes outside calwatch.
+    """
+    from calwatch.models import wrap
+    from calwatch.monitor import Monitor
+
+    folder = Path(path)
+    read_manifest(folder)
+    try:
+        state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+        arrays = _read_arrays(pl.read_parquet(folder / "arrays.parquet"))
+        attrs = StateDecoder(arrays).decode(state["monitor"])
+        stream = _read_stream(
+            state["stream"],
+            state["row_columns"],
+            pl.read_parquet(folder / "batches.parquet"),
+            pl.read_parquet(folder / "rows.parquet"),
+        )
+    except SnapshotError:
+        raise
+    except Exception as err:  # a malformed file that still matches its checksum: say so, change nothing
+        msg = f"snapshot {str(folder)!r} could not be read: {type(err).__name__}: {err}"
+        raise SnapshotError(msg) from err
+    monitor = Monitor.__new__(Monitor)
+    monitor.__dict__.update(attrs)
+    monitor._adapter = None if model is None else wrap(model, embedding_layer=embedding_layer)
+    monitor._listeners = []
+    monitor._widget = None
+    monitor._stream = stream
+    return monitor
+
+
+def _read_arrays(frame: pl.DataFrame) -> dict[str, npt.NDArray[Any]]:
+    from calwatch.state_codec import ARRAY_KINDS
+
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    for key, dtype_str, shape, data in frame.iter_rows():
+        dtype = np.dtype(dtype_str)
+        if dtype.kind not in ARRAY_KINDS or dtype.fields is not None:
+            msg = f"array {key!r} has dtype {dtype_str!r}, which snapshots never hold"
+            raise SnapshotError(msg)
+        arrays[key] = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+    return arrays
+
+
+def _read_stream(
+    counters: dict[str, int], mapping: dict[str, Any], batches: pl.DataFrame, rows: pl.DataFrame
+) -> StreamState:
+    stream = StreamState(int(counters["window"]))
+    records: dict[int, BatchRecord] = {}
+    for row in batches.iter_rows(named=True):
+        record = records.get(row["batch"])
+        if record is None:
+            record = BatchRecord(
+                index=row["batch"],
+                name=row["name"],
+                observed_at=row["observed_at"],
+                n_rows=row["n_rows"],
+                stats={},
+            )
+            records[row["batch"]] = record
+        record.stats[row["calibrator"]] = _stats_from_row(row)
+    stream.batches = [records[i] for i in sorted(records)]
+    if stream.batches and [r.index for r in stream.batches] != list(range(len(stream.batches))):
+        msg = "batches.parquet does not hold consecutive batches 0..n-1"
+        raise SnapshotError(msg)
+    for index, part in rows.group_by("batch", maintain_order=True):
+        record = stream.batches[int(index[0])]
+        record.rows = _batch_rows(part, mapping)
+        if len(record.rows.ids) != record.n_rows:
+            msg = (
+                f"rows.parquet holds {len(record.rows.ids)} rows of batch {record.index}, not {record.n_rows}"
+            )
+            raise SnapshotError(msg)
+        stream._in_window.append(record)
+        stream._rows_in_window += record.n_rows
+        stream.id_index.update((row_id, (record.index, i)) for i, row_id in enumerate(record.rows.ids))
+    for name in ("rows_seen", "rows_labelled", "labels_unmatched", "rows_expired"):
+        setattr(stream, name, int(counters[name]))
+    return stream
+
+
+def _stats_from_row(row: dict[str, Any]) -> CalibratorBatchStats | RiskBatchStats:
+    if row["kind"] == "sets":
+        return CalibratorBatchStats(
+            size_counts=np.asarray(row["size_counts"], dtype=np.int64),
+            class_labelled=np.asarray(row["class_labelled"], dtype=np.int64),
+            class_covered=np.asarray(row["class_covered"], dtype=np.int64),
+            alpha_level=row["alpha_level"],
+        )
+    if row["kind"] == "risk":
+        return RiskBatchStats(
+            top_k=row["top_k"], n_rows=row["n_rows"], risk_sum=row["risk_sum"], n_labelled=row["n_labelled"],
+            n_missed=row["n_missed"], risk_sum_labelled=row["risk_sum_labelled"],
+        )  # fmt: skip
+    msg = f"batches.parquet has a row of unknown kind {row['kind']!r}"
+    raise SnapshotError(msg)
+
+
+def _batch_rows(part: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
+    if mapping["id_kind"] == "json":
+        decoder = StateDecoder({})
+        ids: list[Hashable] = [decoder.decode(json.loads(text)) for text in part["id"].to_list()]
+    else:
+        ids = part["id"].to_list()
+    probs = np.asarray(part["probs"].to_numpy(), dtype=np.float64)
+    n_bytes = (probs.shape[1] + 7) // 8
+    packed = {
+        key: np.frombuffer(b"".join(part[f"set_{i}"].to_list()), dtype=np.uint8).reshape(-1, n_bytes).copy()
+        for i, key in enumerate(mapping["set_calibrators"])
+    }
+    risks = {
+        key: part[f"risk_{i}"].to_numpy().astype(np.float64)
+        for i, key in enumerate(mapping["risk_calibrators"])
+    }
+    labels = part["label"].to_numpy().astype(np.intp)
+    if labels.size and (labels.min() < NO_LABEL or labels.max() >= probs.shape[1]):
+        msg = "rows.parquet holds labels outside the classes"
+        raise SnapshotError(msg)
+    categories = part["category"].to_numpy() if "category" in part.columns else None
+    return BatchRows(
+        ids=ids, probs=probs, packed_sets=packed, labels=labels, categories=categories, risks=risks
+    )
