@@ -171,7 +171,7 @@ export function createAlerts(
         const waiting = sent.has(w.episode);
         ack.disabled = waiting;
         ack.textContent = waiting ? "Acknowledging…" : "Acknowledge";
-        ack.hidden = !form.hidden;
+        ack.hidden = !form.hidden || Boolean(model.get("_readonly"));
       },
     };
   };

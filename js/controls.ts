@@ -98,6 +98,7 @@ export function createControls(model: AnyModel<WidgetModel>, doc: Document = doc
   };
   const drawPause = () => {
     const paused = Boolean(model.get("_paused"));
+    pause.hidden = Boolean(model.get("_readonly"));
     pause.textContent = paused ? "Resume" : "Pause";
     pause.setAttribute("aria-pressed", String(paused));
     el.classList.toggle("calwatch-paused", paused);

@@ -68,6 +68,8 @@ export interface WidgetModel {
   _error: string;
   /** Shift warnings, oldest first. Optional: a kernel without warnings does not send it. */
   _warnings?: ShiftWarning[];
+  /** A frozen view with no kernel behind it (a standalone report): pause and acknowledge are hidden. */
+  _readonly?: boolean;
 }
 
 /** Every row of every dataset carries a `key`, unique within its dataset. */

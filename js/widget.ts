@@ -223,3 +223,4 @@ export default () => {
   const render: Render<WidgetModel> = ({ model, el }) => renderView(model, el);
   return { initialize, render };
 };
+export { renderStatic, StaticModel } from "./static";

@@ -11,3 +11,33 @@ def softmax_data(n, K=4, seed=0, scale=2.0):
     P /= P.sum(axis=1, keepdims=True)
     y = (P.cumsum(axis=1) > rng.uniform(size=(n, 1))).argmax(axis=1)
     return P, y
+
+
+#: Class names of the pets stream; one is an HTML injection attempt that views must escape.
+PET_CLASSES = ["cat", "dog", "<img src=x onerror=alert(1)>", "owl"]
+
+
+def pets_monitor(seed=0, *, calibrators=None, window=100_000):
+    """A monitor with every kind of calibrator, six batches (the last three drift), late labels, a note."""
+    import calwatch as cw
+
+    names = np.array(PET_CLASSES)
+    calibrators = calibrators or {
+        "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
+        "aps-random": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True, seed=3),
+        "by-class": cw.SplitConformalClassifier(score="lac", alpha=0.1, mondrian="label"),
+        "aci": cw.Adaptive(cw.SplitConformalClassifier(score="lac", alpha=0.1)),
+        "risk": cw.RiskEstimator(),
+        "pac": cw.PACConfidenceSets(),
+    }
+    mon = cw.Monitor(calibrators=calibrators, classes=PET_CLASSES, window=window, name="pets")
+    P, y = softmax_data(3000, seed=seed)
+    mon.calibrate(probs=P, y=names[y])
+    for b in range(6):
+        P, _ = softmax_data(400, seed=100 + b, scale=2.0 if b < 3 else 0.5)
+        mon.observe(probs=P, ids=[f"b{b}-{i}" for i in range(400)])
+        if b:
+            _, y_prev = softmax_data(400, seed=99 + b, scale=2.0 if b < 4 else 0.5)
+            mon.label([f"b{b - 1}-{i}" for i in range(300)], names[y_prev[:300]])
+    mon.note("drift starts <b>here</b>", batch=3, author="ana")
+    return mon

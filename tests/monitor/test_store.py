@@ -17,35 +17,13 @@ from calwatch import charts
 from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder
 from calwatch.store import read_manifest
 
-from ..synthetic import softmax_data
+from ..synthetic import PET_CLASSES, pets_monitor, softmax_data
 
-CLASSES = ["cat", "dog", "<img src=x onerror=alert(1)>", "owl"]
+CLASSES = PET_CLASSES
 
 
 def _stream(seed=0, *, calibrators=None, window=100_000):
-    """A monitor with every kind of calibrator, a few batches, late labels and a note."""
-    rng = np.random.default_rng(seed)
-    names = np.array(CLASSES)
-    calibrators = calibrators or {
-        "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
-        "aps-random": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True, seed=3),
-        "by-class": cw.SplitConformalClassifier(score="lac", alpha=0.1, mondrian="label"),
-        "aci": cw.Adaptive(cw.SplitConformalClassifier(score="lac", alpha=0.1)),
-        "risk": cw.RiskEstimator(),
-        "pac": cw.PACConfidenceSets(),
-    }
-    mon = cw.Monitor(calibrators=calibrators, classes=CLASSES, window=window, name="pets")
-    P, y = softmax_data(3000, seed=seed)
-    mon.calibrate(probs=P, y=names[y])
-    for b in range(6):
-        P, y = softmax_data(400, seed=100 + b, scale=2.0 if b < 3 else 0.5)  # later batches drift
-        mon.observe(probs=P, ids=[f"b{b}-{i}" for i in range(400)])
-        if b:
-            _, y_prev = softmax_data(400, seed=99 + b, scale=2.0 if b < 4 else 0.5)
-            mon.label([f"b{b - 1}-{i}" for i in range(300)], names[y_prev[:300]])
-        rng.random()
-    mon.note("drift starts <b>here</b>", batch=3, author="ana")
-    return mon
+    return pets_monitor(seed, calibrators=calibrators, window=window)
 
 
 def _continue(mon, start=50):

@@ -2,6 +2,7 @@
 
 - ``calwatch demo [--out DIR] [--seed N]``: stream NYC flights 2013 through a monitor, print
   the tables and write ``DIR/calwatch-demo.html`` (see :mod:`calwatch.demo`).
+- ``calwatch report SNAPSHOT [-o FILE]``: a standalone HTML report of a saved monitor.
 - ``calwatch --version``.
 """
 
@@ -45,7 +46,35 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="seed of the flights model (default: 0)")
     demo.add_argument("--alpha", type=float, default=0.1, help="miscoverage level α (default: 0.1)")
     demo.set_defaults(handler=_run_demo)
+    report = commands.add_parser(
+        "report",
+        help="write a standalone HTML report of a saved monitor",
+        description=(
+            "Read a snapshot folder written by Monitor.save and write one HTML file with every "
+            "panel, the warning log, notes, configuration and provenance (opens with no kernel)."
+        ),
+    )
+    report.add_argument("snapshot", type=Path, help="the snapshot folder")
+    report.add_argument(
+        "-o", "--out", type=Path, default=None, metavar="FILE",
+        help="the HTML file (default: SNAPSHOT.html next to the folder)",
+    )  # fmt: skip
+    report.set_defaults(handler=_run_report)
     return parser
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from calwatch.report import write_report
+    from calwatch.state_codec import SnapshotError
+
+    out = args.out if args.out is not None else args.snapshot.with_name(args.snapshot.name + ".html")
+    try:
+        path = write_report(args.snapshot, out)
+    except SnapshotError as err:
+        print(f"calwatch report: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
+    return 0
 
 
 def _run_demo(args: argparse.Namespace) -> int:

@@ -157,6 +157,9 @@ class Monitor:
         martingale on the model's confidence, and per set calibrator a conformity-score
         martingale and a coverage-drop test on labelled rows; their alarms become warnings
         (:meth:`warnings`, the widget's banner). ``None`` turns them off.
+    provenance : dict of str to str, optional
+        Where the data and model come from (dataset, version, split...), shown in reports and
+        kept in snapshots; also settable later through the ``provenance`` attribute.
 
     Examples
     --------
@@ -178,6 +181,7 @@ class Monitor:
         embedding_layer: str | None = None,
         probability_tolerance: float = PROBABILITY_SUM_TOLERANCE,
         shift: str | list[Detector] | None = "default",
+        provenance: Mapping[str, str] | None = None,
     ) -> None:
         self._adapter: ModelAdapter | None = (
             None if model is None else wrap(model, embedding_layer=embedding_layer)
@@ -220,6 +224,7 @@ class Monitor:
         self._notes: list[Note] = []
         self.calibration_: dict[str, Any] | None = None
         self.model_description = "none (precomputed outputs)" if model is None else _describe(model)
+        self.provenance: dict[str, str] = {str(k): str(v) for k, v in (provenance or {}).items()}
 
     def __repr__(self) -> str:
         state = "calibrated" if self.calibration_ else "not calibrated"
@@ -677,6 +682,15 @@ class Monitor:
         from calwatch.store import save_monitor
 
         return save_monitor(self, path)
+
+    def report(self, path: str | os.PathLike[str]) -> Path:
+        """Write a standalone HTML report (every panel, warnings, notes, configuration, provenance).
+
+        The file opens in any browser with no kernel and no network.
+        """
+        from calwatch.report import write_report
+
+        return write_report(self, path)
 
     @classmethod
     def load(

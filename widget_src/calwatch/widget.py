@@ -47,6 +47,34 @@ def _json_rows_from_dicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def view_state(monitor: Monitor) -> dict[str, Any]:
+    """The synced traits a view of ``monitor`` starts from (also what a static report renders)."""
+    kinds = charts.chart_kinds(monitor)
+    return {
+        "_title": monitor.name,
+        "_specs": charts.live_specs(kinds),
+        "_chart_order": kinds,
+        "_calibrators": list(monitor.calibrators),
+        "_status": monitor.status(),
+        "_warnings": warning_rows(monitor),
+    }
+
+
+def warning_rows(monitor: Monitor) -> list[dict[str, Any]]:
+    """The shift warning log as JSON-safe dicts, oldest first."""
+    watch = monitor.shift_watch
+    return [] if watch is None else _json_rows_from_dicts(watch.warning_records())
+
+
+def view_datasets(
+    monitor: Monitor, batches: tuple[int, ...] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Rows of every chart dataset (of ``batches``, default all), JSON-safe."""
+    if monitor.calibration_ is None or monitor.n_batches == 0:
+        return {name: [] for name in charts.DATASETS}
+    return {name: _json_rows(frame) for name, frame in charts.datasets(monitor, batches).items()}
+
+
 class MonitorWidget(anywidget.AnyWidget):
     """Live coverage, set-size and label-progress charts of a monitor.
 
@@ -120,26 +148,17 @@ class MonitorWidget(anywidget.AnyWidget):
     def refresh_layout(self) -> None:
         """Re-send specs, calibrator names and status (after calibrate)."""
         with self.hold_sync():
-            self._title = self._monitor.name
-            kinds = charts.chart_kinds(self._monitor)
-            self._specs = charts.live_specs(kinds)
-            self._chart_order = kinds
-            self._calibrators = list(self._monitor.calibrators)
-            self._status = self._monitor.status()
-            self._warnings = self._warning_records()
+            for trait, value in view_state(self._monitor).items():
+                setattr(self, trait, value)
 
     def replay_payload(self) -> dict[str, list[dict[str, Any]]]:
         """Every dataset row of the stream so far (what a new view receives)."""
-        if self._monitor.calibration_ is None or self._monitor.n_batches == 0:
-            return {name: [] for name in charts.DATASETS}
-        return {name: _json_rows(frame) for name, frame in charts.datasets(self._monitor).items()}
+        return view_datasets(self._monitor)
 
     # ----------------------------------------------------------------- kernel side
     def _on_batches(self, batches: tuple[int, ...]) -> None:
         try:
-            data = {
-                name: _json_rows(frame) for name, frame in charts.datasets(self._monitor, batches).items()
-            }
+            data = view_datasets(self._monitor, batches)
         except Exception as err:  # draw the error in the widget instead of losing it
             self._error = f"{type(err).__name__}: {err}"
             raise
@@ -147,11 +166,7 @@ class MonitorWidget(anywidget.AnyWidget):
         self.send({"kind": "upsert", "seq": self._seq, "data": data})
         with self.hold_sync():
             self._status = self._monitor.status()
-            self._warnings = self._warning_records()
-
-    def _warning_records(self) -> list[dict[str, Any]]:
-        watch = self._monitor.shift_watch
-        return [] if watch is None else _json_rows_from_dicts(watch.warning_records())
+            self._warnings = warning_rows(self._monitor)
 
     def _on_custom_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if isinstance(content, dict) and content.get("kind") == "acknowledge":

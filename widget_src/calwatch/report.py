@@ -1,0 +1,277 @@
+"""Standalone HTML reports of a monitor or a snapshot.
+
+Every panel, the warning log, notes, configuration and provenance, in one file that opens in a
+browser with no kernel and no network.
+
+The dashboard in the report is the widget itself, frozen: its JavaScript bundle is inlined
+(base64, loaded through a ``blob:`` URL) and rendered from the saved traits and datasets by
+``renderStatic`` (``js/static.ts``); the calibrator picker and tooltips work, pausing and
+acknowledging (which need a kernel) are hidden. Every text that came from users, labels or class
+names is escaped — in the HTML tables by :func:`html.escape`, in the embedded JSON by escaping
+``<``, ``>`` and ``&``, and in the dashboard by the widget, which only ever sets ``textContent``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from calwatch.monitor import Monitor
+
+
+def write_report(source: Monitor | str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+    """Write a standalone HTML report of a monitor (or of a snapshot folder) to ``path``.
+
+    Parameters
+    ----------
+    source : Monitor or path-like
+        A live monitor, or a snapshot folder written by :meth:`Monitor.save`.
+    path : path-like
+        The HTML file to write (replaced atomically if it exists).
+
+    Returns
+    -------
+    Path
+        The report file.
+    """
+    from calwatch.monitor import Monitor
+    from calwatch.store import read_manifest
+
+    snapshot: dict[str, Any] | None = None
+    if isinstance(source, Monitor):
+        monitor = source
+    else:
+        snapshot = read_manifest(source) | {"path": str(Path(source).resolve())}
+        monitor = Monitor.load(source)
+    page = render_report(monitor, snapshot=snapshot)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(f".{target.name}.tmp")
+    staging.write_text(page, encoding="utf-8")
+    staging.replace(target)
+    return target
+
+
+def render_report(monitor: Monitor, *, snapshot: dict[str, Any] | None = None) -> str:
+    """The report page as a string (see :func:`write_report`)."""
+    from calwatch import __version__
+    from calwatch.widget import _bundle, view_datasets, view_state
+
+    state = view_state(monitor) | {"_selected": "", "_paused": False, "_error": ""}
+    payload = {"model": state, "datasets": view_datasets(monitor)}
+    bundle = base64.b64encode(_bundle().read_bytes()).decode("ascii")
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
+    sections = [
+        _section("Warnings", _warnings_table(monitor)),
+        _section("Notes", _table(monitor.notes(), empty="No notes.")),
+        _section("Coverage by calibrator", _coverage_table(monitor)),
+        _section("Configuration", _configuration(monitor)),
+        _section("Provenance", _provenance(monitor, snapshot, generated, __version__)),
+    ]
+    title = f"calwatch report: {monitor.name}"
+    return _PAGE.format(
+        csp=_CSP,
+        title=_esc(title),
+        heading=_esc(title),
+        generated=_esc(f"generated {generated} by calwatch {__version__}"),
+        sections="\n".join(sections),
+        payload=_script_json(payload),
+        bundle=_script_json(bundle),
+    )
+
+
+def _esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _script_json(value: Any) -> str:
+    """JSON that cannot end its <script> element early (``<``, ``>``, ``&`` escaped)."""
+    text = json.dumps(value, allow_nan=False, default=str)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def _section(title: str, body: str) -> str:
+    return f"<section><h2>{_esc(title)}</h2>\n{body}\n</section>"
+
+
+def _table(frame: pl.DataFrame, *, empty: str, columns: Sequence[str] | None = None) -> str:
+    if frame.is_empty():
+        return f'<p class="empty">{_esc(empty)}</p>'
+    names = list(columns or frame.columns)
+    head = "".join(f"<th>{_esc(name)}</th>" for name in names)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_format(row[name])}</td>" for name in names) + "</tr>"
+        for row in frame.select(names).iter_rows(named=True)
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _format(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return _esc(f"{value:.4g}")
+    return _esc(value)
+
+
+def _warnings_table(monitor: Monitor) -> str:
+    columns = [
+        "episode", "name", "threatens", "first_batch", "last_batch", "open", "explanation", "action",
+        "false_alarm_control", "acknowledged", "ack_by", "ack_at", "ack_note",
+    ]  # fmt: skip
+    return _table(monitor.warnings(), empty="No shift warnings.", columns=columns)
+
+
+def _coverage_table(monitor: Monitor) -> str:
+    summary = monitor.summary() if monitor.n_batches else pl.DataFrame()
+    if summary.is_empty():
+        return '<p class="empty">No batches observed.</p>'
+    sets = summary.filter(pl.col("kind") == "sets")
+    table = sets.group_by("calibrator", maintain_order=True).agg(
+        pl.col("target").first(),
+        pl.col("n_rows").sum().alias("rows"),
+        pl.col("n_labelled").sum().alias("labelled"),
+        (pl.col("n_covered").sum() / pl.col("n_labelled").sum()).alias("coverage"),
+        (pl.col("mean_set_size") * pl.col("n_rows")).sum().alias("_size"),
+    )
+    table = table.with_columns((pl.col("_size") / pl.col("rows")).alias("mean set size")).drop("_size")
+    risk = summary.filter(pl.col("kind") == "risk")
+    parts = [_table(table, empty="No set calibrators.")]
+    if not risk.is_empty():
+        risk_table = risk.group_by("calibrator", maintain_order=True).agg(
+            pl.col("n_rows").sum().alias("rows"),
+            pl.col("n_labelled").sum().alias("labelled"),
+            (pl.col("estimated_error") * pl.col("n_rows")).sum().alias("_est"),
+            (pl.col("observed_error") * pl.col("n_labelled")).sum().alias("_obs"),
+        )
+        risk_table = risk_table.with_columns(
+            (pl.col("_est") / pl.col("rows")).alias("estimated error"),
+            (pl.col("_obs") / pl.col("labelled")).alias("observed error"),
+        ).drop("_est", "_obs")
+        parts.append(_table(risk_table, empty=""))
+    return "\n".join(parts)
+
+
+def _configuration(monitor: Monitor) -> str:
+    calibrators = pl.DataFrame(
+        {
+            "calibrator": list(monitor.calibrators),
+            "configuration": [repr(cal) for cal in monitor.calibrators.values()],
+            "target coverage": [monitor.targets().get(key) for key in monitor.calibrators],
+        },
+        schema={"calibrator": pl.String, "configuration": pl.String, "target coverage": pl.Float64},
+    )
+    watch = monitor.shift_watch
+    detectors = pl.DataFrame(
+        {
+            "detector": [d.name for d in watch.detectors] if watch else [],
+            "needs labels": [d.needs_labels for d in watch.detectors] if watch else [],
+        },
+        schema={"detector": pl.String, "needs labels": pl.Boolean},
+    )
+    facts = [("window (raw rows kept)", f"{monitor.window:,}"), ("classes", _class_list(monitor))]
+    return "\n".join(
+        [
+            _definitions(facts),
+            _table(calibrators, empty="No calibrators."),
+            _table(detectors, empty="No shift detectors."),
+        ]
+    )
+
+
+def _class_list(monitor: Monitor) -> str:
+    try:
+        return ", ".join(str(c) for c in monitor.classes_.tolist())
+    except Exception:  # not calibrated yet
+        return "(not calibrated)"
+
+
+def _provenance(monitor: Monitor, snapshot: dict[str, Any] | None, generated: str, version: str) -> str:
+    calibration = monitor.calibration_ or {}
+    status = monitor.status()
+    summary = monitor.summary() if monitor.n_batches else None
+    facts: list[tuple[str, Any]] = [
+        ("monitor", monitor.name),
+        ("model", monitor.model_description),
+        ("calibration rows", calibration.get("n_rows")),
+        ("calibration class counts", calibration.get("class_counts")),
+        ("calibrated at", calibration.get("calibrated_at")),
+        ("rows seen", f"{status['rows_seen']:,}"),
+        ("rows labelled", f"{status['rows_labelled']:,}"),
+        ("batches", status["batches"]),
+        ("labels for unknown or expired ids", status["labels_unmatched"]),
+    ]
+    if summary is not None:
+        facts.append(("first batch observed", summary["observed_at"].min()))
+        facts.append(("last batch observed", summary["observed_at"].max()))
+    facts += [(f"data: {key}", value) for key, value in monitor.provenance.items()]
+    if snapshot is not None:
+        facts += [("snapshot", snapshot.get("path")), ("snapshot saved at", snapshot.get("saved_at"))]
+        facts.append(("saved by calwatch", snapshot.get("calwatch_version")))
+    facts += [("report generated", generated), ("calwatch", version)]
+    return _definitions(facts)
+
+
+def _definitions(facts: Iterable[tuple[str, Any]]) -> str:
+    rows = "".join(f"<dt>{_esc(key)}</dt><dd>{_esc(value)}</dd>" for key, value in facts if value is not None)
+    return f"<dl>{rows}</dl>"
+
+
+# Nothing may be fetched: the report must work offline and must not phone home. Vega compiles
+# its expressions with Function (hence unsafe-eval); the bundle is imported from a blob: URL.
+_CSP = (
+    "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval' blob:; "
+    "style-src 'unsafe-inline'; img-src data: blob:"
+)
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
+<title>{title}</title>
+<style>
+body {{ font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto;
+  max-width: 1180px; padding: 0 16px; color: #1f2328; }}
+h1 {{ font-size: 22px; margin: 0 0 2px; }} h2 {{ font-size: 17px; margin: 28px 0 8px; }}
+.generated {{ color: #59636e; margin: 0 0 16px; }} .empty {{ color: #59636e; }}
+table {{ border-collapse: collapse; font-size: 13px; margin: 6px 0 12px; }}
+th, td {{ border: 1px solid #d1d9e0; padding: 3px 8px; text-align: left; vertical-align: top; }}
+th {{ background: #f6f8fa; }} dl {{ display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; }}
+dt {{ color: #59636e; }} dd {{ margin: 0; }} #calwatch-error {{ color: #b42318; white-space: pre-wrap; }}
+</style>
+</head>
+<body>
+<h1>{heading}</h1>
+<p class="generated">{generated}</p>
+<div id="calwatch-view"></div>
+<div id="calwatch-error" role="alert"></div>
+{sections}
+<script id="calwatch-state" type="application/json">{payload}</script>
+<script id="calwatch-bundle" type="application/json">{bundle}</script>
+<script type="module">
+const read = (id) => JSON.parse(document.getElementById(id).textContent);
+try {{
+  const code = Uint8Array.from(atob(read("calwatch-bundle")), (c) => c.charCodeAt(0));
+  const url = URL.createObjectURL(new Blob([code], {{ type: "text/javascript" }}));
+  const widget = await import(url);
+  const state = read("calwatch-state");
+  widget.renderStatic(document.getElementById("calwatch-view"), state.model, state.datasets);
+  document.body.dataset.rendered = "true";
+}} catch (error) {{
+  document.getElementById("calwatch-error").textContent = "The dashboard could not be drawn: " + error;
+}}
+</script>
+</body>
+</html>
+"""
