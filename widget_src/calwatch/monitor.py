@@ -16,7 +16,8 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.classes import ClassEncoder, as_1d_array
-from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE
+from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE, check_alpha
+from calwatch.engine.adaptive import Adaptive, ConformalLevels
 from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
 from calwatch.engine.metrics import clopper_pearson
 from calwatch.engine.scores import label_ranks
@@ -617,6 +618,80 @@ class Monitor:
         self._shift.acknowledge(int(episode), note, by)
         self._notify(())
 
+    # ------------------------------------------------------------------ what if
+    def what_if_calibrators(self) -> list[str]:
+        """Set calibrators whose sets can be recomputed at another level (see :meth:`what_if`)."""
+        return [key for key, cal in self._calibrators.items() if _levels_of(cal) is not None]
+
+    def what_if(self, alpha: float, calibrators: list[str] | None = None) -> pl.DataFrame:
+        """Sets and coverage of the window's rows recomputed at another level ``alpha``.
+
+        Uses each calibrator's fitted calibration scores (no refitting): the threshold is the
+        conformal quantile at ``alpha`` of the same scores, so the result is what the monitor
+        would have shown had it been built with that ``alpha``. Only the rows still in the window
+        can be recomputed; earlier batches are not in the result.
+
+        Parameters
+        ----------
+        alpha : float
+            Miscoverage level in (0, 1).
+        calibrators : list of str, optional
+            Which calibrators (default: all of :meth:`what_if_calibrators`).
+
+        Returns
+        -------
+        polars.DataFrame
+            One row per window batch and calibrator: ``batch, calibrator, alpha, target, n_rows,
+            n_labelled, n_covered, coverage, coverage_lo, coverage_hi, mean_set_size,
+            singleton_share``.
+        """
+        alpha = check_alpha(alpha)
+        eligible = self.what_if_calibrators()
+        keys = eligible if calibrators is None else list(calibrators)
+        for key in keys:
+            if key not in eligible:
+                msg = (
+                    f"calibrators: {key!r} cannot be recomputed at another level (choose from "
+                    f"{eligible}: split conformal calibrators without user categories)"
+                )
+                raise ValueError(msg)
+        out: dict[str, list[Any]] = {
+            "batch": [], "calibrator": [], "n_rows": [], "n_labelled": [], "n_covered": [],
+            "mean_set_size": [], "singleton_share": [],
+        }  # fmt: skip
+        for key in keys:
+            levels = _levels_of(self._calibrators[key])
+            assert levels is not None
+            for record in self._stream.window_batches():
+                rows = record.rows
+                assert rows is not None
+                sets = levels.sets_at_alpha(rows.probs, alpha)
+                labelled = np.flatnonzero(rows.labels != NO_LABEL)
+                sizes = sets.sum(axis=1)
+                out["batch"].append(record.index)
+                out["calibrator"].append(key)
+                out["n_rows"].append(record.n_rows)
+                out["n_labelled"].append(int(labelled.shape[0]))
+                out["n_covered"].append(int(sets[labelled, rows.labels[labelled]].sum()))
+                out["mean_set_size"].append(float(sizes.mean()))
+                out["singleton_share"].append(float((sizes == 1).mean()))
+        schema: dict[str, Any] = {
+            "batch": pl.Int64, "calibrator": pl.String, "n_rows": pl.Int64, "n_labelled": pl.Int64,
+            "n_covered": pl.Int64, "mean_set_size": pl.Float64, "singleton_share": pl.Float64,
+        }  # fmt: skip
+        frame = pl.DataFrame(out, schema=schema)
+        lo, hi = clopper_pearson(frame["n_covered"].to_numpy(), frame["n_labelled"].to_numpy())
+        return frame.with_columns(
+            alpha=pl.lit(alpha, dtype=pl.Float64),
+            target=pl.lit(1.0 - alpha, dtype=pl.Float64),
+            coverage=pl.when(pl.col("n_labelled") > 0).then(pl.col("n_covered") / pl.col("n_labelled")),
+            coverage_lo=pl.Series(lo).fill_nan(None),
+            coverage_hi=pl.Series(hi).fill_nan(None),
+        ).select(
+            "batch", "calibrator", "alpha", "target", "n_rows", "n_labelled", "n_covered", "coverage",
+            "coverage_lo", "coverage_hi", "mean_set_size", "singleton_share",
+        )  # fmt: skip
+
     # ------------------------------------------------------------------ notes
     def note(
         self, text: str, *, batch: int | None = None, episode: int | None = None, author: str | None = None
@@ -989,6 +1064,20 @@ class Monitor:
             widget.keep_panel(panel)
         else:
             display(widget)  # type: ignore[no-untyped-call]
+
+
+def _levels_of(calibrator: Any) -> ConformalLevels | None:
+    """A fitted calibrator's sets at any level, when it has them (split conformal, or ACI's)."""
+    if isinstance(calibrator, Adaptive):
+        levels = getattr(calibrator, "levels_", None)
+        return levels if isinstance(levels, ConformalLevels) else None
+    if (
+        isinstance(calibrator, SplitConformalClassifier)
+        and hasattr(calibrator, "_sorted_scores")
+        and calibrator.mode_ != "category"
+    ):
+        return ConformalLevels(calibrator, calibrator._sorted_scores, allow_empty=calibrator.allow_empty)
+    return None
 
 
 def default_author() -> str:
