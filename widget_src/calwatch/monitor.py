@@ -25,6 +25,7 @@ from calwatch.models import ModelAdapter, ModelOutputs, wrap
 from calwatch.shift_watch import CalibrationData, Detector, ShiftWatch, default_detectors
 from calwatch.stream import (
     NO_LABEL,
+    AdmitBatchStats,
     BatchRecord,
     BatchRows,
     BatchStats,
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 
 IntArray = npt.NDArray[np.intp]
 DEFAULT_WINDOW = 100_000
+#: Per-row Venn-ADMIT results kept in the window (``rows()`` shows them as ``<field>_<name>``).
+ADMIT_ROW_FIELDS = ("y_hat", "q", "d", "admitted", "p_lower", "p_upper")
 
 
 class SetCalibrator(Protocol):
@@ -76,6 +79,11 @@ Calibrator = SetCalibrator | RiskCalibrator
 def is_risk_estimator(calibrator: Any) -> bool:
     """Whether a calibrator estimates risk per row (rather than predicting sets)."""
     return getattr(calibrator, "kind", None) == "risk"
+
+
+def is_admit(calibrator: Any) -> bool:
+    """Whether a calibrator is Venn-ADMIT-like: fitted on a reference set, reads embeddings + logits."""
+    return callable(getattr(calibrator, "predict_arrays", None)) and hasattr(calibrator, "q_k_only")
 
 
 def is_adaptive(calibrator: Any) -> bool:
@@ -196,13 +204,16 @@ class Monitor:
             if not isinstance(key, str) or not key:
                 msg = f"calibrators keys must be non-empty strings; got {key!r}"
                 raise TypeError(msg)
-            predicts = hasattr(calibrator, "predict_sets") or (
-                is_risk_estimator(calibrator) and hasattr(calibrator, "row_risk")
+            predicts = (
+                hasattr(calibrator, "predict_sets")
+                or (is_risk_estimator(calibrator) and hasattr(calibrator, "row_risk"))
+                or is_admit(calibrator)
             )
             if not (hasattr(calibrator, "fit") and predicts):
                 msg = (
                     f"calibrators[{key!r}] must have fit(P, y) and predict_sets(P) (or row_risk(P) "
-                    f"for a risk estimator); got {type(calibrator).__name__}"
+                    f"for a risk estimator, predict_arrays(E, logits) for Venn-ADMIT); got "
+                    f"{type(calibrator).__name__}"
                 )
                 raise TypeError(msg)
         if int(window) != window or window < 1:
@@ -256,8 +267,10 @@ class Monitor:
         return len(self._stream.batches)
 
     # ------------------------------------------------------------------ inputs
-    def _outputs(self, X: Any, probs: Any, logits: Any, *, n_classes: int | None) -> ModelOutputs:
-        if X is not None and (probs is not None or logits is not None):
+    def _outputs(
+        self, X: Any, probs: Any, logits: Any, *, n_classes: int | None, embeddings: Any = None
+    ) -> ModelOutputs:
+        if X is not None and (probs is not None or logits is not None or embeddings is not None):
             msg = "pass either X (inputs for the model) or probs=/logits= (its outputs), not both"
             raise ValueError(msg)
         if X is not None:
@@ -281,7 +294,9 @@ class Monitor:
         if probs is None and logits is None:
             msg = "no data: pass X (with a model) or probs= (precomputed probabilities)"
             raise ValueError(msg)
-        return ModelOutputs.from_arrays(probs, logits=logits, n_classes=n_classes, tolerance=self._tolerance)
+        return ModelOutputs.from_arrays(
+            probs, logits=logits, embeddings=embeddings, n_classes=n_classes, tolerance=self._tolerance
+        )
 
     def _require_encoder(self) -> ClassEncoder:
         if self._encoder is None:
@@ -318,7 +333,9 @@ class Monitor:
         *,
         probs: Any = None,
         logits: Any = None,
+        embeddings: Any = None,
         categories: Any = None,
+        reference: Any = None,
     ) -> Monitor:
         """Fit every calibrator on labelled calibration data.
 
@@ -330,8 +347,14 @@ class Monitor:
             True labels (class labels as the model names them).
         probs, logits : array-like of shape (n, K), optional
             Precomputed model outputs instead of ``X``.
+        embeddings : array-like of shape (n, d), optional
+            Precomputed embeddings (Venn-ADMIT), with ``probs=`` / ``logits=``.
         categories : array-like of shape (n,), optional
             Mondrian categories for calibrators built with ``mondrian="category"``.
+        reference : tuple, optional
+            The reference (training) set of Venn-ADMIT calibrators: ``(X_ref, y_ref)`` run
+            through the model (which must give embeddings: a torch model with
+            ``embedding_layer``), or precomputed ``(embeddings, logits, y)``.
 
         Returns
         -------
@@ -341,14 +364,23 @@ class Monitor:
         if y is None:
             msg = "y is required: the true labels of the calibration rows"
             raise ValueError(msg)
-        outputs = self._outputs(X, probs, logits, n_classes=None)
+        outputs = self._outputs(X, probs, logits, n_classes=None, embeddings=embeddings)
         encoder = self._make_encoder(outputs.n_classes)
         y_idx = encoder.encode(y, "y", n_rows=len(outputs))
+        admit_keys = [key for key, cal in self._calibrators.items() if is_admit(cal)]
+        train = self._reference_set(reference, encoder, admit_keys) if admit_keys else None
+        if reference is not None and not admit_keys:
+            msg = "reference must be None: no calibrator needs a reference set (only Venn-ADMIT does)"
+            raise ValueError(msg)
         fitted = {}
         for key, calibrator in self._calibrators.items():
-            candidate = copy.deepcopy(calibrator)
-            inputs, kwargs = self._inputs_for(calibrator, outputs, categories)
-            candidate.fit(inputs, y_idx, **kwargs)
+            candidate: Any = copy.deepcopy(calibrator)
+            if key in admit_keys:
+                E = _require_embeddings(outputs, f"calibrators[{key!r}] (Venn-ADMIT)")
+                candidate.fit(train=train, calibration=(E, outputs.logits_or_log_probs(), y_idx))
+            else:
+                inputs, kwargs = self._inputs_for(calibrator, outputs, categories)
+                candidate.fit(inputs, y_idx, **kwargs)
             fitted[key] = candidate
         shift = self._shift
         if self._shift_spec is not None:
@@ -373,6 +405,37 @@ class Monitor:
             self._widget.refresh_layout()
         return self
 
+    def _reference_set(self, reference: Any, encoder: ClassEncoder, keys: list[str]) -> tuple[Any, Any, Any]:
+        """``(embeddings, logits, labels)`` of the reference set Venn-ADMIT calibrators need."""
+        if reference is None:
+            msg = (
+                f"reference is required: calibrators {keys} (Venn-ADMIT) need the model's training "
+                "set, as (X_ref, y_ref) or precomputed (embeddings, logits, y)"
+            )
+            raise ValueError(msg)
+        if isinstance(reference, dict):
+            reference = tuple(reference.get(k) for k in ("embeddings", "logits", "y"))
+        if not isinstance(reference, (tuple, list)) or len(reference) not in (2, 3):
+            msg = "reference must be (X_ref, y_ref) or (embeddings, logits, y)"
+            raise TypeError(msg)
+        if len(reference) == 2:
+            X_ref, y_ref = reference
+            if self._adapter is None:
+                msg = "reference=(X_ref, y_ref) needs a model; without one pass (embeddings, logits, y)"
+                raise ValueError(msg)
+            outputs = self._adapter(X_ref)
+        else:
+            E_ref, L_ref, y_ref = reference
+            outputs = ModelOutputs.from_arrays(
+                None, logits=L_ref, embeddings=E_ref, n_classes=len(encoder), tolerance=self._tolerance
+            )
+        E = _require_embeddings(outputs, "reference")
+        return (
+            E,
+            outputs.logits_or_log_probs(),
+            encoder.encode(y_ref, "reference labels", n_rows=len(outputs)),
+        )
+
     # ------------------------------------------------------------------ observe
     def observe(
         self,
@@ -380,6 +443,7 @@ class Monitor:
         *,
         probs: Any = None,
         logits: Any = None,
+        embeddings: Any = None,
         ids: Any = None,
         y: Any = None,
         categories: Any = None,
@@ -390,7 +454,8 @@ class Monitor:
         Parameters
         ----------
         X : array-like, optional
-            Model inputs; or pass the model's outputs as ``probs=`` / ``logits=``.
+            Model inputs; or pass the model's outputs as ``probs=`` / ``logits=`` (and
+            ``embeddings=`` for Venn-ADMIT calibrators).
         ids : sequence of hashables or a polars/pandas Series, optional
             Row ids, so labels can be joined later with :meth:`label`. Default: consecutive
             integers. Must be distinct within the batch and from rows still in the window.
@@ -407,7 +472,7 @@ class Monitor:
             The batch index. A rejected batch raises and leaves the monitor unchanged.
         """
         encoder = self._require_encoder()
-        outputs = self._outputs(X, probs, logits, n_classes=len(encoder))
+        outputs = self._outputs(X, probs, logits, n_classes=len(encoder), embeddings=embeddings)
         m = len(outputs)
         row_ids = self._batch_ids(ids, m)
         labels = None if y is None else encoder.encode(y, "y", n_rows=m)
@@ -422,7 +487,14 @@ class Monitor:
             raise ValueError(msg)
         sets: dict[str, npt.NDArray[np.bool_]] = {}
         risks: dict[str, npt.NDArray[np.float64]] = {}
+        admit: dict[str, dict[str, npt.NDArray[Any]]] = {}
         for key, cal in self._calibrators.items():
+            if is_admit(cal):
+                E = _require_embeddings(outputs, f"calibrators[{key!r}] (Venn-ADMIT)")
+                result = cal.predict_arrays(E, outputs.logits_or_log_probs())  # type: ignore[union-attr]
+                sets[key] = np.asarray(result.sets, dtype=bool)
+                admit[key] = {name: np.asarray(getattr(result, name)) for name in ADMIT_ROW_FIELDS}
+                continue
             if is_risk_estimator(cal):
                 risks[key] = np.asarray(cal.row_risk(outputs.probs), dtype=np.float64)  # type: ignore[union-attr]
                 if risks[key].shape != (m,):
@@ -437,7 +509,9 @@ class Monitor:
             sets[key] = matrix
         stats: dict[str, BatchStats] = {}
         for key, cal in self._calibrators.items():
-            if key in sets:
+            if key in admit:
+                stats[key] = AdmitBatchStats.from_admit(sets[key], admit[key]["admitted"], float(cal.alpha))  # type: ignore[union-attr]
+            elif key in sets:
                 level = getattr(cal, "alpha_t_", getattr(cal, "alpha", None))
                 stats[key] = CalibratorBatchStats.from_sets(
                     sets[key], None if level is None else float(level)
@@ -460,6 +534,7 @@ class Monitor:
                 labels=np.full(m, NO_LABEL, dtype=np.intp),
                 categories=cats,
                 risks=risks,
+                admit=admit,
             ),
         )
         if ids is None:
@@ -560,6 +635,12 @@ class Monitor:
             covered = record.rows.contains(key, rows, labels)
             stats.class_labelled += np.bincount(labels, minlength=K)
             stats.class_covered += np.bincount(labels[covered], minlength=K)
+            if isinstance(stats, AdmitBatchStats):
+                per_row = record.rows.admit[key]
+                if had.any():
+                    old_rows = rows[had]
+                    stats.add_labels(per_row["y_hat"][old_rows], old[had], per_row["admitted"][old_rows], -1)
+                stats.add_labels(per_row["y_hat"][rows], labels, per_row["admitted"][rows])
         record.rows.labels[rows] = labels
         newly = int((~had).sum())
         self._stream.rows_labelled += newly
@@ -588,6 +669,62 @@ class Monitor:
         latest = len(self._stream.batches) - 1
         seen = self._stream.rows_seen
         self._shift.labelled(latest, (seen - 1, seen - 1), probs, labels, covered)
+
+    def admitted_accuracy(self, *, by: str = "true", batches: tuple[int, ...] | None = None) -> pl.DataFrame:
+        """Venn-ADMIT's admitted predictions, by class, over the labelled rows of the stream.
+
+        Parameters
+        ----------
+        by : {"true", "predicted"}
+            Stratify by the true class (paper 000's Tables 4-5: accuracy among admitted rows of
+            each class) or by the predicted class (what a user acting on them sees: precision).
+        batches : tuple of int, optional
+            Only these batches (default: all).
+
+        Returns
+        -------
+        polars.DataFrame
+            ``calibrator, class, n_admitted, n_correct, accuracy, accuracy_lo, accuracy_hi,
+            target`` (95% Clopper-Pearson interval; the target is ``1 − α``), classes with
+            admitted labelled rows only.
+        """
+        if by not in ("true", "predicted"):
+            msg = f"by must be 'true' or 'predicted'; got {by!r}"
+            raise ValueError(msg)
+        classes = [str(c) for c in self.classes_.tolist()]
+        totals: dict[str, list[npt.NDArray[np.int64]]] = {}
+        for record in self._records(batches):
+            for key, stats in record.stats.items():
+                if not isinstance(stats, AdmitBatchStats):
+                    continue
+                admitted, correct = (
+                    (stats.class_admitted, stats.class_correct)
+                    if by == "true"
+                    else (stats.pred_admitted, stats.pred_correct)
+                )
+                if key not in totals:
+                    totals[key] = [admitted.copy(), correct.copy()]
+                else:
+                    totals[key][0] += admitted
+                    totals[key][1] += correct
+        out: dict[str, list[Any]] = {"calibrator": [], "class": [], "n_admitted": [], "n_correct": []}
+        for key, (admitted, correct) in totals.items():
+            present = np.flatnonzero(admitted)
+            out["calibrator"] += [key] * len(present)
+            out["class"] += [classes[i] for i in present]
+            out["n_admitted"] += admitted[present].tolist()
+            out["n_correct"] += correct[present].tolist()
+        schema: dict[str, Any] = {
+            "calibrator": pl.String, "class": pl.String, "n_admitted": pl.Int64, "n_correct": pl.Int64,
+        }  # fmt: skip
+        frame = pl.DataFrame(out, schema=schema)
+        lo, hi = clopper_pearson(frame["n_correct"].to_numpy(), frame["n_admitted"].to_numpy())
+        return frame.with_columns(
+            accuracy=pl.col("n_correct") / pl.col("n_admitted"),
+            accuracy_lo=pl.Series(lo, dtype=pl.Float64),
+            accuracy_hi=pl.Series(hi, dtype=pl.Float64),
+            target=pl.col("calibrator").replace_strict(self.targets(), return_dtype=pl.Float64),
+        )
 
     def _feed_adaptive(self, groups: list[tuple[BatchRecord, IntArray, IntArray]]) -> None:
         """Give newly labelled rows, with the sets they were shown, to ACI calibrators."""
@@ -850,8 +987,11 @@ class Monitor:
         Columns: ``batch, name, calibrator, kind, target, n_rows, n_labelled, n_pending,
         n_covered, coverage, coverage_lo, coverage_hi, mean_set_size, singleton_share,
         full_share, estimated_error, observed_error, error_gap, estimated_error_labelled,
-        alpha_level, in_window, observed_at``. ``alpha_level`` is the level at which a set
-        calibrator's sets were taken (its ``α``; for ``cw.Adaptive``, the ACI level ``α_t``).
+        alpha_level, admitted_share, n_admitted_labelled, admitted_accuracy, in_window,
+        observed_at``. ``alpha_level`` is the level at which a set calibrator's sets were taken
+        (its ``α``; for ``cw.Adaptive``, the ACI level ``α_t``). The ``admitted_*`` columns are
+        Venn-ADMIT's: the share of rows whose prediction it admits, and the accuracy of the
+        admitted predictions among labelled rows (null for other calibrators).
 
         ``kind`` is ``"sets"`` (coverage of prediction sets, with a 95% Clopper-Pearson
         interval) or ``"risk"`` (a label-free estimate of the top-k error rate, known as soon
@@ -892,14 +1032,22 @@ class Monitor:
                         "full_share": float(stats.size_counts[K]) / record.n_rows,
                         "alpha_level": stats.alpha_level,
                     }
+                    if isinstance(stats, AdmitBatchStats):
+                        n_adm = int(stats.class_admitted.sum())
+                        row |= {
+                            "admitted_share": stats.n_admitted / record.n_rows,
+                            "n_admitted_labelled": n_adm,
+                            "admitted_accuracy": int(stats.class_correct.sum()) / n_adm if n_adm else None,
+                        }
                 rows.append(row)
         schema: dict[str, Any] = {
             "batch": pl.Int64, "name": pl.String, "calibrator": pl.String, "kind": pl.String,
             "target": pl.Float64, "n_rows": pl.Int64, "n_labelled": pl.Int64, "n_covered": pl.Int64,
             "mean_set_size": pl.Float64, "singleton_share": pl.Float64, "full_share": pl.Float64,
             "estimated_error": pl.Float64, "observed_error": pl.Float64,
-            "estimated_error_labelled": pl.Float64, "alpha_level": pl.Float64, "in_window": pl.Boolean,
-            "observed_at": pl.Datetime("us", "UTC"),
+            "estimated_error_labelled": pl.Float64, "alpha_level": pl.Float64,
+            "admitted_share": pl.Float64, "n_admitted_labelled": pl.Int64, "admitted_accuracy": pl.Float64,
+            "in_window": pl.Boolean, "observed_at": pl.Datetime("us", "UTC"),
         }  # fmt: skip
         frame = pl.DataFrame(rows, schema=schema)
         covered = frame["n_covered"].fill_null(0).to_numpy()
@@ -916,7 +1064,8 @@ class Monitor:
             "batch", "name", "calibrator", "kind", "target", "n_rows", "n_labelled", "n_pending",
             "n_covered", "coverage", "coverage_lo", "coverage_hi", "mean_set_size",
             "singleton_share", "full_share", "estimated_error", "observed_error", "error_gap",
-            "estimated_error_labelled", "alpha_level", "in_window", "observed_at",
+            "estimated_error_labelled", "alpha_level", "admitted_share", "n_admitted_labelled",
+            "admitted_accuracy", "in_window", "observed_at",
         )  # fmt: skip
 
     def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
@@ -980,7 +1129,9 @@ class Monitor:
         """Raw rows still kept in the window, one per row.
 
         Columns ``batch, id, prediction, confidence, label`` and, per calibrator, ``set_<name>``
-        (list of classes), ``size_<name>`` and ``covered_<name>`` (null until labelled).
+        (list of classes), ``size_<name>`` and ``covered_<name>`` (null until labelled); risk
+        estimators add ``risk_<name>``; Venn-ADMIT adds ``y_hat_<name>`` (the KNN prediction),
+        ``q_<name>``, ``d_<name>``, ``admitted_<name>``, ``p_lower_<name>``, ``p_upper_<name>``.
 
         Parameters
         ----------
@@ -1015,6 +1166,12 @@ class Monitor:
             }
             for key, risk in rows.risks.items():
                 columns[f"risk_{key}"] = risk
+            for key, per_row in rows.admit.items():
+                for field_name in ADMIT_ROW_FIELDS:
+                    values = per_row[field_name]
+                    columns[f"{field_name}_{key}"] = (
+                        classes[values].tolist() if field_name == "y_hat" else values
+                    )
             for key in rows.packed_sets:
                 sets = rows.sets(key)
                 columns[f"set_{key}"] = [classes[np.flatnonzero(s)].tolist() for s in sets]
@@ -1078,6 +1235,16 @@ def _levels_of(calibrator: Any) -> ConformalLevels | None:
     ):
         return ConformalLevels(calibrator, calibrator._sorted_scores, allow_empty=calibrator.allow_empty)
     return None
+
+
+def _require_embeddings(outputs: ModelOutputs, who: str) -> npt.NDArray[np.float32]:
+    if outputs.embeddings is None:
+        msg = (
+            f"{who} needs embeddings: use a torch model with Monitor(model, embedding_layer=...), "
+            "or pass embeddings= with precomputed outputs"
+        )
+        raise ValueError(msg)
+    return outputs.embeddings
 
 
 def default_author() -> str:

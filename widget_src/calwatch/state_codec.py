@@ -4,8 +4,10 @@ A snapshot must load without executing code from it. This codec walks an object 
 writes plain JSON for scalars, strings and containers, a reference into an array table for
 numpy arrays (numeric, boolean, string or datetime dtypes only), and for objects the dotted
 name of their class together with their attributes. Decoding rebuilds objects without calling
-their constructors (``cls.__new__`` then the attributes), and only for classes defined in the
-``calwatch`` package; anything else in a snapshot is refused with :class:`SnapshotError`.
+their constructors (``cls.__new__`` then the attributes, or the class's own ``__setstate__``
+when it defines ``__getstate__``/``__setstate__``, e.g. to rebuild a native index from arrays),
+and only for classes defined in the ``calwatch`` package; anything else in a snapshot is
+refused with :class:`SnapshotError`.
 
 Shared references are kept: an object reached twice is written once and decoded as one
 object, so a detector list that the monitor and its shift layer both hold stays shared.
@@ -119,6 +121,9 @@ class StateEncoder:
         ref = len(self._memo)
         self._memo[id(value)] = ref
         self._keepalive.append(value)
+        if _custom_state(cls):  # the class says what its state is (e.g. without a native index)
+            state = self.encode(value.__getstate__(), f"{path}.__getstate__()")
+            return {_TAG: "object", "class": name, "id": ref, "state": state}
         attrs = {k: self.encode(v, f"{path}.{k}") for k, v in _attributes(value).items()}
         return {_TAG: "object", "class": name, "id": ref, "attrs": attrs}
 
@@ -159,6 +164,12 @@ class StateDecoder:
             raise SnapshotError(msg)
         obj: Any = object.__new__(cls)
         self._objects[int(tree["id"])] = obj
+        if "state" in tree:
+            if not _custom_state(cls):
+                msg = f"{tree['class']} does not restore a custom state"
+                raise SnapshotError(msg)
+            obj.__setstate__(self.decode(tree["state"]))
+            return obj
         for key, value in tree["attrs"].items():
             object.__setattr__(obj, key, self.decode(value))  # also for frozen dataclasses and slots
         return obj
@@ -240,6 +251,11 @@ def _check_dtype(dtype: np.dtype[Any], path: str) -> np.dtype[Any]:
         msg = f"{path}: arrays of dtype {dtype} cannot be saved (numbers, booleans, strings, dates only)"
         raise SnapshotError(msg)
     return dtype
+
+
+def _custom_state(cls: type) -> bool:
+    """Whether a class defines both ``__getstate__`` and ``__setstate__`` itself (pickle's protocol)."""
+    return getattr(cls, "__getstate__", None) is not object.__getstate__ and hasattr(cls, "__setstate__")
 
 
 def _attributes(value: Any) -> dict[str, Any]:

@@ -37,6 +37,7 @@ import polars as pl
 from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder
 from calwatch.stream import (
     NO_LABEL,
+    AdmitBatchStats,
     BatchRecord,
     BatchRows,
     CalibratorBatchStats,
@@ -166,8 +167,10 @@ _BATCH_SCHEMA: dict[str, Any] = {
     "calibrator": pl.String, "kind": pl.String, "size_counts": pl.List(pl.Int64),
     "class_labelled": pl.List(pl.Int64), "class_covered": pl.List(pl.Int64), "alpha_level": pl.Float64,
     "top_k": pl.Int64, "risk_sum": pl.Float64, "n_labelled": pl.Int64, "n_missed": pl.Int64,
-    "risk_sum_labelled": pl.Float64,
+    "risk_sum_labelled": pl.Float64, "n_admitted": pl.Int64, "class_admitted": pl.List(pl.Int64),
+    "class_correct": pl.List(pl.Int64), "pred_admitted": pl.List(pl.Int64), "pred_correct": pl.List(pl.Int64),
 }  # fmt: skip
+_ADMIT_COUNTS = ("class_admitted", "class_correct", "pred_admitted", "pred_correct")
 
 
 def _batches_frame(stream: StreamState) -> pl.DataFrame:
@@ -184,6 +187,9 @@ def _batches_frame(stream: StreamState) -> pl.DataFrame:
                     "class_labelled": stats.class_labelled.tolist(),
                     "class_covered": stats.class_covered.tolist(), "alpha_level": stats.alpha_level,
                 }  # fmt: skip
+                if isinstance(stats, AdmitBatchStats):
+                    values |= {"kind": "admit", "n_admitted": stats.n_admitted}
+                    values |= {name: getattr(stats, name).tolist() for name in _ADMIT_COUNTS}
             else:
                 values |= {
                     "kind": "risk", "top_k": stats.top_k, "risk_sum": stats.risk_sum,
@@ -200,10 +206,14 @@ def _rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
     records = stream.window_batches()
     calibrators: list[str] = []
     risks: list[str] = []
+    admits: list[str] = []
+    admit_fields: list[str] = []
     if records:
         assert records[0].rows is not None
         calibrators = list(records[0].rows.packed_sets)
         risks = list(records[0].rows.risks)
+        admits = list(records[0].rows.admit)
+        admit_fields = list(next(iter(records[0].rows.admit.values()), {}))
     ids = [i for r in records if r.rows is not None for i in r.rows.ids]
     id_kind, id_column = _encode_ids(ids)
     columns: dict[str, Any] = {
@@ -226,7 +236,14 @@ def _rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
             )
         for i, key in enumerate(risks):
             columns[f"risk_{i}"] = pl.Series(np.concatenate([rows.risks[key] for rows in present]))
-    mapping = {"id_kind": id_kind, "set_calibrators": calibrators, "risk_calibrators": risks}
+        for i, key in enumerate(admits):
+            for name in admit_fields:
+                values = np.concatenate([rows.admit[key][name] for rows in present])
+                columns[f"admit_{i}_{name}"] = pl.Series(values)
+    mapping = {
+        "id_kind": id_kind, "set_calibrators": calibrators, "risk_calibrators": risks,
+        "admit_calibrators": admits, "admit_fields": admit_fields,
+    }  # fmt: skip
     return pl.DataFrame(columns), mapping
 
 
@@ -409,6 +426,15 @@ def _read_stream(
 
 
 def _stats_from_row(row: dict[str, Any]) -> CalibratorBatchStats | RiskBatchStats:
+    if row["kind"] == "admit":
+        return AdmitBatchStats(
+            size_counts=np.asarray(row["size_counts"], dtype=np.int64),
+            class_labelled=np.asarray(row["class_labelled"], dtype=np.int64),
+            class_covered=np.asarray(row["class_covered"], dtype=np.int64),
+            alpha_level=row["alpha_level"],
+            n_admitted=row["n_admitted"],
+            **{name: np.asarray(row[name], dtype=np.int64) for name in _ADMIT_COUNTS},
+        )
     if row["kind"] == "sets":
         return CalibratorBatchStats(
             size_counts=np.asarray(row["size_counts"], dtype=np.int64),
@@ -446,6 +472,16 @@ def _batch_rows(part: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
         msg = "rows.parquet holds labels outside the classes"
         raise SnapshotError(msg)
     categories = part["category"].to_numpy() if "category" in part.columns else None
+    admit = {
+        key: {name: part[f"admit_{i}_{name}"].to_numpy().copy() for name in mapping.get("admit_fields", [])}
+        for i, key in enumerate(mapping.get("admit_calibrators", []))
+    }
     return BatchRows(
-        ids=ids, probs=probs, packed_sets=packed, labels=labels, categories=categories, risks=risks
+        ids=ids,
+        probs=probs,
+        packed_sets=packed,
+        labels=labels,
+        categories=categories,
+        risks=risks,
+        admit=admit,
     )

@@ -54,6 +54,54 @@ class CalibratorBatchStats:
 
 
 @dataclass
+class AdmitBatchStats(CalibratorBatchStats):
+    """A Venn-ADMIT batch: its ADMIT sets' counts plus the admitted (selective) predictions.
+
+    ``class_admitted`` / ``class_correct`` count labelled admitted rows by true class and those
+    whose admitted prediction ``ŷ^KNN`` was right; ``pred_admitted`` / ``pred_correct`` the same
+    by predicted class (what a user acting on admitted predictions sees: precision).
+    """
+
+    n_admitted: int = 0
+    class_admitted: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    class_correct: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    pred_admitted: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    pred_correct: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @classmethod
+    def from_admit(
+        cls, sets: npt.NDArray[np.bool_], admitted: npt.NDArray[np.bool_], alpha_level: float | None
+    ) -> AdmitBatchStats:
+        """Statistics of a freshly observed batch (no labels yet)."""
+        base = CalibratorBatchStats.from_sets(sets, alpha_level)
+        K = sets.shape[1]
+        zeros = [np.zeros(K, dtype=np.int64) for _ in range(4)]
+        return cls(
+            size_counts=base.size_counts,
+            class_labelled=base.class_labelled,
+            class_covered=base.class_covered,
+            alpha_level=alpha_level,
+            n_admitted=int(admitted.sum()),
+            class_admitted=zeros[0],
+            class_correct=zeros[1],
+            pred_admitted=zeros[2],
+            pred_correct=zeros[3],
+        )
+
+    def add_labels(
+        self, y_hat: IntArray, labels: IntArray, admitted: npt.NDArray[np.bool_], sign: int = 1
+    ) -> None:
+        """Count labelled admitted rows in (``sign=1``) or out (``sign=-1``, a relabel)."""
+        K = self.class_admitted.shape[0]
+        chosen, truth = y_hat[admitted], labels[admitted]
+        right = chosen == truth
+        self.class_admitted += sign * np.bincount(truth, minlength=K)
+        self.class_correct += sign * np.bincount(truth[right], minlength=K)
+        self.pred_admitted += sign * np.bincount(chosen, minlength=K)
+        self.pred_correct += sign * np.bincount(chosen[right], minlength=K)
+
+
+@dataclass
 class RiskBatchStats:
     """Label-free risk estimate of one batch, and the observed misses once labels arrive."""
 
@@ -102,6 +150,8 @@ class BatchRows:
     labels: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
     categories: npt.NDArray[Any] | None = None
     risks: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)  # per-row risk estimates
+    # per Venn-ADMIT calibrator: y_hat, q, d, admitted, p_lower, p_upper (one value per row)
+    admit: dict[str, dict[str, npt.NDArray[Any]]] = field(default_factory=dict)
 
     def contains(self, calibrator: str, rows: IntArray, labels: IntArray) -> npt.NDArray[np.bool_]:
         """Whether each row's prediction set holds the given label."""

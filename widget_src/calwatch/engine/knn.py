@@ -205,6 +205,16 @@ class KNNIndex:
         self.dim_ = int(dim)
         return self
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Options and reference embeddings only: the faiss index is rebuilt on restore (snapshots)."""
+        return {k: v for k, v in vars(self).items() if k != "_index"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore options and, when fitted, rebuild the same index from the reference embeddings."""
+        self.__dict__.update(state)
+        if "_ref" in state:
+            self.fit(state["_ref"])
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "_index"):
             msg = "this KNNIndex is not fitted yet: call fit(X) with the reference embeddings first"
