@@ -143,3 +143,27 @@ def test_snapshot_round_trip_keeps_venn_admit_streaming(streamed, tmp_path):
     a = mon.calibrators["va"].predict(E, L)
     b = loaded.calibrators["va"].predict(E, L)
     assert_frame_equal(a, b)  # the rebuilt faiss indexes find the same neighbours
+
+
+def test_venn_admit_panels(streamed):
+    from calwatch import charts
+
+    mon, batches = streamed
+    kinds = charts.chart_kinds(mon)
+    assert set(charts.ADMIT_CHARTS) <= set(kinds)
+    for kind in charts.ADMIT_CHARTS:
+        charts.build(kind, mon).to_dict()
+    data = charts.datasets(mon)
+    features = data["admit_features"]
+    assert features["key"].n_unique() == len(features)
+    for (_feature, source), part in features.group_by("feature", "source"):
+        assert part["share"].sum() == pytest.approx(1.0)
+        assert part["n"][0] == (800 if source == "calibration" else 4 * 200)
+    va = mon.calibrators["va"]
+    q_window = np.concatenate([va.predict_arrays(E, L).q for E, L, _ in batches])
+    window_q = features.filter((pl.col("feature") == "q") & (pl.col("source") == "window")).sort("bin")
+    assert window_q["count"].to_list() == np.bincount(q_window, minlength=va.k + 1).tolist()
+    admit_class = data["admit_class"]
+    assert admit_class["n_admitted"].sum() == mon.admitted_accuracy()["n_admitted"].sum()
+    plain = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier()})
+    assert not set(charts.ADMIT_CHARTS) & set(charts.chart_kinds(plain))

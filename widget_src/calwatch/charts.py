@@ -11,12 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import altair as alt
+import numpy as np
 import polars as pl
 
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
 
-DATASETS = ("batches", "set_sizes", "class_coverage", "shift")
+DATASETS = ("batches", "set_sizes", "class_coverage", "shift", "admit_class", "admit_features")
+#: bins of the Venn-ADMIT distance ``d`` histogram: calibration deciles, then "beyond"
+_D_BINS = 10
 CALIBRATOR_PARAM = "calibrator"
 ALL_CALIBRATORS = "(all)"
 _FILTER = f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || datum.calibrator == {CALIBRATOR_PARAM}"
@@ -49,12 +52,92 @@ def datasets(monitor: Monitor, batches: tuple[int, ...] | None = None) -> dict[s
         "log10_statistic": pl.Float64, "log10_threshold": pl.Float64, "alarm": pl.Boolean,
     }  # fmt: skip
     shift = pl.DataFrame(looks, schema=shift_schema)
+    admit_class = _admit_class(monitor, batches)
     return {
+        "admit_class": admit_class.with_columns(key=key("batch", "calibrator", "class", separator="|")),
+        "admit_features": _admit_features(monitor),
         "shift": shift.with_columns(key=key("detector", "batch", separator="|")),
         "batches": summary.with_columns(key=key("batch", "calibrator", separator="|")),
         "set_sizes": sizes.with_columns(key=key("batch", "calibrator", "size", separator="|")),
         "class_coverage": classes.with_columns(key=key("batch", "calibrator", "class", separator="|")),
     }
+
+
+def _admit_class(monitor: Monitor, batches: tuple[int, ...] | None) -> pl.DataFrame:
+    """Per batch, Venn-ADMIT calibrator and true class: labelled admitted rows and correct ones."""
+    from calwatch.stream import AdmitBatchStats
+
+    classes = [str(c) for c in monitor.classes_.tolist()] if monitor.calibration_ else []
+    out: dict[str, list[Any]] = {
+        "batch": [],
+        "calibrator": [],
+        "class": [],
+        "n_admitted": [],
+        "n_correct": [],
+    }
+    for record in monitor._records(batches):
+        for name, stats in record.stats.items():
+            if isinstance(stats, AdmitBatchStats):
+                for c in map(int, stats.class_admitted.nonzero()[0]):
+                    out["batch"].append(record.index)
+                    out["calibrator"].append(name)
+                    out["class"].append(classes[c])
+                    out["n_admitted"].append(int(stats.class_admitted[c]))
+                    out["n_correct"].append(int(stats.class_correct[c]))
+    schema: dict[str, Any] = {
+        "batch": pl.Int64, "calibrator": pl.String, "class": pl.String, "n_admitted": pl.Int64,
+        "n_correct": pl.Int64,
+    }  # fmt: skip
+    frame = pl.DataFrame(out, schema=schema)
+    targets = monitor.targets()
+    return frame.with_columns(
+        target=pl.col("calibrator").replace_strict(targets, default=None, return_dtype=pl.Float64)
+    )
+
+
+def _admit_features(monitor: Monitor) -> pl.DataFrame:
+    """Venn-ADMIT's q and d: shares per bin in the calibration set and in the window's rows.
+
+    ``q`` has one bin per value ``0..K``; ``d`` has the calibration set's deciles as bins plus
+    one for distances beyond every calibration row (new regions of the embedding space). The
+    whole frame is recomputed on each update (its keys are fixed, so views upsert every bin).
+    """
+    from calwatch.monitor import is_admit
+
+    rows: list[dict[str, Any]] = []
+    windows = monitor._stream.window_batches()
+    for name, cal in monitor.calibrators.items():
+        if not is_admit(cal) or not hasattr(cal, "calibration_q_"):
+            continue
+        q_cal = np.asarray(cal.calibration_q_)
+        d_cal = np.asarray(cal.calibration_d_)  # type: ignore[union-attr]
+        parts = [r.rows.admit[name] for r in windows if r.rows is not None and name in r.rows.admit]
+        q_win = np.concatenate([p["q"] for p in parts]) if parts else np.zeros(0)
+        d_win = np.concatenate([p["d"] for p in parts]) if parts else np.zeros(0)
+        k = int(cal.k)  # type: ignore[union-attr]
+        edges = np.quantile(d_cal, np.linspace(0, 1, _D_BINS + 1)[1:])
+        labels = [f"≤ {e:.3g}" for e in edges] + [f"> {edges[-1]:.3g}"]
+        for source, q, d in (("calibration", q_cal, d_cal), ("window", q_win, d_win)):
+            n = max(int(q.shape[0]), 1)
+            q_counts = np.bincount(q.astype(np.int64), minlength=k + 1)[: k + 1]
+            d_counts = np.bincount(np.searchsorted(edges, d, side="left"), minlength=_D_BINS + 1)
+            for feature, counts, bin_labels in (
+                ("q", q_counts, [str(i) for i in range(k + 1)]),
+                ("d", d_counts, labels),
+            ):
+                for b, count in enumerate(counts.tolist()):
+                    rows.append(
+                        {
+                            "key": f"{name}|{feature}|{source}|{b}", "calibrator": name, "feature": feature,
+                            "source": source, "bin": b, "bin_label": bin_labels[b], "count": count,
+                            "share": count / n, "n": int(q.shape[0]),
+                        }
+                    )  # fmt: skip
+    schema: dict[str, Any] = {
+        "key": pl.String, "calibrator": pl.String, "feature": pl.String, "source": pl.String,
+        "bin": pl.Int64, "bin_label": pl.String, "count": pl.Int64, "share": pl.Float64, "n": pl.Int64,
+    }  # fmt: skip
+    return pl.DataFrame(rows, schema=schema)
 
 
 def calibrator_labels(monitor: Monitor) -> dict[str, str]:
@@ -391,6 +474,110 @@ def aci_chart(batches: Source = None) -> ChartSpec:
     )
 
 
+def admitted_chart(batches: Source = None) -> ChartSpec:
+    """Venn-ADMIT: share of rows admitted per batch, and the accuracy of labelled admitted rows."""
+    base = _base(batches, "batches", kind="sets").transform_filter("datum.admitted_share != null")
+    x = _batch_axis("batch")
+    tooltip = [
+        alt.Tooltip("name:N", title="batch"),
+        alt.Tooltip("calibrator:N"),
+        alt.Tooltip("admitted_share:Q", format=".3f", title="admitted share"),
+        alt.Tooltip("admitted_accuracy:Q", format=".3f", title="admitted accuracy"),
+        alt.Tooltip("n_admitted_labelled:Q", title="labelled admitted rows"),
+        alt.Tooltip("target:Q", format=".3f", title="target accuracy"),
+    ]
+    share = base.mark_line(point=True).encode(
+        x=x, y=alt.Y("admitted_share:Q", title="share / accuracy", scale=alt.Scale(domain=[0, 1])),
+        color=_color(), tooltip=tooltip,
+    )  # fmt: skip
+    accuracy = (
+        base.transform_filter("datum.n_admitted_labelled > 0")
+        .mark_line(strokeDash=[4, 3], point=alt.OverlayMarkDef(shape="diamond"))
+        .encode(x=x, y="admitted_accuracy:Q", color=_color(), tooltip=tooltip)
+    )
+    target = base.mark_rule(strokeDash=[2, 2], opacity=0.6, color="#444").encode(y="mean(target):Q")
+    return _finish(alt.layer(share, accuracy, target), "Admitted share (solid), admitted accuracy (dashed)")
+
+
+def admitted_accuracy_chart(admit_class: Source = None) -> ChartSpec:
+    """Venn-ADMIT: accuracy of admitted predictions by true class (labelled rows), 95% Wilson, 1−α."""
+    z = 1.959964
+    base = (
+        _base(admit_class, "admit_class")
+        .transform_aggregate(
+            n_admitted="sum(n_admitted)",
+            n_correct="sum(n_correct)",
+            target="mean(target)",
+            groupby=["calibrator", "class"],
+        )
+        .transform_calculate(
+            accuracy="datum.n_correct / datum.n_admitted",
+            centre=f"(datum.accuracy + {z**2} / (2 * datum.n_admitted)) / (1 + {z**2} / datum.n_admitted)",
+            half=(
+                f"{z} / (1 + {z**2} / datum.n_admitted) * sqrt(datum.accuracy * (1 - datum.accuracy)"
+                f" / datum.n_admitted + {z**2} / (4 * datum.n_admitted * datum.n_admitted))"
+            ),
+            lo="datum.centre - datum.half",
+            hi="datum.centre + datum.half",
+        )
+    )
+    x = alt.X("class:N", title="true class", axis=alt.Axis(labelAngle=0, labelLimit=80))
+    tooltip = [
+        alt.Tooltip("calibrator:N"),
+        alt.Tooltip("class:N"),
+        alt.Tooltip("accuracy:Q", format=".3f", title="admitted accuracy"),
+        alt.Tooltip("lo:Q", format=".3f", title="95% low"),
+        alt.Tooltip("hi:Q", format=".3f", title="95% high"),
+        alt.Tooltip("n_admitted:Q", title="labelled admitted rows"),
+        alt.Tooltip("target:Q", format=".3f"),
+    ]
+    bars = base.mark_bar(opacity=0.85).encode(
+        x=x, xOffset="calibrator:N", color=_color(), tooltip=tooltip,
+        y=alt.Y("accuracy:Q", title="admitted accuracy", scale=alt.Scale(domain=[0, 1])),
+    )  # fmt: skip
+    errors = base.mark_rule().encode(x=x, xOffset="calibrator:N", y="lo:Q", y2="hi:Q")
+    target = base.mark_rule(strokeDash=[5, 4], color="#444").encode(y="mean(target):Q")
+    return _finish(alt.layer(bars, errors, target), "Admitted accuracy by class vs 1−α (dashed)")
+
+
+def _admit_feature_chart(admit_features: Source, feature: str, title: str, axis_title: str) -> ChartSpec:
+    base = _base(admit_features, "admit_features").transform_filter(f"datum.feature == '{feature}'")
+    return _finish(
+        base.mark_bar().encode(
+            x=alt.X(
+                "bin_label:N",
+                title=axis_title,
+                sort=alt.EncodingSortField("bin"),
+                axis=alt.Axis(labelAngle=0),
+            ),
+            xOffset=alt.XOffset("source:N", sort=["calibration", "window"]),
+            y=alt.Y("share:Q", title="share of rows"),
+            color=alt.Color(
+                "source:N", sort=["calibration", "window"], legend=alt.Legend(orient="bottom", title=None)
+            ),
+            tooltip=[
+                alt.Tooltip("calibrator:N"),
+                alt.Tooltip("source:N"),
+                alt.Tooltip("bin_label:N", title=axis_title),
+                alt.Tooltip("share:Q", format=".3f"),
+                alt.Tooltip("count:Q", title="rows", format=","),
+                alt.Tooltip("n:Q", title="rows in source", format=","),
+            ],
+        ),
+        title,
+    )
+
+
+def admit_q_chart(admit_features: Source = None) -> ChartSpec:
+    """Venn-ADMIT's q (agreeing, correct leading neighbours) in the window vs the calibration set."""
+    return _admit_feature_chart(admit_features, "q", "q: window vs calibration", "q")
+
+
+def admit_d_chart(admit_features: Source = None) -> ChartSpec:
+    """Venn-ADMIT's d (distance to the nearest reference row) in the window vs the calibration set."""
+    return _admit_feature_chart(admit_features, "d", "d: window vs calibration (deciles)", "d")
+
+
 #: chart name -> (builder, dataset it reads), in display order.
 CHARTS: dict[str, tuple[Any, str]] = {
     "coverage": (coverage_chart, "batches"),
@@ -402,11 +589,16 @@ CHARTS: dict[str, tuple[Any, str]] = {
     "risk_gap": (risk_gap_chart, "batches"),
     "shift": (shift_chart, "shift"),
     "aci": (aci_chart, "batches"),
+    "admitted": (admitted_chart, "batches"),
+    "admitted_accuracy": (admitted_accuracy_chart, "admit_class"),
+    "admit_q": (admit_q_chart, "admit_features"),
+    "admit_d": (admit_d_chart, "admit_features"),
     "labels": (labels_chart, "batches"),
 }
 #: charts that only make sense with a set calibrator, or with a risk estimator
 SET_CHARTS = ("coverage", "class_coverage", "set_size", "set_shares", "set_sizes")
 RISK_CHARTS = ("risk", "risk_gap")
+ADMIT_CHARTS = ("admitted", "admitted_accuracy", "admit_q", "admit_d")
 
 
 def chart_kinds(monitor: Monitor) -> list[str]:
@@ -420,6 +612,10 @@ def chart_kinds(monitor: Monitor) -> list[str]:
         skip.add("shift")
     if not any(hasattr(c, "alpha_t_") for c in monitor.calibrators.values()):
         skip.add("aci")
+    from calwatch.monitor import is_admit
+
+    if not any(is_admit(c) for c in monitor.calibrators.values()):
+        skip |= set(ADMIT_CHARTS)
     return [kind for kind in CHARTS if kind not in skip]
 
 
