@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from calwatch.engine.knn import IndexKind, KNNIndex
 
 FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]
@@ -355,3 +357,89 @@ def fit_localizer(
         desc="KNN localizer",
     )
     return float(e) * scale, result
+
+
+# ------------------------------------------------------------------------ localizer support
+class LocalizerSupport:
+    """The rows a localizer sums over (``ψ`` of Eq. 8): the ``k`` nearest by faiss, or all of them.
+
+    Parameters
+    ----------
+    embeddings : ndarray of shape (n, dim), float32
+        The support rows (``D_ca^vp`` for Venn-ADMIT's weights).
+    k : int or None
+        ``None`` (or ``k ≥ n``): every support row, distances by dense blocks (exact softmax).
+        Otherwise the ``k`` nearest rows, the rest left out of the softmax (truncation).
+    kind : {"flat", "hnsw", "ivf"}
+        faiss index for the top-k search.
+    seed : int
+        Seed of the index (IVF).
+    """
+
+    def __init__(
+        self, embeddings: Float32Array, *, k: int | None, kind: IndexKind = "flat", seed: int = 0
+    ) -> None:
+        self.embeddings = embeddings
+        self.n = int(embeddings.shape[0])
+        self.k = None if k is None or k >= self.n else int(k)
+        if self.k is None:
+            self._sq = np.einsum("nd,nd->n", embeddings, embeddings, dtype=np.float64)
+        else:
+            self._index = KNNIndex(kind=kind, seed=seed).fit(embeddings)
+
+    @property
+    def width(self) -> int:
+        """Support rows per query: ``k``, or ``n`` when dense."""
+        return self.n if self.k is None else self.k
+
+    def blocks(self, E: Float32Array) -> Iterator[tuple[slice, FloatArray, Int64Array | None]]:
+        """``(rows, distances, indices)`` per block of query rows; ``indices`` is None when dense.
+
+        Dense distances are ``sqrt(‖x‖² + ‖r‖² − 2x·r)`` in float64 from a float32 product.
+        """
+        step = max(1, _BLOCK_ELEMENTS // self.width)
+        for start in range(0, E.shape[0], step):
+            rows = slice(start, start + step)
+            block = E[rows]
+            if self.k is None:
+                sq = self._sq[None, :] + np.einsum("md,md->m", block, block, dtype=np.float64)[:, None]
+                sq -= 2.0 * (block @ self.embeddings.T)
+                yield rows, np.sqrt(np.maximum(sq, 0.0)), None
+            else:
+                dist, idx = self._index.search(block, self.k)
+                yield rows, dist, idx
+
+    def neighbours(self, E: Float32Array) -> tuple[FloatArray, Int64Array]:
+        """All blocks at once: distances and indices, shape (m, width) (for training)."""
+        dist = np.empty((E.shape[0], self.width), dtype=np.float64)
+        idx = np.empty((E.shape[0], self.width), dtype=np.int64)
+        for rows, d, i in self.blocks(E):
+            dist[rows] = d
+            idx[rows] = np.arange(self.n) if i is None else i
+        return dist, idx
+
+
+def category_mass(
+    support: LocalizerSupport,
+    eta: float,
+    E: Float32Array,
+    key: Int64Array,
+    lo: FloatArray,
+    hi: FloatArray,
+    support_key: Int64Array,
+    support_d: FloatArray,
+) -> FloatArray:
+    """``ψ' = Σ_{j∈T} ψ_j`` (Eq. 9) of each query row.
+
+    ``ψ`` is the localizer's softmax over the support; ``T`` the support rows with
+    ``support_key == key`` and ``lo ≤ support_d ≤ hi`` (the Venn category in the band).
+    """
+    out = np.empty(E.shape[0], dtype=np.float64)
+    for rows, dist, idx in support.blocks(E):
+        psi = softmax_of_negative(dist, eta)
+        skey = support_key[None, :] if idx is None else support_key[idx]
+        sd = support_d[None, :] if idx is None else support_d[idx]
+        member = (skey == key[rows, None]) & (sd >= lo[rows, None])
+        member &= sd <= hi[rows, None]
+        out[rows] = np.einsum("mk,mk->m", psi, member)
+    return out

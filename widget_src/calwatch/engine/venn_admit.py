@@ -54,14 +54,16 @@ from calwatch.engine.knn_approx import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_EPOCHS,
     ApproximationParams,
+    LocalizerSupport,
+    TrainingResult,
     approximation_logits,
     argmax_lowest,
+    category_mass,
     fit_approximation,
     fit_localizer,
     localizer_logits,
-    softmax_of_negative,
 )
-from calwatch.engine.venn_bands import GroupedWindows, PrefixCounts, RankTree
+from calwatch.engine.venn_bands import AdmitCalibration, VennCategories
 
 FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]
@@ -69,14 +71,14 @@ BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.intp]
 Int64Array = npt.NDArray[np.int64]
 
-#: Slack on ``⌈(n+1)(1−α)⌉`` and on ``p̲ ≥ 1 − α`` against float rounding (as in quantiles.py).
+#: Slack on ``p̲ ≥ 1 − α`` against float rounding (as in quantiles.py).
 _SLACK = 1e-9
 #: Calibration split D_knn / D_ca^mc / D_ca^vp (paper 000 §5).
 DEFAULT_SPLIT = (0.1, 0.45, 0.45)
 #: Split codes in ``calibration_split_``.
 SPLIT_KNN, SPLIT_MC, SPLIT_VP = 0, 1, 2
-#: Elements of one dense localizer block (rows × support rows).
-_DENSE_BLOCK = 1 << 22
+#: ``format`` tag of :meth:`VennAdmit.state`.
+STATE_FORMAT = "calwatch.VennAdmit/1"
 
 
 @dataclass(frozen=True)
@@ -310,14 +312,14 @@ class VennAdmit:
             progress=self.progress,
         )
         a_ca = approximation_logits(params, dist, idx, tanh_ref, y_tr)
-        self._set_reference(reference, L_tr, y_tr, tanh_ref, params)
+        self._set_reference(reference, L_tr, y_tr, params)
         q_ca, d_ca = self._q_and_d(dist, idx, argmax_lowest(a_ca))
         self.training_ = training
         dev_rows = knn_rows[dev_local]
         self.agreement_ = float(np.mean(argmax_lowest(a_ca[dev_rows]) == argmax_lowest(L_ca[dev_rows])))
         self._set_calibration(E_ca, L_ca, y_ca, split, a_ca, q_ca, d_ca)
         # localizer: support D_ca^vp, trained on D_knn (fit/dev halves) against f_tr^KNN
-        loc_dist, loc_idx = self._localizer_neighbours(E_ca[knn_rows])
+        loc_dist, loc_idx = self._support.neighbours(E_ca[knn_rows])
         eta, loc_training = fit_localizer(
             loc_dist,
             loc_idx,
@@ -332,7 +334,8 @@ class VennAdmit:
         )
         self.localizer_eta_ = eta
         self.localizer_training_ = loc_training
-        loc_out = self._localizer_output(loc_dist[dev_local], loc_idx[dev_local])
+        support_logits = a_ca[self._vp_rows]
+        loc_out = localizer_logits(eta, loc_dist[dev_local], loc_idx[dev_local], support_logits)
         self.localizer_agreement_ = float(
             np.mean(argmax_lowest(loc_out) == argmax_lowest(a_ca[knn_rows[dev_local]]))
         )
@@ -351,20 +354,13 @@ class VennAdmit:
         return E, L, y
 
     def _set_reference(
-        self,
-        reference: KNNIndex,
-        L_tr: FloatArray,
-        y_tr: IntArray,
-        tanh_ref: Float32Array,
-        params: ApproximationParams,
+        self, reference: KNNIndex, L_tr: FloatArray, y_tr: IntArray, params: ApproximationParams
     ) -> None:
         self._reference = reference
-        self._logits_ref = L_tr
-        self._y_ref = y_tr
-        self._tanh_ref = tanh_ref
-        pred = argmax_lowest(L_tr)
-        self._pred_ref = pred
-        self._correct_ref = pred == y_tr
+        self._logits_ref, self._y_ref = L_tr, y_tr
+        self._tanh_ref = np.tanh(L_tr).astype(np.float32)
+        self._pred_ref = argmax_lowest(L_tr)
+        self._correct_ref = self._pred_ref == y_tr
         self.approximation_ = params
         self.n_classes_ = int(L_tr.shape[1])
         self.dim_ = int(reference.dim_)
@@ -380,17 +376,16 @@ class VennAdmit:
         q_ca: IntArray,
         d_ca: FloatArray,
     ) -> None:
-        """Everything derived from the calibration rows; deterministic (also used by from_state)."""
+        """Everything derived from the calibration rows; deterministic (``from_state`` reruns it)."""
         C = self.n_classes_
-        self._E_ca, self._logits_ca, self._y_ca = E_ca, L_ca, y_ca
+        self.calibration_embeddings_, self.calibration_logits_, self.calibration_labels_ = E_ca, L_ca, y_ca
         self.calibration_split_ = split
         self.calibration_logits_knn_ = a_ca
         self.calibration_q_, self.calibration_d_ = q_ca, d_ca
         probs = _softmax(a_ca.copy())
-        self._probs_ca = probs
+        self.calibration_probs_knn_ = probs
         yhat = argmax_lowest(a_ca)
-        used = split != SPLIT_KNN
-        band_rows = used & (q_ca > 0) & (yhat == y_ca)
+        band_rows = (split != SPLIT_KNN) & (q_ca > 0) & (yhat == y_ca)
         if int(band_rows.sum()) < 2:
             msg = (
                 "the band radius needs ≥ 2 calibration rows with q > 0 and a correct KNN prediction; "
@@ -400,59 +395,22 @@ class VennAdmit:
         self.s_hat_ = float(np.std(d_ca[band_rows], ddof=1))
         self.omega_ = self.band_delta * self.s_hat_
         mc = np.flatnonzero(split == SPLIT_MC)
-        scores = 1.0 - probs[mc, y_ca[mc]]
-        self._mc_windows = GroupedWindows(q_ca[mc] * C + y_ca[mc], d_ca[mc])
-        self._mc_tree = RankTree(scores[self._mc_windows.order])
+        self._admit = AdmitCalibration(
+            q_ca[mc],
+            d_ca[mc],
+            y_ca[mc],
+            1.0 - probs[mc, y_ca[mc]],
+            n_classes=C,
+            alpha=self.alpha,
+            omega=self.omega_,
+            kappa=self.kappa,
+        )
         vp = np.flatnonzero(split == SPLIT_VP)
         self._vp_rows = vp
-        sets_vp, _ = self._admit_sets(probs[vp], yhat[vp], q_ca[vp], d_ca[vp])
-        single = sets_vp.sum(axis=1) == 1
-        self._vp_key = np.where(single, q_ca[vp] * C + yhat[vp], -1).astype(np.int64)
-        self._vp_d = d_ca[vp]
-        members = np.flatnonzero(single)
-        self._vp_windows = GroupedWindows(self._vp_key[members], d_ca[vp][members])
-        self._vp_counts = PrefixCounts(y_ca[vp][members][self._vp_windows.order], C)
-        self._vp_index = KNNIndex(kind=self.index, seed=self.seed).fit(E_ca[vp])
-
-    # ------------------------------------------------------------------------ features
-    def _q_and_d(self, dist: FloatArray, idx: Int64Array, yhat: IntArray) -> tuple[IntArray, FloatArray]:
-        """Eq. 4-5 from each row's neighbours (nearest first)."""
-        match = (self._pred_ref[idx] == yhat[:, None]) & self._correct_ref[idx]
-        q = np.where(match.all(axis=1), idx.shape[1], np.argmin(match, axis=1)).astype(np.intp)
-        return q, dist[:, 0].copy()
-
-    def _admit_sets(
-        self, probs: FloatArray, yhat: IntArray, q: IntArray, d: FloatArray
-    ) -> tuple[BoolArray, BoolArray]:
-        """ADMIT sets (Alg. 2) and the κ-guard mask, from ``D_ca^mc``."""
-        m, C = probs.shape
-        lo, hi = d - self.omega_, d + self.omega_
-        windows = [self._mc_windows.window(q * C + c, lo, hi) for c in range(C)]
-        sizes = np.stack([stop - start for start, stop in windows], axis=1)
-        guarded: BoolArray = np.asarray((sizes < self.kappa).any(axis=1))
-        sets: BoolArray = np.zeros((m, C), dtype=bool)
-        sets[guarded] = True
-        open_rows = np.flatnonzero(~guarded)
-        for c, (start, stop) in enumerate(windows):
-            rows = open_rows[yhat[open_rows] != c]
-            if rows.size == 0:
-                continue
-            n_c = sizes[rows, c]
-            rank = np.ceil((n_c + 1) * (1.0 - self.alpha) - _SLACK).astype(np.int64)
-            below = self._mc_tree.count_less(start[rows], stop[rows], 1.0 - probs[rows, c])
-            sets[rows, c] = below <= rank - 1  # 1 − π_c ≤ s_(rank) ⇔ fewer than rank scores below it
-        sets[np.arange(m), yhat] = True
-        return sets, guarded
-
-    def _localizer_neighbours(self, E: Float32Array) -> tuple[FloatArray, Int64Array]:
-        """Distances to and indices of each row's localizer support rows (top-k, or all)."""
-        n_vp = self._vp_rows.shape[0]
-        if self.localizer_k is not None and self.localizer_k < n_vp:
-            return self._vp_index.search(E, self.localizer_k)
-        return self._vp_index.search(E, n_vp)
-
-    def _localizer_output(self, dist: FloatArray, idx: Int64Array) -> FloatArray:
-        return localizer_logits(self.localizer_eta_, dist, idx, self.calibration_logits_knn_[self._vp_rows])
+        sets_vp, _ = self._admit.sets(probs[vp], yhat[vp], q_ca[vp], d_ca[vp])
+        key = np.where(sets_vp.sum(axis=1) == 1, q_ca[vp] * C + yhat[vp], -1).astype(np.int64)
+        self._categories = VennCategories(key, d_ca[vp], y_ca[vp], n_classes=C)
+        self._support = LocalizerSupport(E_ca[vp], k=self.localizer_k, kind=self.index, seed=self.seed)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "localizer_eta_"):
@@ -461,8 +419,24 @@ class VennAdmit:
             )
             raise NotFittedError(msg)
 
-    # ---------------------------------------------------------------------------- predict
-    def _check_inputs(self, E: Any, logits: Any) -> tuple[Float32Array, FloatArray]:
+    # ------------------------------------------------------------------------- features
+    def _q_and_d(self, dist: FloatArray, idx: Int64Array, yhat: IntArray) -> tuple[IntArray, FloatArray]:
+        """Eq. 4-5 from each row's neighbours (nearest first)."""
+        match = (self._pred_ref[idx] == yhat[:, None]) & self._correct_ref[idx]
+        q = np.where(match.all(axis=1), idx.shape[1], np.argmin(match, axis=1)).astype(np.intp)
+        return q, dist[:, 0].copy()
+
+    # -------------------------------------------------------------------------- predict
+    def check_inputs(self, E: Any, logits: Any) -> tuple[Float32Array, FloatArray]:
+        """Validate a batch as ``predict`` does: embeddings as float32, logits as float64.
+
+        Raises
+        ------
+        NotFittedError
+            Before ``fit``.
+        ValueError, TypeError
+            Wrong shapes (width, classes, row counts), NaN or inf, non-numeric input.
+        """
         self._check_fitted()
         Ev = check_embeddings(E, "E", dim=self.dim_)
         Lv = check_logits(logits, "logits", n_classes=self.n_classes_)
@@ -479,9 +453,65 @@ class VennAdmit:
         return approximation_logits(self.approximation_, dist, idx, self._tanh_ref, self._y_ref)
 
     def agreement(self, E: Any, logits: Any) -> float:
-        """Share of rows where ``ŷ^KNN`` equals the model's argmax (paper Table 2's comparison)."""
-        Ev, Lv = self._check_inputs(E, logits)
+        """Share of rows where ``ŷ^KNN`` equals the model's argmax (the comparison of paper Table 2)."""
+        Ev, Lv = self.check_inputs(E, logits)
         return float(np.mean(argmax_lowest(self.knn_logits(Ev)) == argmax_lowest(Lv)))
+
+    def _parts(self, Ev: Float32Array, Lv: FloatArray) -> _Parts:
+        dist, idx = self._reference.search(Ev, self.k)
+        a = approximation_logits(self.approximation_, dist, idx, self._tanh_ref, self._y_ref)
+        yhat = argmax_lowest(a)
+        q, d = self._q_and_d(dist, idx, yhat)
+        probs = _softmax(a.copy())
+        sets, guarded = self._admit.sets(probs, yhat, q, d)
+        single = np.flatnonzero(sets.sum(axis=1) == 1)
+        key = (q[single] * self.n_classes_ + yhat[single]).astype(np.int64)
+        lo, hi = d[single] - self.omega_, d[single] + self.omega_
+        n_t, n_y = self._categories.counts(key, lo, hi, yhat[single])
+        return _Parts(
+            E=Ev, a=a, probs=probs, yhat=yhat, q=q, d=d, sets=sets, guarded=guarded,
+            y_model=argmax_lowest(Lv), single=single, key=key, lo=lo, hi=hi,
+            n_t=n_t, n_y=n_y,
+        )  # fmt: skip
+
+    def _test_point_weights(self, parts: _Parts) -> FloatArray:
+        """``1/ψ'`` for the singleton rows (Alg. 3, Eq. 9); ``inf`` where ``ψ' = 0``."""
+        psi = category_mass(
+            self._support,
+            self.localizer_eta_,
+            parts.E[parts.single],
+            parts.key,
+            parts.lo,
+            parts.hi,
+            self._categories.key,
+            self._categories.d,
+        )
+        with np.errstate(divide="ignore"):
+            weight: FloatArray = np.maximum(1.0 / psi, 1.0)  # ψ' ≤ 1 up to rounding: w ∈ [1, ∞)
+        return weight
+
+    def _result(self, parts: _Parts, weight: FloatArray | None, *, q_k_only: bool) -> VennAdmitResult:
+        """Venn-ADMIT (Alg. 1, 3, 4) on the singleton rows; ``weight=None`` is ``w = 1``."""
+        m = parts.sets.shape[0]
+        w = np.ones(parts.single.size) if weight is None else weight
+        n_t, n_y = parts.n_t.astype(np.float64), parts.n_y.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            low = n_y / (n_t + w)  # = 0 when w = inf
+            up = np.where(np.isinf(w), 1.0, (n_y + w) / (n_t + w))
+        ok = low >= (1.0 - self.alpha) - _SLACK
+        if q_k_only:
+            ok &= parts.q[parts.single] == self.k
+        p_lower, p_upper, weights = np.full(m, np.nan), np.full(m, np.nan), np.full(m, np.nan)
+        size = np.zeros(m, dtype=np.intp)
+        admitted = np.zeros(m, dtype=bool)
+        p_lower[parts.single], p_upper[parts.single], weights[parts.single] = low, up, w
+        size[parts.single] = parts.n_t
+        admitted[parts.single] = ok
+        return VennAdmitResult(
+            y_hat=parts.yhat, q=parts.q, d=parts.d, sets=parts.sets, guarded=parts.guarded,
+            admitted=admitted, p_lower=p_lower, p_upper=p_upper, category_size=size, weight=weights,
+            probs=parts.probs, logits_knn=parts.a, y_model=parts.y_model,
+        )  # fmt: skip
 
     def predict_arrays(
         self, E: Any, logits: Any, *, weighted: bool | None = None, q_k_only: bool | None = None
@@ -497,106 +527,27 @@ class VennAdmit:
         weighted, q_k_only : bool, optional
             Override the constructor's choices for this call.
         """
-        Ev, Lv = self._check_inputs(E, logits)
+        Ev, Lv = self.check_inputs(E, logits)
+        parts = self._parts(Ev, Lv)
         use_weights = self.weighted if weighted is None else bool(weighted)
-        only_qk = self.q_k_only if q_k_only is None else bool(q_k_only)
-        dist, idx = self._reference.search(Ev, self.k)
-        a = approximation_logits(self.approximation_, dist, idx, self._tanh_ref, self._y_ref)
-        yhat = argmax_lowest(a)
-        q, d = self._q_and_d(dist, idx, yhat)
-        probs = _softmax(a.copy())
-        sets, guarded = self._admit_sets(probs, yhat, q, d)
-        venn = self._venn(Ev, sets, yhat, q, d, weighted=use_weights, q_k_only=only_qk)
-        return VennAdmitResult(
-            y_hat=yhat,
-            q=q,
-            d=d,
-            sets=sets,
-            guarded=guarded,
-            admitted=venn[0],
-            p_lower=venn[1],
-            p_upper=venn[2],
-            category_size=venn[3],
-            weight=venn[4],
-            probs=probs,
-            logits_knn=a,
-            y_model=argmax_lowest(Lv),
-        )
+        weight = self._test_point_weights(parts) if use_weights else None
+        return self._result(parts, weight, q_k_only=self.q_k_only if q_k_only is None else bool(q_k_only))
 
-    def _venn(
-        self,
-        E: Float32Array,
-        sets: BoolArray,
-        yhat: IntArray,
-        q: IntArray,
-        d: FloatArray,
-        *,
-        weighted: bool,
-        q_k_only: bool,
-    ) -> tuple[BoolArray, FloatArray, FloatArray, IntArray, FloatArray]:
-        """Venn-ADMIT (Alg. 1, 3, 4) for the singleton rows: admitted, p̲, p̄, |T|, w."""
-        m = sets.shape[0]
-        C = self.n_classes_
-        single = np.flatnonzero(sets.sum(axis=1) == 1)
-        p_lower = np.full(m, np.nan)
-        p_upper = np.full(m, np.nan)
-        weight = np.full(m, np.nan)
-        size = np.zeros(m, dtype=np.intp)
-        admitted = np.zeros(m, dtype=bool)
-        if single.size == 0:
-            return admitted, p_lower, p_upper, size, weight
-        key = q[single] * C + yhat[single]
-        lo, hi = d[single] - self.omega_, d[single] + self.omega_
-        start, stop = self._vp_windows.window(key, lo, hi)
-        n_t = (stop - start).astype(np.float64)
-        n_y = self._vp_counts.counts(start, stop)[np.arange(single.size), yhat[single]].astype(np.float64)
-        w = self._test_point_weights(E[single], key, lo, hi) if weighted else np.ones(single.size)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            low = n_y / (n_t + w)
-            up = np.where(np.isinf(w), 1.0, (n_y + w) / (n_t + w))
-        ok = low >= (1.0 - self.alpha) - _SLACK
-        if q_k_only:
-            ok &= q[single] == self.k
-        p_lower[single], p_upper[single], weight[single] = low, up, w
-        size[single] = (stop - start).astype(np.intp)
-        admitted[single] = ok
-        return admitted, p_lower, p_upper, size, weight
+    def predict_variants(self, E: Any, logits: Any) -> dict[tuple[bool, bool], VennAdmitResult]:
+        """All four selective classifiers of paper 000 §5.1 from one neighbour search.
 
-    def _test_point_weights(
-        self, E: Float32Array, key: Int64Array, lo: FloatArray, hi: FloatArray
-    ) -> FloatArray:
-        """``1/ψ'`` with ``ψ' = Σ_{j∈T} ψ_j`` (Eq. 9): ψ over the localizer support ``D_ca^vp``."""
-        n_vp = self._vp_rows.shape[0]
-        psi_sum = np.empty(E.shape[0], dtype=np.float64)
-        if self.localizer_k is not None and self.localizer_k < n_vp:
-            step = max(1, _DENSE_BLOCK // self.localizer_k)
-            for begin in range(0, E.shape[0], step):
-                rows = slice(begin, begin + step)
-                dist, idx = self._vp_index.search(E[rows], self.localizer_k)
-                member = (
-                    (self._vp_key[idx] == key[rows, None])
-                    & (self._vp_d[idx] >= lo[rows, None])
-                    & (self._vp_d[idx] <= hi[rows, None])
-                )
-                psi = softmax_of_negative(dist, self.localizer_eta_)
-                psi_sum[rows] = np.einsum("mk,mk->m", psi, member)
-        else:
-            support = self._E_ca[self._vp_rows]
-            norms = np.einsum("nd,nd->n", support, support, dtype=np.float64)
-            step = max(1, _DENSE_BLOCK // n_vp)
-            for begin in range(0, E.shape[0], step):
-                rows = slice(begin, begin + step)
-                block = E[rows]
-                sq = norms[None, :] + np.einsum("md,md->m", block, block, dtype=np.float64)[:, None]
-                sq -= 2.0 * (block @ support.T)
-                dist = np.sqrt(np.maximum(sq, 0.0))
-                member = (self._vp_key[None, :] == key[rows, None]) & (self._vp_d >= lo[rows, None])
-                member &= self._vp_d <= hi[rows, None]
-                psi = softmax_of_negative(dist, self.localizer_eta_)
-                psi_sum[rows] = np.einsum("mk,mk->m", psi, member)
-        with np.errstate(divide="ignore"):
-            out: FloatArray = 1.0 / psi_sum
-        return np.maximum(out, 1.0)  # ψ' ≤ 1 up to rounding: the weight is in [1, ∞)
+        Keys are ``(weighted, q_k_only)``: ``(True, False)`` Venn-ADMIT, ``(True, True)``
+        Venn-ADMIT_qK, ``(False, False)`` Venn-ADMIT-w, ``(False, True)`` Venn-ADMIT_qK-w (the
+        paper's "-w" marks the variants without test-point weighting).
+        """
+        Ev, Lv = self.check_inputs(E, logits)
+        parts = self._parts(Ev, Lv)
+        weight = self._test_point_weights(parts)
+        return {
+            (weighted, only_qk): self._result(parts, weight if weighted else None, q_k_only=only_qk)
+            for weighted in (True, False)
+            for only_qk in (False, True)
+        }
 
     def predict(self, E: Any, logits: Any) -> Any:
         """Per-row results as a polars DataFrame, one row per input.
@@ -627,3 +578,110 @@ class VennAdmit:
                 "category_size": res.category_size.astype(np.int64),
             }
         )
+
+    # ---------------------------------------------------------------------------- state
+    def state(self) -> dict[str, Any]:
+        """The fitted calibrator as plain arrays and JSON-able values (no pickle).
+
+        ``from_state(state())`` rebuilds the faiss indexes and the band structures from these
+        arrays and predicts exactly as this object does.
+        """
+        self._check_fitted()
+        p = self.approximation_
+        return {
+            "format": STATE_FORMAT,
+            "options": self.options(),
+            "scalars": {
+                "eta": p.eta,
+                "localizer_eta": self.localizer_eta_,
+                "agreement": self.agreement_,
+                "localizer_agreement": self.localizer_agreement_,
+                "training": _training_json(self.training_),
+                "localizer_training": _training_json(self.localizer_training_),
+            },
+            "arrays": {
+                "beta": p.beta,
+                "gamma": p.gamma,
+                "reference_embeddings": self._reference.reference.copy(),
+                "reference_logits": self._logits_ref,
+                "reference_labels": self._y_ref.astype(np.int64),
+                "calibration_embeddings": self.calibration_embeddings_,
+                "calibration_logits": self.calibration_logits_,
+                "calibration_labels": self.calibration_labels_.astype(np.int64),
+                "calibration_split": self.calibration_split_,
+                "calibration_logits_knn": self.calibration_logits_knn_,
+                "calibration_q": self.calibration_q_.astype(np.int64),
+                "calibration_d": self.calibration_d_,
+            },
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> VennAdmit:
+        """Rebuild a fitted :class:`VennAdmit` from :meth:`state` (no training, no pickle)."""
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            msg = f"state must be a dict from VennAdmit.state() with format {STATE_FORMAT!r}"
+            raise ValueError(msg)
+        options = dict(state["options"])
+        options["split"] = tuple(options["split"])
+        va = cls(**options)
+        arrays, scalars = state["arrays"], state["scalars"]
+        params = ApproximationParams(
+            beta=np.asarray(arrays["beta"], dtype=np.float64),
+            gamma=np.asarray(arrays["gamma"], dtype=np.float64),
+            eta=float(scalars["eta"]),
+        )
+        E_tr = check_embeddings(arrays["reference_embeddings"], "reference_embeddings")
+        L_tr = check_logits(arrays["reference_logits"], "reference_logits")
+        y_tr = check_labels(
+            arrays["reference_labels"], L_tr.shape[1], "reference_labels", n_rows=E_tr.shape[0]
+        )
+        va._set_reference(KNNIndex(kind=va.index, seed=va.seed).fit(E_tr), L_tr, y_tr, params)
+        C = L_tr.shape[1]
+        E_ca = check_embeddings(arrays["calibration_embeddings"], "calibration_embeddings", dim=E_tr.shape[1])
+        L_ca = check_logits(arrays["calibration_logits"], "calibration_logits", n_classes=C)
+        y_ca = check_labels(arrays["calibration_labels"], C, "calibration_labels", n_rows=E_ca.shape[0])
+        va._set_calibration(
+            E_ca,
+            L_ca,
+            y_ca,
+            np.asarray(arrays["calibration_split"], dtype=np.int8),
+            np.asarray(arrays["calibration_logits_knn"], dtype=np.float64),
+            np.asarray(arrays["calibration_q"], dtype=np.intp),
+            np.asarray(arrays["calibration_d"], dtype=np.float64),
+        )
+        va.agreement_ = float(scalars["agreement"])
+        va.localizer_agreement_ = float(scalars["localizer_agreement"])
+        va.training_ = TrainingResult(**scalars["training"])
+        va.localizer_training_ = TrainingResult(**scalars["localizer_training"])
+        va.localizer_eta_ = float(scalars["localizer_eta"])
+        return va
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What every Venn-ADMIT variant shares for one batch (one neighbour search)."""
+
+    E: Float32Array
+    a: FloatArray
+    probs: FloatArray
+    yhat: IntArray
+    q: IntArray
+    d: FloatArray
+    sets: BoolArray
+    guarded: BoolArray
+    y_model: IntArray
+    single: IntArray
+    key: Int64Array
+    lo: FloatArray
+    hi: FloatArray
+    n_t: IntArray
+    n_y: IntArray
+
+
+def _training_json(result: TrainingResult) -> dict[str, Any]:
+    return {
+        "best_epoch": int(result.best_epoch),
+        "dev_disagreements": [int(v) for v in result.dev_disagreements],
+        "masked": [bool(v) for v in result.masked],
+        "seconds": float(result.seconds),
+    }

@@ -17,6 +17,9 @@ Three structures answer every query of a batch at once, with no loop over test r
   ``< s``.
 - :class:`PrefixCounts`: per-class prefix counts over positions; the label counts of any range
   in O(C) per query.
+
+On top of them, :class:`AdmitCalibration` (ADMIT sets, Alg. 2) and :class:`VennCategories`
+(Venn-ADMIT category counts, Alg. 3-4). A batch of ``m`` rows costs O(m·C·log² n).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.intp]
 Int64Array = npt.NDArray[np.int64]
 
@@ -163,3 +167,102 @@ class PrefixCounts:
         """Label counts of each range ``[start, stop)``, shape (m, C)."""
         out: Int64Array = self._prefix[stop] - self._prefix[start]
         return out
+
+
+#: Slack on ``⌈(n+1)(1−α)⌉`` against float rounding (as in :mod:`calwatch.engine.quantiles`).
+_RANK_SLACK = 1e-9
+
+
+class AdmitCalibration:
+    """ADMIT's Mondrian conformal calibration (paper 000 Alg. 2) over the ``D_ca^mc`` rows.
+
+    The taxonomy of a test row is its band ``{j : q_j = q_t, |d_j − d_t| ≤ ω}`` and the label:
+    for each class ``c`` the scores ``1 − π_{y_j}`` of the band's rows with ``y_j = c`` give the
+    conformal order statistic ``l̂_c = s_(⌈(n_c+1)(1−α)⌉)`` (``+∞`` past ``n_c``).
+
+    Parameters
+    ----------
+    q, d, y : ndarray of shape (n,)
+        ``q``, ``d`` and true label of the calibration rows.
+    scores : ndarray of shape (n,)
+        ``1 − π^KNN_{y_j}(x_j)``.
+    n_classes : int
+    alpha, omega : float
+        Miscoverage level and band radius.
+    kappa : int
+        Any class with fewer band rows than this gives the full set.
+    """
+
+    def __init__(
+        self,
+        q: IntArray,
+        d: FloatArray,
+        y: IntArray,
+        scores: FloatArray,
+        *,
+        n_classes: int,
+        alpha: float,
+        omega: float,
+        kappa: int,
+    ) -> None:
+        self.n_classes, self.alpha, self.omega, self.kappa = n_classes, alpha, omega, kappa
+        self._windows = GroupedWindows(q * n_classes + y, d)
+        self._tree = RankTree(scores[self._windows.order])
+
+    def sets(
+        self, probs: FloatArray, yhat: IntArray, q: IntArray, d: FloatArray
+    ) -> tuple[BoolArray, BoolArray]:
+        """ADMIT sets ``{ŷ} ∪ {c : 1 − π_c ≤ l̂_c}`` (m, C) and the κ-guard mask (m,).
+
+        ``π_c ≥ τ̂_c = 1 − l̂_c`` is evaluated as ``1 − π_c ≤ l̂_c``, the same float64 expression
+        as the calibration scores; and ``s ≤ s_(r)`` as "fewer than ``r`` window scores are
+        ``< s``", a rank query, so no quantile is materialised.
+        """
+        m, C = probs.shape
+        lo, hi = d - self.omega, d + self.omega
+        windows = [self._windows.window(q * C + c, lo, hi) for c in range(C)]
+        sizes = np.stack([stop - start for start, stop in windows], axis=1)
+        guarded: BoolArray = np.asarray((sizes < self.kappa).any(axis=1))
+        sets: BoolArray = np.zeros((m, C), dtype=bool)
+        sets[guarded] = True
+        open_rows = np.flatnonzero(~guarded)
+        for c, (start, stop) in enumerate(windows):
+            rows = open_rows[yhat[open_rows] != c]
+            if rows.size == 0:
+                continue
+            rank = np.ceil((sizes[rows, c] + 1) * (1.0 - self.alpha) - _RANK_SLACK).astype(np.int64)
+            below = self._tree.count_less(start[rows], stop[rows], 1.0 - probs[rows, c])
+            sets[rows, c] = below <= rank - 1
+        sets[np.arange(m), yhat] = True
+        return sets, guarded
+
+
+class VennCategories:
+    """Venn-ADMIT categories (paper 000 Alg. 3-4) over the ``D_ca^vp`` rows with singleton ADMIT sets.
+
+    A singleton test row's category is the ``D_ca^vp`` rows of its band with the same ``ŷ^KNN``
+    and the same ADMIT set ``{ŷ}``, i.e. the rows with key ``q·C + ŷ`` (``-1`` for rows whose
+    set is not a singleton) and ``d`` in ``[d_t − ω, d_t + ω]``.
+
+    Parameters
+    ----------
+    key : ndarray of shape (n,)
+        ``q·C + ŷ`` for rows with singleton sets, ``-1`` otherwise.
+    d, y : ndarray of shape (n,)
+        Distance ``d`` and true label.
+    n_classes : int
+    """
+
+    def __init__(self, key: Int64Array, d: FloatArray, y: IntArray, *, n_classes: int) -> None:
+        self.key, self.d = key, d
+        members = np.flatnonzero(key >= 0)
+        self._windows = GroupedWindows(key[members], d[members])
+        self._counts = PrefixCounts(y[members][self._windows.order], n_classes)
+
+    def counts(
+        self, key: Int64Array, lo: FloatArray, hi: FloatArray, label: IntArray
+    ) -> tuple[IntArray, IntArray]:
+        """``|T|`` and the number of its rows labelled ``label``, for each query."""
+        start, stop = self._windows.window(key, lo, hi)
+        n_label = self._counts.counts(start, stop)[np.arange(key.shape[0]), label]
+        return (stop - start).astype(np.intp), n_label.astype(np.intp)
