@@ -100,11 +100,48 @@ function hoistLayerParams(spec: Record<string, unknown>): void {
   if (hoisted.length > 0) spec.params = hoisted;
 }
 
+/**
+ * Tooltip text escaping, stricter than vega-tooltip's default (which escapes only `&` and `<`):
+ * class names, labels and notes come from users and are shown as text, never markup.
+ */
+export function escapeHtml(value: unknown): string {
+  return String(value)
+    .replace(/&/g, "&amp;")
+    .replace(/</g, "&lt;")
+    .replace(/>/g, "&gt;")
+    .replace(/"/g, "&quot;")
+    .replace(/'/g, "&#39;");
+}
+
+/** A brushed range of batches, from an interval selection's value: integers inside [lo, hi]. */
+export function brushRange(value: unknown): [number, number] | null {
+  if (!isRecord(value)) return null;
+  const extent = Object.values(value)[0];
+  if (!Array.isArray(extent) || extent.length !== 2) return null;
+  const [a, b] = extent.map(Number) as [number, number];
+  if (!Number.isFinite(a) || !Number.isFinite(b)) return null;
+  const lo = Math.ceil(Math.min(a, b));
+  const hi = Math.floor(Math.max(a, b));
+  return lo <= hi ? [lo, hi] : null;
+}
+
 export interface ChartOptions {
   renderer?: Renderer;
   dark?: boolean;
   /** Initial value of the `calibrator` signal. */
   calibrator?: string;
+  /** Initial values of other top-level signals (set when the spec has them). */
+  signals?: Record<string, unknown>;
+  /** Starts inactive (a hidden tab): updates are deferred until `activate`. Default active. */
+  active?: boolean;
+  /** The whole current data, for an inactive chart catching up on `activate`. */
+  snapshot?: () => ChartUpdate | null;
+  /** A click on a mark of a batch (its datum has a numeric `batch`), or on the x axis of `batch`. */
+  onBatchClick?: (batch: number) => void;
+  /** Clicks anywhere on the plot pick the batch under the pointer (x scale = batch: the timeline). */
+  clickByX?: boolean;
+  /** The `brush` interval selection changed (null: cleared). */
+  onBrush?: (range: [number, number] | null) => void;
   /** Called with every error of embedding or updating (drawn into the widget). */
   onError?: (error: unknown) => void;
   /** Where timings go; defaults to `globalThis.__calwatchTimings`. */
@@ -134,6 +171,8 @@ export class Chart {
     this.datasets = datasetNames(spec);
     this.onError = options.onError ?? ((e) => console.error("calwatch chart:", e));
     this.timings = options.timings ?? timingsSink();
+    this.active = options.active ?? true;
+    this.snapshot = options.snapshot ?? (() => null);
     const embedOptions: EmbedOptions = {
       mode: "vega-lite",
       renderer: options.renderer ?? "svg",
@@ -141,6 +180,7 @@ export class Chart {
       defaultStyle: false,
       // Empty datasets (before the replay) make Vega warn about infinite extents; keep errors.
       logLevel: LogError,
+      tooltip: { sanitize: escapeHtml },
       ...(options.dark ? { theme: "dark", config: { background: "transparent" } } : {}),
     };
     this.chain = embed(el, prepareSpec(spec) as VisualizationSpec, embedOptions).then(
@@ -154,7 +194,10 @@ export class Chart {
         const topData = new Set((vg.data ?? []).map((d) => d.name));
         this.datasets = new Set([...this.datasets].filter((n) => topData.has(n)));
         this.signals = new Set((vg.signals ?? []).map((s) => s.name));
-        if (options.calibrator !== undefined) await this.setSignal(options.calibrator);
+        const initial = { ...(options.signals ?? {}) };
+        if (options.calibrator !== undefined) initial.calibrator = calibratorSignalValue(options.calibrator);
+        await this.setSignalsNow(initial);
+        this.listen(result.view, options);
         if (el.clientWidth > 0) await this.setWidth(el.clientWidth);
       },
       (error: unknown) => {
@@ -171,6 +214,39 @@ export class Chart {
     }
   }
 
+  private active: boolean;
+  private stale = false;
+  private pendingSignals: Record<string, unknown> = {};
+  private readonly snapshot: () => ChartUpdate | null;
+
+  /** Whether updates are applied as they come (false: deferred until `activate`). */
+  get isActive(): boolean {
+    return this.active;
+  }
+
+  /**
+   * Shows the chart again: applies the signals set meanwhile and, if data arrived while it was
+   * inactive, the whole current data once.
+   */
+  activate(): Promise<void> {
+    if (this.active) return this.chain;
+    this.active = true;
+    const signals = this.pendingSignals;
+    this.pendingSignals = {};
+    const stale = this.stale;
+    this.stale = false;
+    return this.enqueue(async () => {
+      await this.setSignalsNow(signals);
+      const snap = stale ? this.snapshot() : null;
+      if (snap !== null) await this.applyNow(snap, false);
+    });
+  }
+
+  /** Hides the chart: later updates wait for `activate` (resets still apply). */
+  deactivate(): void {
+    this.active = false;
+  }
+
   /** The Vega view, once embedded. */
   get view(): Result["view"] | null {
     return this.result?.view ?? null;
@@ -181,14 +257,31 @@ export class Chart {
     return this.chain;
   }
 
-  /** Applies an update to the datasets this chart reads; resolves once rendered. */
+  /**
+   * Applies an update to the datasets this chart reads; resolves once rendered. While inactive
+   * only resets are applied; other updates mark the chart stale (caught up on `activate`).
+   */
   apply(update: ChartUpdate): Promise<void> {
+    if (!this.active && !update.reset) {
+      this.stale = true;
+      return Promise.resolve();
+    }
+    if (update.reset) this.stale = false;
     return this.enqueue(() => this.applyNow(update));
   }
 
   /** Sets the `calibrator` signal (skipped when the spec has no such top-level signal). */
   setCalibrator(selected: string): Promise<void> {
-    return this.enqueue(() => this.setSignal(selected));
+    return this.setSignals({ calibrator: calibratorSignalValue(selected) });
+  }
+
+  /** Sets top-level signals the spec declares (others are skipped), deferred while inactive. */
+  setSignals(values: Record<string, unknown>): Promise<void> {
+    if (!this.active) {
+      Object.assign(this.pendingSignals, values);
+      return Promise.resolve();
+    }
+    return this.enqueue(() => this.setSignalsNow(values));
   }
 
   /** Sets the view width in px (from the container; ignored while 0, e.g. when hidden). */
@@ -217,7 +310,7 @@ export class Chart {
     return this.chain;
   }
 
-  private async applyNow(update: ChartUpdate): Promise<void> {
+  private async applyNow(update: ChartUpdate, timed = true): Promise<void> {
     const view = this.result?.view;
     if (!view) return;
     const start = performance.now();
@@ -238,14 +331,71 @@ export class Chart {
     }
     if (!touched) return;
     await view.runAsync();
+    if (!timed) return;
     this.timings.push(performance.now() - start);
     if (this.timings.length > MAX_TIMINGS) this.timings.splice(0, this.timings.length - MAX_TIMINGS);
   }
 
-  private async setSignal(selected: string): Promise<void> {
+  private async setSignalsNow(values: Record<string, unknown>): Promise<void> {
     const view = this.result?.view;
-    if (!view || !this.signals.has("calibrator")) return;
-    await view.signal("calibrator", calibratorSignalValue(selected)).runAsync();
+    if (!view) return;
+    let changed = false;
+    for (const [name, value] of Object.entries(values)) {
+      if (!this.signals.has(name) || view.signal(name) === value) continue;
+      view.signal(name, value);
+      changed = true;
+    }
+    if (changed) await view.runAsync();
+  }
+
+  /** Click and brush listeners (a drag that ends on a mark is not a click). */
+  private listen(view: Result["view"], options: ChartOptions): void {
+    const { onBatchClick, onBrush } = options;
+    if (onBrush !== undefined && this.signals.has("brush")) {
+      let last = "null";
+      view.addSignalListener("brush", (_name: string, value: unknown) => {
+        const range = brushRange(value);
+        const text = JSON.stringify(range);
+        if (text === last) return;
+        last = text;
+        onBrush(range);
+      });
+    }
+    if (onBatchClick === undefined) return;
+    let down: [number, number] | null = null;
+    view.addEventListener("mousedown", (event) => {
+      const e = event as MouseEvent;
+      down = [e.clientX, e.clientY];
+    });
+    view.addEventListener("click", (event, item) => {
+      const e = event as MouseEvent;
+      if (down !== null && Math.hypot(e.clientX - down[0], e.clientY - down[1]) > 3) return;
+      const datum = (item as { datum?: Record<string, unknown> } | null | undefined)?.datum;
+      let batch = typeof datum?.batch === "number" && Number.isInteger(datum.batch) ? datum.batch : null;
+      // Areas and lines: the item is the whole path; read the batch off the x scale.
+      const markType = (item as { mark?: { marktype?: string } } | null | undefined)?.mark?.marktype;
+      if (options.clickByX && (markType === "area" || markType === "line" || batch === null)) {
+        batch = this.batchAt(view, e) ?? batch;
+      }
+      if (batch !== null) onBatchClick(batch);
+    });
+  }
+
+  /** The batch under the pointer on a chart whose x scale is the batch (null elsewhere). */
+  private batchAt(view: Result["view"], e: MouseEvent): number | null {
+    let scale: ((x: number) => number) & { invert?: (px: number) => number; domain?: () => number[] };
+    try {
+      scale = view.scale("x") as typeof scale;
+    } catch {
+      return null;
+    }
+    if (typeof scale?.invert !== "function" || typeof scale.domain !== "function") return null;
+    const surface = this.el.querySelector("svg, canvas");
+    if (surface === null) return null;
+    const x = e.clientX - surface.getBoundingClientRect().left - view.origin()[0];
+    const batch = Math.round(scale.invert(x));
+    const [lo, hi] = scale.domain().map(Number) as [number, number];
+    return Number.isFinite(batch) && batch >= Math.floor(lo) && batch <= Math.ceil(hi) ? batch : null;
   }
 
   private async setWidth(width: number): Promise<void> {

@@ -68,8 +68,52 @@ export interface WidgetModel {
   _error: string;
   /** Shift warnings, oldest first. Optional: a kernel without warnings does not send it. */
   _warnings?: ShiftWarning[];
-  /** A frozen view with no kernel behind it (a standalone report): pause and acknowledge are hidden. */
+  /** A frozen view with no kernel behind it (a standalone report): kernel-bound controls are hidden. */
   _readonly?: boolean;
+  // ---- the dashboard (all optional: a kernel without them gets a single section of charts)
+  /** Tabs in order, each with the chart kinds and panels it shows (names of `_specs`). */
+  _sections?: Section[];
+  /** Per chart: the dataset row it needs (`field` not null) and the text shown until one exists. */
+  _empty_states?: Record<string, EmptyState>;
+  /** Class names, for the class filter. */
+  _classes?: string[];
+  /** Picked class, "" = all. Written by the browser (class filter) and by the kernel. */
+  _class_filter?: string;
+  /** What-if level α, null = off. Written by the browser (α slider) and by the kernel. */
+  _alpha?: number | null;
+  /** What the α control applies to. */
+  _alpha_info?: AlphaInfo;
+  /** Rows of the window used by the window panels, most recent first (0 = all). Browser-written. */
+  _window_rows?: number;
+  /** The timeline brush: [first, last] batch (inclusive) or []. Written by the browser. */
+  _batch_range?: number[];
+  /** Author used for notes typed without one. */
+  _default_author?: string;
+}
+
+/** One tab: its name and the chart kinds / panels it shows, in order. */
+export interface Section {
+  name: string;
+  charts: string[];
+}
+
+/** Empty state of a chart: shown while no row of `dataset` has a non-null `field`. */
+export interface EmptyState {
+  dataset: string;
+  field: string;
+  message: string;
+}
+
+/** `_alpha_info`: the window the α control recomputes. */
+export interface AlphaInfo {
+  alpha: number | null;
+  calibrators: string[];
+  first_batch: number | null;
+  last_batch: number | null;
+  n_batches: number;
+  n_rows: number;
+  window: number;
+  targets: Record<string, number>;
 }
 
 /** Every row of every dataset carries a `key`, unique within its dataset. */
@@ -159,6 +203,64 @@ export interface AcknowledgeMessage {
   episode: number;
   /** Optional note, "" = none. */
   note: string;
+}
+
+/** browser -> kernel: pin a note to a batch, a warning episode or the stream (both null). */
+export interface NoteMessage {
+  kind: "note";
+  text: string;
+  /** "" = the kernel's default author. */
+  author: string;
+  batch: number | null;
+  episode: number | null;
+}
+
+/** browser -> kernel: one page of a window batch's rows, answered by a RowsMessage for `view`. */
+export interface RowsRequest {
+  kind: "rows-request";
+  view: string;
+  batch: number;
+  page: number;
+  page_size: number;
+}
+
+/** kernel -> browser: a page of rows (or an error, e.g. the batch left the window). */
+export interface RowsMessage {
+  kind: "rows";
+  view: string;
+  batch: number;
+  page: number;
+  page_size: number;
+  n_rows: number;
+  n_pages: number;
+  columns: string[];
+  rows: unknown[][];
+  set_calibrator: string;
+  risk_calibrator: string;
+  error?: string;
+}
+
+/** Validates a `rows` message (null for other kinds); fields of the wrong type get defaults. */
+export function parseRowsMessage(msg: unknown): RowsMessage | null {
+  if (!isRecord(msg) || msg.kind !== "rows" || typeof msg.view !== "string") return null;
+  const int = (v: unknown, d: number) => (typeof v === "number" && Number.isInteger(v) ? v : d);
+  const str = (v: unknown) => (typeof v === "string" ? v : "");
+  const rows = Array.isArray(msg.rows) ? msg.rows.filter((r): r is unknown[] => Array.isArray(r)) : [];
+  const columns = Array.isArray(msg.columns) ? msg.columns.map((c) => String(c)) : [];
+  return {
+    kind: "rows",
+    view: msg.view,
+    batch: int(msg.batch, -1),
+    page: int(msg.page, 0),
+    page_size: int(msg.page_size, 20),
+    n_rows: int(msg.n_rows, 0),
+    n_pages: int(msg.n_pages, 1),
+    columns,
+    rows,
+    set_calibrator: str(msg.set_calibrator),
+    risk_calibrator: str(msg.risk_calibrator),
+    ...(typeof msg.error === "string" ? { error: msg.error } : {}),
+  };
 }
 
 export type KernelMessage = UpsertMessage | ReplayMessage;

@@ -20,8 +20,9 @@
 //     older than what is shown after the first replay is ignored;
 //   - while paused everything is queued, and processed through the same rules on resume.
 // mergeUpdates folds several accepted updates into one (a backlog is applied as one changeset).
-// RowStore keeps the current rows per dataset, upserting by key, and turns each accepted update
-// into a ChartUpdate (deduplicated rows plus the keys they replace) for the Vega views.
+// RowStore keeps the current rows per dataset, upserting by key (a tombstone row, `_deleted: true`,
+// removes its key), and turns each accepted update into a ChartUpdate (deduplicated rows plus the
+// keys they replace) for the Vega views.
 
 import type { DataBatch, KernelMessage, KeyedRow, ReplayMessage, UpsertMessage } from "./model";
 
@@ -262,6 +263,11 @@ export interface ChartUpdate {
   counts: Readonly<Record<string, number>>;
 }
 
+/** A row that deletes its key (`{key, _deleted: true}`): how the kernel drops rows it sent. */
+export function isTombstone(row: KeyedRow): boolean {
+  return row._deleted === true;
+}
+
 /** The current rows of each dataset, by key. */
 export class RowStore {
   private readonly sets = new Map<string, Map<string, KeyedRow>>();
@@ -279,8 +285,11 @@ export class RowStore {
         this.sets.set(name, current);
       }
       const plan = upsertPlan(current, rows);
-      for (const row of plan.insert) current.set(row.key, row);
-      changes.set(name, { replaces: new Set(plan.remove), rows: plan.insert });
+      // A tombstone ({key, _deleted: true}) removes its key and inserts nothing.
+      const insert = plan.insert.filter((row) => !isTombstone(row));
+      for (const row of plan.insert) if (isTombstone(row)) current.delete(row.key);
+      for (const row of insert) current.set(row.key, row);
+      changes.set(name, { replaces: new Set(plan.remove), rows: insert });
     }
     return { seq: update.seq, reset, changes, counts: this.counts() };
   }
@@ -297,6 +306,11 @@ export class RowStore {
 
   rows(name: string): KeyedRow[] {
     return [...(this.sets.get(name)?.values() ?? [])];
+  }
+
+  /** The current rows of a dataset, without copying. */
+  values(name: string): Iterable<KeyedRow> {
+    return this.sets.get(name)?.values() ?? [];
   }
 
   /** The whole state as a reset update, to fill a view built after data arrived. */

@@ -292,7 +292,12 @@ describe("renderView", () => {
     const alerts = root.querySelector<HTMLElement>(".calwatch-alerts");
     expect([...root.children].map((c) => c.className)).toEqual([
       "calwatch-controls",
+      "calwatch-dash-controls",
       "calwatch-alerts",
+      "calwatch-timeline",
+      "calwatch-rows",
+      "calwatch-notes",
+      "calwatch-tabs",
       "calwatch-charts",
     ]);
     expect(alerts?.hidden).toBe(true);

@@ -3,7 +3,14 @@
 // Each rendered view keeps its own browser-only state: a view id, the StreamBuffer ordering the
 // kernel's messages, the RowStore of the rows handed to the charts and the Vega charts.
 // Kernel-synced state is only read from / written to the model (types in model.ts). The header
-// (controls.ts) and the shift warnings under it (alerts.ts) follow their own traits.
+// (controls.ts), the dashboard controls (dashcontrols.ts), the shift warnings (alerts.ts), the
+// notes (notes.ts) and the row table (rowtable.ts) follow their own traits / messages.
+//
+// Layout: a timeline (brush + notes) above tabs of sections (`_sections`); the chart kinds and
+// panels of the other tabs are hidden and inactive: they take resets at once but defer upserts
+// and signal changes until their tab is shown (then catch up from the RowStore once), so an
+// update costs the visible charts only. The brush sets the signals batch_lo / batch_hi of every
+// chart of this view at once and `_batch_range` (the kernel and other views) once it settles.
 //
 // Updates reach the charts one apply at a time, in a task after the messages that brought them:
 // everything accepted meanwhile (messages already received, those arriving while an apply is
@@ -13,9 +20,20 @@
 
 import type { AnyModel, Initialize, Render } from "@anywidget/types";
 import { createAlerts } from "./alerts";
+import { drawCards } from "./cards";
 import { Chart, isDarkTheme, type Renderer } from "./charts";
 import { createControls } from "./controls";
-import { parseKernelMessage, type ReplayRequest, type WidgetModel } from "./model";
+import { createDashControls } from "./dashcontrols";
+import {
+  type KeyedRow,
+  parseKernelMessage,
+  parseRowsMessage,
+  type ReplayRequest,
+  type Section,
+  type WidgetModel,
+} from "./model";
+import { createNotes } from "./notes";
+import { createRowTable } from "./rowtable";
 import { type AcceptedUpdate, type ChartUpdate, mergeUpdates, RowStore, StreamBuffer } from "./stream";
 import css from "./widget.css" with { type: "text" };
 
@@ -45,6 +63,62 @@ export interface ViewOptions {
   viewId?: string;
 }
 
+/** `globalThis.__calwatchUpdateTimings`: ms of each whole update (every active chart), for tests. */
+export function updateTimingsSink(): number[] {
+  const g = globalThis as { __calwatchUpdateTimings?: unknown };
+  if (!Array.isArray(g.__calwatchUpdateTimings)) g.__calwatchUpdateTimings = [];
+  return g.__calwatchUpdateTimings as number[];
+}
+
+/** Section of charts a kernel without `_sections` gets (everything in one tab). */
+const ALL_CHARTS = "Charts";
+const OVERVIEW = "Overview";
+
+interface Item {
+  name: string;
+  section: string;
+  el: HTMLElement;
+  empty: HTMLElement;
+  chart: Chart;
+}
+
+/**
+ * DOM order of the chart kinds and panels: the kinds in `_chart_order`; each panel (a name in a
+ * section but not a kind) right after the first kind of its section, else at the end.
+ */
+export function itemOrder(order: readonly string[], sections: readonly Section[]): { name: string; section: string; panel: boolean }[] {
+  const sectionOf = new Map<string, string>();
+  for (const s of sections) for (const name of s.charts) if (!sectionOf.has(name)) sectionOf.set(name, s.name);
+  const fallback = sections.find((s) => s.name !== OVERVIEW)?.name ?? sections[0]?.name ?? ALL_CHARTS;
+  const kinds = new Set(order);
+  const out = order.map((name) => ({ name, section: sectionOf.get(name) ?? fallback, panel: false }));
+  for (const s of sections) {
+    for (const name of s.charts) {
+      if (kinds.has(name) || name === TIMELINE || out.some((o) => o.name === name)) continue;
+      const item = { name, section: s.name, panel: true };
+      const first = out.findIndex((o) => o.section === s.name);
+      if (first < 0) out.push(item);
+      else {
+        let at = first + 1;
+        while (at < out.length && out[at]?.panel && out[at]?.section === s.name) at++;
+        out.splice(at, 0, item);
+      }
+    }
+  }
+  return out;
+}
+
+/** Whether a dataset has a row whose `field` is set (an empty state's condition). */
+function hasValue(rows: Iterable<KeyedRow>, field: string): boolean {
+  for (const row of rows) {
+    const v = row[field];
+    if (v !== null && v !== undefined && v !== 0) return true;
+  }
+  return false;
+}
+
+const TIMELINE = "timeline";
+
 /** Renders one view of the widget into `el`; returns its cleanup. */
 export function renderView(
   model: AnyModel<WidgetModel>,
@@ -58,22 +132,46 @@ export function renderView(
   root.className = "calwatch-widget";
   root.dataset.viewId = viewId;
   const controls = createControls(model, doc);
+  const dash = createDashControls(model, doc);
   // Shift warnings under the header; they follow change:_warnings themselves.
   const alerts = createAlerts(model, doc, { onError: (m) => controls.setLocalError("warnings", m) });
+  const timelineEl = doc.createElement("div");
+  timelineEl.className = "calwatch-timeline";
+  const notes = createNotes(model, doc);
+  const rowTable = createRowTable(model, viewId, doc, { onNote: (batch) => notes.pinTo(batch) });
+  const tabs = doc.createElement("div");
+  tabs.className = "calwatch-tabs";
+  tabs.setAttribute("role", "tablist");
   const chartsEl = doc.createElement("div");
   chartsEl.className = "calwatch-charts";
-  root.append(controls.el, alerts.el, chartsEl);
+  const cards = doc.createElement("div");
+  cards.className = "calwatch-cards";
+  cards.dataset.section = OVERVIEW;
+  root.append(controls.el, dash.el, alerts.el, timelineEl, rowTable.el, notes.el, tabs, chartsEl);
   el.append(root);
 
   const stream = new StreamBuffer(viewId, { paused: Boolean(model.get("_paused")) });
   /** The rows handed to the charts so far (what a rebuilt chart starts from). */
   const store = new RowStore();
   let storeSeq: number | null = null;
-  let charts: Chart[] = [];
+  let items: Item[] = [];
+  let timeline: Chart | null = null;
+  let activeSection = "";
   let dark = isDarkTheme(doc);
   let shownSeq = Number.NEGATIVE_INFINITY;
+  /** The batch range applied in this view (from its own brush, or the kernel's _batch_range). */
+  let range: number[] = [...(model.get("_batch_range") ?? [])];
+  const updateTimings = updateTimingsSink();
   const reportError = (source: string, prefix = "") => (error: unknown) =>
     controls.setLocalError(source, prefix + message(error));
+
+  const allCharts = () => [...(timeline === null ? [] : [timeline]), ...items.map((i) => i.chart)];
+  const filterSignals = (): Record<string, unknown> => ({
+    batch_lo: range.length === 2 ? range[0] : null,
+    batch_hi: range.length === 2 ? range[1] : null,
+    class_filter: model.get("_class_filter") ?? "",
+  });
+  const snapshot = () => (storeSeq === null ? null : store.snapshot(storeSeq));
 
   const markApplied = (update: ChartUpdate, replaySeq: number | null) => {
     // data-applied-seq only ever grows (a replay older than upserts already shown does not move
@@ -86,41 +184,138 @@ export function renderView(
     for (const [name, n] of Object.entries(update.counts)) root.setAttribute(`data-rows-${name}`, String(n));
   };
 
-  const buildCharts = () => {
-    for (const chart of charts) {
-      chart.finalize();
-      controls.setLocalError(`chart ${chart.el.dataset.chart}`, "");
+  /** Cards, notes and empty states follow the store after every applied update. */
+  const drawDerived = () => {
+    drawCards(cards, store.rows("overview"), model.get("_calibrators") ?? [], doc);
+    notes.draw(store.rows("notes"));
+    const rules = model.get("_empty_states") ?? {};
+    const readonly = Boolean(model.get("_readonly"));
+    for (const item of items) {
+      const rule = rules[item.name];
+      let text = "";
+      if (rule !== undefined && !hasValue(store.values(rule.dataset), rule.field)) text = rule.message;
+      if (readonly && item.name === "what_if") text = "The what-if α needs a live kernel: not available in a report.";
+      item.empty.textContent = text;
+      item.empty.hidden = text === "";
+      item.el.classList.toggle("calwatch-is-empty", text !== "");
     }
-    charts = [];
-    chartsEl.replaceChildren();
+  };
+
+  const setSection = (name: string) => {
+    activeSection = name;
+    root.dataset.section = name;
+    for (const button of tabs.querySelectorAll<HTMLButtonElement>("button.calwatch-tab")) {
+      const selected = button.dataset.section === name;
+      button.setAttribute("aria-selected", String(selected));
+      button.tabIndex = selected ? 0 : -1;
+    }
+    cards.hidden = name !== OVERVIEW;
+    const readonly = Boolean(model.get("_readonly"));
+    for (const item of items) {
+      // The what-if panel needs a kernel to recompute: a report leaves it out.
+      const shown = item.section === name && !(readonly && item.name === "what_if");
+      item.el.hidden = !shown;
+      if (shown) void item.chart.activate();
+      else item.chart.deactivate();
+    }
+  };
+
+  const openRows = (batch: number) => rowTable.open(batch);
+  let brushTimer: ReturnType<typeof setTimeout> | null = null;
+  const onBrush = (next: [number, number] | null) => {
+    range = next === null ? [] : [...next];
+    for (const item of items) void item.chart.setSignals(filterSignals());
+    // The kernel (and the other views) follow once the drag settles.
+    if (brushTimer !== null) clearTimeout(brushTimer);
+    brushTimer = setTimeout(() => {
+      brushTimer = null;
+      const current = model.get("_batch_range") ?? [];
+      if (JSON.stringify(current) === JSON.stringify(range)) return;
+      model.set("_batch_range", [...range]);
+      model.save_changes();
+    }, 150);
+  };
+
+  const buildCharts = () => {
+    for (const chart of allCharts()) chart.finalize();
+    for (const item of items) controls.setLocalError(`chart ${item.name}`, "");
+    items = [];
+    timeline = null;
+    chartsEl.replaceChildren(cards);
+    timelineEl.replaceChildren();
     const specs = model.get("_specs") ?? {};
+    const order = model.get("_chart_order") ?? [];
+    const sections = model.get("_sections") ?? [{ name: ALL_CHARTS, charts: [...order] }];
     const missing: string[] = [];
-    for (const name of model.get("_chart_order") ?? []) {
+    const chartOptions = (name: string, active: boolean) => ({
+      renderer: options.renderer ?? "svg",
+      dark,
+      calibrator: model.get("_selected") ?? "",
+      signals: filterSignals(),
+      active,
+      snapshot,
+      onBatchClick: openRows,
+      onError: reportError(`chart ${name}`, `Chart "${name}": `),
+    });
+    const names = new Set(sections.map((s) => s.name));
+    if (!names.has(activeSection)) activeSection = sections[0]?.name ?? ALL_CHARTS;
+    for (const { name, section, panel } of itemOrder(order, sections)) {
       const spec = specs[name];
       if (spec === undefined) {
         missing.push(name);
         continue;
       }
       const div = doc.createElement("div");
-      div.className = "calwatch-chart";
-      div.dataset.chart = name;
+      // Chart kinds of calwatch.charts are `div.calwatch-chart[data-chart]`; the dashboard's own
+      // panels (recomputed from the window) `div.calwatch-panel[data-panel]`.
+      div.className = panel ? "calwatch-panel" : "calwatch-chart";
+      if (panel) div.dataset.panel = name;
+      else div.dataset.chart = name;
+      div.dataset.section = section;
+      const empty = doc.createElement("p");
+      empty.className = "calwatch-empty";
+      empty.hidden = true;
+      const target = doc.createElement("div");
+      target.className = "calwatch-vega";
+      div.append(empty, target);
       chartsEl.append(div);
-      const chart = new Chart(div, spec, {
-        renderer: options.renderer ?? "svg",
-        dark,
-        calibrator: model.get("_selected") ?? "",
-        onError: reportError(`chart ${name}`, `Chart "${name}": `),
-      });
+      const active = section === activeSection;
+      const chart = new Chart(target, spec, chartOptions(name, active));
       if (storeSeq !== null) void chart.apply(store.snapshot(storeSeq));
-      charts.push(chart);
+      items.push({ name, section, el: div, empty, chart });
     }
+    const timelineSpec = specs[TIMELINE];
+    if (timelineSpec !== undefined) {
+      timeline = new Chart(timelineEl, timelineSpec, {
+        ...chartOptions(TIMELINE, true),
+        signals: {},
+        clickByX: true,
+        onBrush,
+      });
+      if (storeSeq !== null) void timeline.apply(store.snapshot(storeSeq));
+    }
+    timelineEl.hidden = timelineSpec === undefined;
+    tabs.replaceChildren(
+      ...sections.map((s) => {
+        const button = doc.createElement("button");
+        button.type = "button";
+        button.className = "calwatch-tab";
+        button.setAttribute("role", "tab");
+        button.dataset.section = s.name;
+        button.textContent = s.name;
+        return button;
+      }),
+    );
+    tabs.hidden = sections.length < 2;
+    setSection(activeSection);
+    drawDerived();
     controls.setLocalError("specs", missing.length > 0 ? `No spec for chart(s): ${missing.join(", ")}` : "");
   };
 
   let disposed = false;
   let rebuildScheduled = false;
   const scheduleRebuild = () => {
-    // _specs and _chart_order usually change together: rebuild once.
+    // _specs, _chart_order and _sections usually change together: rebuild once.
     if (rebuildScheduled) return;
     rebuildScheduled = true;
     queueMicrotask(() => {
@@ -144,8 +339,14 @@ export function renderView(
         const replaySeq = stream.replaySeq;
         const update = store.apply(merged);
         storeSeq = update.seq;
-        await Promise.all(charts.map((chart) => chart.apply(update)));
-        if (!disposed) markApplied(update, replaySeq);
+        const start = performance.now();
+        await Promise.all(allCharts().map((chart) => chart.apply(update)));
+        updateTimings.push(performance.now() - start);
+        if (updateTimings.length > 100_000) updateTimings.splice(0, updateTimings.length - 100_000);
+        if (!disposed) {
+          markApplied(update, replaySeq);
+          drawDerived();
+        }
       }
     } finally {
       applying = false;
@@ -164,6 +365,11 @@ export function renderView(
   };
 
   const onMessage = (msg: unknown) => {
+    const rows = parseRowsMessage(msg);
+    if (rows !== null) {
+      rowTable.receive(rows);
+      return;
+    }
     let parsed;
     try {
       parsed = parseKernelMessage(msg);
@@ -176,15 +382,35 @@ export function renderView(
   const onPaused = () => applyUpdates(stream.setPaused(Boolean(model.get("_paused"))));
   const onSelected = () => {
     const selected = model.get("_selected") ?? "";
-    for (const chart of charts) void chart.setCalibrator(selected);
+    for (const chart of allCharts()) void chart.setCalibrator(selected);
   };
+  const onFilters = () => {
+    const next = model.get("_batch_range") ?? [];
+    if (JSON.stringify(next) !== JSON.stringify(range)) {
+      range = [...next];
+      if (range.length === 0) void timeline?.setSignals({ brush_x: [] });
+    }
+    for (const item of items) void item.chart.setSignals(filterSignals());
+    root.dataset.batchRange = range.join("-");
+    root.dataset.classFilter = model.get("_class_filter") ?? "";
+  };
+  const onTabClick = (event: Event) => {
+    const target = event.target;
+    if (target instanceof HTMLButtonElement && target.dataset.section !== undefined) setSection(target.dataset.section);
+  };
+  tabs.addEventListener("click", onTabClick);
 
   const listeners: [string, (...args: unknown[]) => void][] = [
     ["msg:custom", onMessage],
     ["change:_paused", onPaused],
     ["change:_selected", onSelected],
+    ["change:_batch_range", onFilters],
+    ["change:_class_filter", onFilters],
     ["change:_specs", scheduleRebuild],
     ["change:_chart_order", scheduleRebuild],
+    ["change:_sections", scheduleRebuild],
+    ["change:_calibrators", drawDerived],
+    ["change:_empty_states", drawDerived],
   ];
   for (const [event, fn] of listeners) model.on(event, fn);
 
@@ -200,18 +426,25 @@ export function renderView(
   if (doc.body) themeObserver?.observe(doc.body, { attributes: true, attributeFilter: ["data-jp-theme-light"] });
 
   buildCharts();
+  onFilters();
   const request: ReplayRequest = { kind: "replay-request", view: viewId };
   model.send(request);
 
   return () => {
     disposed = true;
     if (flushTimer !== null) clearTimeout(flushTimer);
+    if (brushTimer !== null) clearTimeout(brushTimer);
     for (const [event, fn] of listeners) model.off(event, fn);
+    tabs.removeEventListener("click", onTabClick);
     themeObserver?.disconnect();
     controls.dispose();
+    dash.dispose();
     alerts.dispose();
-    for (const chart of charts) chart.finalize();
-    charts = [];
+    notes.dispose();
+    rowTable.dispose();
+    for (const chart of allCharts()) chart.finalize();
+    items = [];
+    timeline = null;
     root.remove();
   };
 }

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import calwatch as cw
-from calwatch import charts
+from calwatch import charts, dashboard
 from calwatch.widget import MonitorWidget
 
 from ..synthetic import softmax_data
@@ -40,13 +40,14 @@ def test_one_widget_per_monitor_with_traits(mon):
     assert (
         w._chart_order
         == charts.chart_kinds(mon)
-        == [k for k in charts.CHARTS if k not in (*charts.RISK_CHARTS, "aci")]
+        == [k for k in charts.CHARTS if k not in (*charts.RISK_CHARTS, *charts.ADMIT_CHARTS, "aci")]
     )
-    assert set(w._specs) == set(w._chart_order)
+    assert set(w._specs) == {*w._chart_order, *dashboard.panels_for(mon), "timeline"}
+    assert [s["name"] for s in w._sections] == ["Overview", "Coverage", "Calibration", "Sets", "Shift"]
     for name, spec in w._specs.items():
         text = json.dumps(spec)
         assert '"name": "calibrator"' in text, name
-        assert any(f'"name": "{d}"' in text for d in charts.DATASETS), name
+        assert any(f'"name": "{d}"' in text for d in (*charts.DATASETS, *dashboard.DATASETS)), name
         assert "http" not in text.replace(spec.get("$schema", ""), "")
 
 
@@ -90,7 +91,11 @@ def test_replay_goes_to_the_view_that_asked(mon, sent):
 def test_replay_before_any_batch_is_empty(mon, sent):
     widget, messages = sent
     widget._on_custom_message(widget, {"kind": "replay-request", "view": "v1"}, [])
-    assert messages[-1]["data"] == {name: [] for name in charts.DATASETS}
+    data = messages[-1]["data"]
+    assert set(data) == {*charts.DATASETS, *dashboard.DATASETS}
+    assert all(rows == [] for name, rows in data.items() if name != "overview")
+    # one card per calibrator, saying there is nothing yet
+    assert [(c["key"], c["n_batches"], c["coverage"]) for c in data["overview"]] == [("aps", 0, None), ("lac", 0, None)]
 
 
 def test_closed_widget_stops_following(mon, sent):

@@ -2,25 +2,34 @@
 
 The kernel sends only what changed (rows of the chart datasets, keyed) as custom messages; the
 front end (``js/``) appends them to the Vega views with changesets. Views created later (a
-second ``display``, a sidecar panel) ask for a replay of the whole state. The protocol is in
-``docs/widget-protocol.md``.
+second ``display``, a sidecar panel) ask for a replay of the whole state. The dashboard's
+controls (α, class filter, window size, the timeline brush) are synced traits: the kernel
+recomputes what depends on them and sends it to every view. The protocol is in
+``docs/widget-protocol.md``; the layout and window-derived panels in :mod:`calwatch.dashboard`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anywidget
 import traitlets
 
-from calwatch import charts
+from calwatch import charts, dashboard
 
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
 
 _BUNDLE = Path(__file__).parent / "static" / "widget.js"
+#: While a stream runs, window-derived panels are recomputed at most this often (seconds); a
+#: last refresh follows once the kernel is idle, and every control change refreshes at once.
+WINDOW_REFRESH_S = 0.5
+#: Row-table page sizes the kernel accepts.
+MAX_PAGE_SIZE = 200
 
 
 def _bundle() -> Path:
@@ -47,16 +56,28 @@ def _json_rows_from_dicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _classes(monitor: Monitor) -> list[str]:
+    return [] if monitor.calibration_ is None else [str(c) for c in monitor.classes_.tolist()]
+
+
 def view_state(monitor: Monitor) -> dict[str, Any]:
     """The synced traits a view of ``monitor`` starts from (also what a static report renders)."""
+    from calwatch.monitor import default_author
+
     kinds = charts.chart_kinds(monitor)
+    panels = dashboard.panels_for(monitor) if monitor.calibration_ is not None else []
     return {
         "_title": monitor.name,
-        "_specs": charts.live_specs(kinds),
+        "_specs": dashboard.specs(kinds, panels),
         "_chart_order": kinds,
+        "_sections": dashboard.layout(kinds, panels),
+        "_empty_states": {k: v for k, v in dashboard.EMPTY_STATES.items() if k in kinds or k in panels},
         "_calibrators": list(monitor.calibrators),
+        "_classes": _classes(monitor),
         "_status": monitor.status(),
         "_warnings": warning_rows(monitor),
+        "_default_author": default_author(),
+        "_alpha_info": dashboard.what_if_info(monitor, None),
     }
 
 
@@ -67,16 +88,37 @@ def warning_rows(monitor: Monitor) -> list[dict[str, Any]]:
 
 
 def view_datasets(
-    monitor: Monitor, batches: tuple[int, ...] | None = None
+    monitor: Monitor, batches: tuple[int, ...] | None = None, *, dashboard_data: bool = False
 ) -> dict[str, list[dict[str, Any]]]:
-    """Rows of every chart dataset (of ``batches``, default all), JSON-safe."""
+    """Rows of every chart dataset (of ``batches``, default all), JSON-safe.
+
+    With ``dashboard_data=True`` (a whole state: a replay, a report) the dashboard's datasets
+    come too (:func:`dashboard_datasets`).
+    """
     if monitor.calibration_ is None or monitor.n_batches == 0:
-        return {name: [] for name in charts.DATASETS}
-    return {name: _json_rows(frame) for name, frame in charts.datasets(monitor, batches).items()}
+        out: dict[str, list[dict[str, Any]]] = {name: [] for name in charts.DATASETS}
+    else:
+        out = {name: _json_rows(frame) for name, frame in charts.datasets(monitor, batches).items()}
+    return out | dashboard_datasets(monitor) if dashboard_data else out
+
+
+def dashboard_datasets(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
+    """The dashboard's datasets at the monitor's own settings (no α, whole window, no brush).
+
+    ``overview`` (cards), ``notes``, and the window panels ``reliability`` and ``set_by_class``;
+    ``what_if`` is empty (it needs the α slider of a live widget).
+    """
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in dashboard.DATASETS}
+    out["notes"] = _json_rows_from_dicts(dashboard.note_rows(monitor))
+    out["overview"] = _json_rows(dashboard.overview(monitor))
+    if monitor.calibration_ is not None and monitor.n_batches > 0:
+        out["reliability"] = _json_rows(dashboard.reliability(monitor))
+        out["set_by_class"] = _json_rows(dashboard.set_by_class(monitor))
+    return out
 
 
 class MonitorWidget(anywidget.AnyWidget):
-    """Live coverage, set-size and label-progress charts of a monitor.
+    """Live dashboard of a monitor: sections of charts, controls recomputed in the kernel, notes.
 
     Create it with ``monitor.widget()`` or display it with ``monitor.show()``.
     """
@@ -86,13 +128,31 @@ class MonitorWidget(anywidget.AnyWidget):
     _title = traitlets.Unicode("").tag(sync=True)
     """Header text (the monitor's name)."""
     _specs = traitlets.Dict().tag(sync=True)
-    """Vega-Lite spec of each chart, reading named datasets."""
+    """Vega-Lite spec of each chart and panel (and ``timeline``), reading named datasets."""
     _chart_order = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    """Order in which the charts are laid out."""
+    """Order in which the chart kinds are laid out."""
+    _sections = traitlets.List(traitlets.Dict()).tag(sync=True)
+    """Tabs in order: ``{"name", "charts"}`` (chart kinds and panels of each)."""
+    _empty_states = traitlets.Dict().tag(sync=True)
+    """Per chart: ``{"dataset", "field", "message"}`` shown while no row has ``field`` set."""
     _calibrators = traitlets.List(traitlets.Unicode()).tag(sync=True)
     """Calibrator names, for the picker."""
+    _classes = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    """Class names, for the class filter."""
     _selected = traitlets.Unicode("").tag(sync=True)
     """Picked calibrator ("" = all); written by the picker in the browser."""
+    _class_filter = traitlets.Unicode("").tag(sync=True)
+    """Picked class ("" = all); written by the class filter in the browser."""
+    _alpha = traitlets.Float(None, allow_none=True).tag(sync=True)
+    """What-if level α (None = off); written by the α slider in the browser."""
+    _alpha_info = traitlets.Dict().tag(sync=True)
+    """What the α control applies to (see :func:`calwatch.dashboard.what_if_info`)."""
+    _window_rows = traitlets.Int(0).tag(sync=True)
+    """Rows of the window the window panels use, most recent first (0 = all kept rows)."""
+    _batch_range = traitlets.List(traitlets.Int()).tag(sync=True)
+    """The timeline brush: ``[first, last]`` batch (inclusive) or ``[]``; written by the browser."""
+    _default_author = traitlets.Unicode("").tag(sync=True)
+    """Author of notes typed in the widget when none is given (from the environment)."""
     _paused = traitlets.Bool(False).tag(sync=True)
     """Whether views hold back updates (they queue them and apply them on resume)."""
     _status = traitlets.Dict().tag(sync=True)
@@ -108,9 +168,21 @@ class MonitorWidget(anywidget.AnyWidget):
         self._monitor = monitor
         self._seq = 0
         self._panels: list[Any] = []
+        self._batch_rows: dict[str, dict[str, Any]] = {}
+        self._notes_sent = 0
+        #: Rows of the window datasets as last sent (what a replay repeats), per dataset by key.
+        self._window_rows_sent: dict[str, dict[str, dict[str, Any]]] = {
+            n: {} for n in dashboard.WINDOW_DATASETS
+        }
+        self._window_refreshed = -math.inf
+        self._refresh_scheduled = False
+        self._live = False
         self.refresh_layout()
+        self._window_data()  # what the first replay repeats
+        self._live = True
         self._unsubscribe = monitor.subscribe(self._on_batches)
         self.on_msg(self._on_custom_message)
+        self.observe(self._on_control, names=["_alpha", "_class_filter", "_window_rows", "_batch_range"])
 
     # ----------------------------------------------------------------- public
     @property
@@ -133,6 +205,36 @@ class MonitorWidget(anywidget.AnyWidget):
         """Number of updates sent so far."""
         return self._seq
 
+    @property
+    def batch_range(self) -> tuple[int, int] | None:
+        """The batches brushed on the timeline (inclusive), or None when nothing is brushed."""
+        return (int(self._batch_range[0]), int(self._batch_range[1])) if len(self._batch_range) == 2 else None
+
+    @batch_range.setter
+    def batch_range(self, value: tuple[int, int] | None) -> None:
+        if value is None:
+            self._batch_range = []
+            return
+        lo, hi = (int(v) for v in value)
+        if lo > hi:
+            msg = f"batch_range must be (first, last) with first <= last; got {value!r}"
+            raise ValueError(msg)
+        self._batch_range = [lo, hi]
+
+    @property
+    def alpha(self) -> float | None:
+        """The what-if level α set with the slider (None = each calibrator's own)."""
+        return None if self._alpha is None else float(self._alpha)
+
+    @alpha.setter
+    def alpha(self, value: float | None) -> None:
+        self._alpha = None if value is None else float(value)
+
+    @property
+    def class_filter(self) -> str:
+        """The class picked in the class filter ("" = all)."""
+        return str(self._class_filter)
+
     def pause(self) -> None:
         """Hold back updates in every view (nothing is lost; resume applies them)."""
         self._paused = True
@@ -150,34 +252,188 @@ class MonitorWidget(anywidget.AnyWidget):
         with self.hold_sync():
             for trait, value in view_state(self._monitor).items():
                 setattr(self, trait, value)
+            self._alpha_info = self._info()
+        self._batch_rows = {r["key"]: r for r in view_datasets(self._monitor)["batches"]}
+        if self._live:  # after calibrate: the cards and window panels of every view follow
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the window panels and overview now and send them to every view."""
+        self._send_upsert(self._derived(window=True))
 
     def replay_payload(self) -> dict[str, list[dict[str, Any]]]:
         """Every dataset row of the stream so far (what a new view receives)."""
-        return view_datasets(self._monitor)
+        data = view_datasets(self._monitor)
+        self._batch_rows = {r["key"]: r for r in data["batches"]}
+        data["overview"] = self._overview()
+        data["notes"] = _json_rows_from_dicts(dashboard.note_rows(self._monitor))
+        for name, rows in self._window_rows_sent.items():
+            data[name] = list(rows.values())
+        return data
 
     # ----------------------------------------------------------------- kernel side
+    def _info(self) -> dict[str, Any]:
+        return dashboard.what_if_info(self._monitor, self.alpha, window_rows=int(self._window_rows))
+
+    def _overview(self) -> list[dict[str, Any]]:
+        mon = self._monitor
+        return _json_rows_from_dicts(
+            dashboard.overview_rows(
+                self._batch_rows.values(),
+                calibrators=list(mon.calibrators),
+                labels=charts.calibrator_labels(mon),
+                warnings=warning_rows(mon),
+                batch_range=self.batch_range,
+            )
+        )
+
+    def _window_data(self) -> dict[str, list[dict[str, Any]]]:
+        """The window datasets at the current controls, with tombstones for keys that went away."""
+        mon = self._monitor
+        if mon.calibration_ is None or mon.n_batches == 0:
+            fresh: dict[str, list[dict[str, Any]]] = {name: [] for name in dashboard.WINDOW_DATASETS}
+        else:
+            n = int(self._window_rows)
+            fresh = {
+                "reliability": _json_rows(
+                    dashboard.reliability(
+                        mon, window_rows=n, batch_range=self.batch_range, class_filter=self.class_filter
+                    )
+                ),
+                "set_by_class": _json_rows(
+                    dashboard.set_by_class(mon, window_rows=n, batch_range=self.batch_range)
+                ),
+                "what_if": []
+                if self.alpha is None
+                else _json_rows(dashboard.what_if(mon, self.alpha, window_rows=n)),
+            }
+        out: dict[str, list[dict[str, Any]]] = {}
+        for name, rows in fresh.items():
+            sent = self._window_rows_sent[name]
+            keys = {r["key"] for r in rows}
+            gone = [{"key": k, "_deleted": True} for k in sent if k not in keys]
+            changed = [r for r in rows if sent.get(r["key"]) != r]
+            if gone or changed:
+                out[name] = gone + changed
+            self._window_rows_sent[name] = {r["key"]: r for r in rows}
+        self._window_refreshed = time.monotonic()
+        return out
+
+    def _derived(self, *, window: bool) -> dict[str, list[dict[str, Any]]]:
+        data: dict[str, list[dict[str, Any]]] = {"overview": self._overview()}
+        notes = dashboard.note_rows(self._monitor, self._notes_sent)
+        if notes:
+            data["notes"] = _json_rows_from_dicts(notes)
+            self._notes_sent += len(notes)
+        if window:
+            data |= self._window_data()
+        return data
+
+    def _send_upsert(self, data: dict[str, list[dict[str, Any]]]) -> None:
+        self._seq += 1
+        self.send({"kind": "upsert", "seq": self._seq, "data": data})
+
+    def _window_due(self) -> bool:
+        if time.monotonic() - self._window_refreshed >= WINDOW_REFRESH_S:
+            return True
+        if not self._refresh_scheduled:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no event loop (a script, a test): refresh every time
+                return True
+            self._refresh_scheduled = True
+            loop.call_later(WINDOW_REFRESH_S, self._trailing_refresh)
+        return False
+
+    def _trailing_refresh(self) -> None:
+        self._refresh_scheduled = False
+        try:
+            self.refresh()
+        except Exception as err:  # draw the error in the widget instead of losing it
+            self._error = f"{type(err).__name__}: {err}"
+
     def _on_batches(self, batches: tuple[int, ...]) -> None:
         try:
-            data = view_datasets(self._monitor, batches)
+            data = view_datasets(self._monitor, batches) if batches else {}
+            for row in data.get("batches", []):
+                self._batch_rows[row["key"]] = row
+            data |= self._derived(window=bool(batches) and self._window_due())
         except Exception as err:  # draw the error in the widget instead of losing it
             self._error = f"{type(err).__name__}: {err}"
             raise
-        self._seq += 1
-        self.send({"kind": "upsert", "seq": self._seq, "data": data})
+        self._send_upsert(data)
         with self.hold_sync():
             self._status = self._monitor.status()
             self._warnings = warning_rows(self._monitor)
+            if batches:
+                self._alpha_info = self._info()
+
+    def _on_control(self, change: Any) -> None:
+        if change["name"] == "_alpha" and change["new"] is not None:
+            value = float(change["new"])
+            if not 0.0 < value < 1.0:
+                self._error = f"α must be in (0, 1); got {value}"
+                return
+        if change["name"] == "_window_rows" and int(change["new"]) < 0:
+            self._error = f"window size must be >= 0 rows; got {change['new']}"
+            return
+        try:
+            self._send_upsert(self._derived(window=True))
+            self._alpha_info = self._info()
+            if self._error.startswith(("α must", "window size")):
+                self._error = ""
+        except Exception as err:  # draw the error in the widget instead of losing it
+            self._error = f"{type(err).__name__}: {err}"
 
     def _on_custom_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        if isinstance(content, dict) and content.get("kind") == "acknowledge":
+        if not isinstance(content, dict):
+            return
+        kind = content.get("kind")
+        if kind == "acknowledge":
             try:
                 self._monitor.acknowledge(int(content["episode"]), str(content.get("note", "")))
             except (KeyError, TypeError, ValueError) as err:
                 self._error = f"acknowledge failed: {err}"
-            return
-        if isinstance(content, dict) and content.get("kind") == "replay-request":
+        elif kind == "replay-request":
             view = str(content.get("view", ""))
             self.send({"kind": "replay", "view": view, "seq": self._seq, "data": self.replay_payload()})
+        elif kind == "note":
+            self._add_note(content)
+        elif kind == "rows-request":
+            self._send_rows(content)
+
+    def _add_note(self, content: dict[str, Any]) -> None:
+        batch, episode = content.get("batch"), content.get("episode")
+        try:
+            self._monitor.note(
+                str(content.get("text", "")),
+                batch=None if batch is None else int(batch),
+                episode=None if episode is None else int(episode),
+                author=str(content.get("author") or "") or None,
+            )
+        except (TypeError, ValueError) as err:
+            self._error = f"note not added: {err}"
+
+    def _send_rows(self, content: dict[str, Any]) -> None:
+        view = str(content.get("view", ""))
+        reply: dict[str, Any] = {"kind": "rows", "view": view}
+        try:
+            batch = int(content["batch"])
+            page_size = min(MAX_PAGE_SIZE, max(1, int(content.get("page_size", 20))))
+            reply |= dashboard.rows_page(
+                self._monitor,
+                batch,
+                page=int(content.get("page", 0)),
+                page_size=page_size,
+                calibrator=self.selected,
+            )
+            reply["rows"] = [
+                [None if isinstance(v, float) and not math.isfinite(v) else v for v in r]
+                for r in reply["rows"]
+            ]
+        except (KeyError, TypeError, ValueError) as err:
+            reply |= {"batch": content.get("batch"), "error": str(err)}
+        self.send(reply)
 
     def close(self) -> None:
         """Stop following the monitor and close every view."""

@@ -1,0 +1,153 @@
+// The row table of a clicked batch: a small paged table of the window's raw rows (id,
+// prediction, set, risk, label), fetched page by page from the kernel (`rows-request` ->
+// `rows`). Browser-only UI state (per view): which batch and page is open. Hidden in a read-only
+// report, which has no raw rows. Every text goes through textContent.
+
+import type { AnyModel } from "@anywidget/types";
+import type { RowsMessage, RowsRequest, WidgetModel } from "./model";
+
+export const PAGE_SIZE = 20;
+const int = new Intl.NumberFormat("en-US");
+
+/** A cell's text: numbers to 4 decimals, sets as {a, b}, null as "—" (not yet known). */
+export function cellText(column: string, value: unknown): string {
+  if (value === null || value === undefined) return column === "label" ? "(no label yet)" : "—";
+  if (Array.isArray(value)) return `{${value.map(String).join(", ")}}`;
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(4);
+  return String(value);
+}
+
+export interface RowTable {
+  readonly el: HTMLElement;
+  /** Opens (or switches to) a batch's first page. */
+  open(batch: number): void;
+  /** Handles a kernel `rows` message (those for other views are ignored). */
+  receive(msg: RowsMessage): void;
+  dispose(): void;
+}
+
+export function createRowTable(
+  model: AnyModel<WidgetModel>,
+  viewId: string,
+  doc: Document = document,
+  options: { onNote?: (batch: number) => void } = {},
+): RowTable {
+  const el = doc.createElement("div");
+  el.className = "calwatch-rows";
+  el.hidden = true;
+  el.setAttribute("role", "region");
+  el.setAttribute("aria-label", "Rows of a batch");
+  const head = doc.createElement("div");
+  head.className = "calwatch-rows-head";
+  const title = doc.createElement("span");
+  title.className = "calwatch-rows-title";
+  const prev = doc.createElement("button");
+  prev.type = "button";
+  prev.className = "calwatch-rows-prev";
+  prev.textContent = "‹ prev";
+  const next = doc.createElement("button");
+  next.type = "button";
+  next.className = "calwatch-rows-next";
+  next.textContent = "next ›";
+  const note = doc.createElement("button");
+  note.type = "button";
+  note.className = "calwatch-rows-note";
+  note.textContent = "Note…";
+  const close = doc.createElement("button");
+  close.type = "button";
+  close.className = "calwatch-rows-close";
+  close.textContent = "✕";
+  close.setAttribute("aria-label", "Close the row table");
+  head.append(title, prev, next, note, close);
+  const message = doc.createElement("div");
+  message.className = "calwatch-rows-message";
+  const scroller = doc.createElement("div");
+  scroller.className = "calwatch-rows-scroll";
+  const table = doc.createElement("table");
+  table.className = "calwatch-rows-table";
+  scroller.append(table);
+  el.append(head, message, scroller);
+
+  let batch: number | null = null;
+  let page = 0;
+  let nPages = 1;
+
+  const request = (b: number, p: number) => {
+    batch = b;
+    page = p;
+    const msg: RowsRequest = { kind: "rows-request", view: viewId, batch: b, page: p, page_size: PAGE_SIZE };
+    el.dataset.batch = String(b);
+    el.dataset.loading = "true";
+    title.textContent = `Batch ${b}: loading rows…`;
+    model.send(msg);
+  };
+
+  const onClick = (event: Event) => {
+    if (batch === null) return;
+    if (event.target === prev && page > 0) request(batch, page - 1);
+    else if (event.target === next && page < nPages - 1) request(batch, page + 1);
+    else if (event.target === note) options.onNote?.(batch);
+    else if (event.target === close) {
+      el.hidden = true;
+      batch = null;
+    }
+  };
+  head.addEventListener("click", onClick);
+
+  return {
+    el,
+    open(b) {
+      if (model.get("_readonly")) return; // a report keeps no raw rows
+      el.hidden = false;
+      request(b, 0);
+    },
+    receive(msg) {
+      if (msg.view !== viewId || msg.batch !== batch) return;
+      delete el.dataset.loading;
+      el.dataset.page = String(msg.page);
+      if (msg.error !== undefined) {
+        title.textContent = `Batch ${msg.batch}`;
+        message.textContent = `Its rows cannot be shown: ${msg.error}`;
+        message.hidden = false;
+        table.replaceChildren();
+        prev.disabled = next.disabled = true;
+        return;
+      }
+      page = msg.page;
+      nPages = msg.n_pages;
+      const first = msg.n_rows === 0 ? 0 : msg.page * msg.page_size + 1;
+      const last = Math.min(msg.n_rows, (msg.page + 1) * msg.page_size);
+      title.textContent = `Batch ${msg.batch}: rows ${int.format(first)}–${int.format(last)} of ${int.format(msg.n_rows)}`;
+      const parts = [];
+      if (msg.set_calibrator !== "") parts.push(`sets of ${msg.set_calibrator}`);
+      if (msg.risk_calibrator !== "") parts.push(`risk of ${msg.risk_calibrator}`);
+      message.textContent = parts.join(" · ");
+      message.hidden = parts.length === 0;
+      prev.disabled = page <= 0;
+      next.disabled = page >= nPages - 1;
+      const thead = doc.createElement("thead");
+      const hr = doc.createElement("tr");
+      for (const c of msg.columns) {
+        const th = doc.createElement("th");
+        th.textContent = c;
+        hr.append(th);
+      }
+      thead.append(hr);
+      const tbody = doc.createElement("tbody");
+      for (const row of msg.rows) {
+        const tr = doc.createElement("tr");
+        msg.columns.forEach((c, i) => {
+          const td = doc.createElement("td");
+          td.dataset.column = c;
+          td.textContent = cellText(c, row[i]);
+          tr.append(td);
+        });
+        tbody.append(tr);
+      }
+      table.replaceChildren(thead, tbody);
+    },
+    dispose() {
+      head.removeEventListener("click", onClick);
+    },
+  };
+}

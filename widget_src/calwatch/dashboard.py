@@ -1,0 +1,774 @@
+"""The dashboard around the charts: sections (tabs), overview cards, and window-derived panels.
+
+:mod:`calwatch.charts` builds one Altair chart per *chart kind* from per-batch statistics of the
+whole stream. The dashboard arranges those charts in sections (Overview, Coverage, Risk,
+Calibration, Sets, Shift, Regression) and adds *panels* that the kernel recomputes from the raw
+rows still kept in the window:
+
+- ``what_if``: coverage and set sizes recomputed at another level α from the fitted scores
+  (:meth:`Monitor.what_if`, no refitting), for the most recent ``window_rows`` rows;
+- ``reliability``: a reliability diagram of the labelled window rows (top-label confidence in
+  ``m = min(15, ⌊n/25⌋)`` equal-mass bins, observed accuracy with a 95% Clopper-Pearson band);
+- ``set_by_class``: singleton share and mean set size by predicted class;
+- ``timeline``: rows and labels per batch, notes pinned to batches, and the brush (an interval
+  selection) that filters every other view to a range of batches.
+
+Every spec reads named datasets and declares the parameters ``calibrator``, ``batch_lo``,
+``batch_hi`` and ``class_filter``: the front end sets them as Vega signals, so the brush and the
+class filter cost a signal update, never a re-embed. Rows without a ``batch`` (or ``class``)
+field are not filtered by them.
+
+Placing chart kinds
+-------------------
+:data:`SECTIONS` lists the kinds of each section, in tab order. A kind it does not list goes
+to :func:`section_of`'s guess from its name (``"pit"`` → Regression, ``"kept_share"`` → Risk…),
+else to :data:`DEFAULT_SECTION`; :func:`place` registers a new kind explicitly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import altair as alt
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from calwatch import charts
+from calwatch.engine.metrics import clopper_pearson
+
+if TYPE_CHECKING:
+    from calwatch.monitor import Monitor
+
+#: Sections (tabs) in display order, each with the chart kinds and panels it shows.
+SECTIONS: dict[str, list[str]] = {
+    "Overview": ["labels"],
+    "Coverage": ["coverage", "what_if", "class_coverage", "admitted"],
+    "Risk": ["risk", "risk_gap", "kept_share", "selective_curve"],
+    "Calibration": ["reliability"],
+    "Sets": ["set_size", "set_by_class", "set_shares", "set_sizes"],
+    "Shift": ["shift", "aci"],
+    "Regression": ["interval_width", "fan", "pit", "interval_coverage"],
+}
+#: Where a kind goes that neither :data:`SECTIONS` nor the name hints place.
+DEFAULT_SECTION = "Coverage"
+#: Name fragments -> section, for kinds nobody placed yet (first match wins).
+_HINTS: tuple[tuple[str, str], ...] = (
+    ("interval", "Regression"),
+    ("pit", "Regression"),
+    ("fan", "Regression"),
+    ("regress", "Regression"),
+    ("risk", "Risk"),
+    ("selective", "Risk"),
+    ("kept", "Risk"),
+    ("shift", "Shift"),
+    ("martingale", "Shift"),
+    ("aci", "Shift"),
+    ("reliab", "Calibration"),
+    ("calib", "Calibration"),
+    ("set", "Sets"),
+    ("size", "Sets"),
+    ("admit", "Coverage"),
+    ("cover", "Coverage"),
+)
+#: Dashboard panels (specs built here, recomputed from the window by the kernel).
+PANELS = ("what_if", "reliability", "set_by_class")
+#: The datasets the dashboard adds to :data:`calwatch.charts.DATASETS`.
+DATASETS = ("overview", "notes", "what_if", "reliability", "set_by_class")
+#: Datasets recomputed from the window's raw rows (replaced wholesale, see the protocol).
+WINDOW_DATASETS = ("what_if", "reliability", "set_by_class")
+
+BATCH_LO, BATCH_HI, CLASS_FILTER = "batch_lo", "batch_hi", "class_filter"
+#: Rows with no ``batch`` field pass; the others must lie in [batch_lo, batch_hi] when set.
+BATCH_FILTER = (
+    f"{BATCH_LO} == null || datum.batch == null || (datum.batch >= {BATCH_LO} && datum.batch <= {BATCH_HI})"
+)
+CLASS_FILTER_EXPR = f"{CLASS_FILTER} == '' || datum['class'] == null || datum['class'] == {CLASS_FILTER}"
+MAX_BINS = 15
+ROWS_PER_BIN = 25
+_HEIGHT = 150
+
+#: Per chart: the dataset and field that must have a non-null value, and the empty-state text.
+EMPTY_STATES: dict[str, dict[str, str]] = {
+    "coverage": {
+        "dataset": "batches",
+        "field": "coverage",
+        "message": "No labels yet: coverage appears when labels arrive.",
+    },
+    "class_coverage": {
+        "dataset": "class_coverage",
+        "field": "n_labelled",
+        "message": "No labels yet: coverage by class appears when labels arrive.",
+    },
+    "what_if": {
+        "dataset": "what_if",
+        "field": "batch",
+        "message": (
+            "Move the α slider to recompute sets and coverage on the window at another level (no refitting)."
+        ),
+    },
+    "reliability": {
+        "dataset": "reliability",
+        "field": "accuracy",
+        "message": (
+            f"Not enough labelled rows in the window: the reliability diagram needs at least {ROWS_PER_BIN}."
+        ),
+    },
+    "set_by_class": {
+        "dataset": "set_by_class",
+        "field": "n_rows",
+        "message": "No rows in the window yet: set sizes by class appear once batches arrive.",
+    },
+    "risk": {
+        "dataset": "batches",
+        "field": "estimated_error",
+        "message": "No batches yet: estimated error appears with the first batch.",
+    },
+    "risk_gap": {
+        "dataset": "batches",
+        "field": "observed_error",
+        "message": "No labels yet: the gap between estimated and observed error appears when labels arrive.",
+    },
+    "set_size": {
+        "dataset": "batches",
+        "field": "mean_set_size",
+        "message": "No batches yet.",
+    },
+    "set_shares": {
+        "dataset": "batches",
+        "field": "mean_set_size",
+        "message": "No batches yet.",
+    },
+    "set_sizes": {
+        "dataset": "set_sizes",
+        "field": "count",
+        "message": "No batches yet.",
+    },
+    "shift": {
+        "dataset": "shift",
+        "field": "log10_statistic",
+        "message": (
+            "No shift statistics yet: detectors report from the first batch (label-based ones "
+            "once labels arrive)."
+        ),
+    },
+    "aci": {
+        "dataset": "batches",
+        "field": "alpha_level",
+        "message": "No batches yet.",
+    },
+    "labels": {
+        "dataset": "batches",
+        "field": "n_rows",
+        "message": "No batches yet: observe a batch to start.",
+    },
+}
+
+
+# --------------------------------------------------------------------------- sections
+def place(kind: str, section: str) -> None:
+    """Show chart kind ``kind`` in ``section`` (a new section is added after the others).
+
+    Examples
+    --------
+    >>> place("my_kind", "Risk"); section_of("my_kind")
+    'Risk'
+    >>> SECTIONS["Risk"].remove("my_kind")
+    """
+    for kinds in SECTIONS.values():
+        if kind in kinds:
+            kinds.remove(kind)
+    SECTIONS.setdefault(section, []).append(kind)
+
+
+def section_of(kind: str) -> str:
+    """The section that shows chart kind ``kind`` (unknown kinds: guessed from the name).
+
+    Examples
+    --------
+    >>> section_of("coverage"), section_of("pit"), section_of("kept_share"), section_of("zzz")
+    ('Coverage', 'Regression', 'Risk', 'Coverage')
+    """
+    for section, kinds in SECTIONS.items():
+        if kind in kinds:
+            return section
+    lowered = kind.lower()
+    for fragment, section in _HINTS:
+        if fragment in lowered:
+            return section
+    return DEFAULT_SECTION
+
+
+def layout(kinds: Sequence[str], panels: Sequence[str] = PANELS) -> list[dict[str, Any]]:
+    """Sections in tab order, each ``{"name", "charts"}``; empty sections left out (not Overview).
+
+    ``charts`` keeps the order of :data:`SECTIONS` for known names, then the order given.
+
+    Examples
+    --------
+    >>> [s["name"] for s in layout(["coverage", "labels"], ["reliability"])]
+    ['Overview', 'Coverage', 'Calibration']
+    """
+    names = [*kinds, *(p for p in panels if p not in kinds)]
+    order = {name: i for i, name in enumerate(k for ks in SECTIONS.values() for k in ks)}
+    by_section: dict[str, list[str]] = {section: [] for section in SECTIONS}
+    for name in names:
+        by_section.setdefault(section_of(name), []).append(name)
+    out = []
+    for section, members in by_section.items():
+        if not members and section != "Overview":
+            continue
+        members.sort(key=lambda n: order.get(n, len(order) + names.index(n)))
+        out.append({"name": section, "charts": members})
+    return out
+
+
+def panels_for(monitor: Monitor) -> list[str]:
+    """The dashboard panels that apply to a monitor."""
+    out = []
+    if monitor.what_if_calibrators():
+        out.append("what_if")
+    out.append("reliability")
+    if any(getattr(c, "kind", None) != "risk" for c in monitor.calibrators.values()):
+        out.append("set_by_class")
+    return out
+
+
+# --------------------------------------------------------------------------- specs
+def _params() -> list[dict[str, Any]]:
+    return [
+        {"name": charts.CALIBRATOR_PARAM, "value": charts.ALL_CALIBRATORS},
+        {"name": BATCH_LO, "value": None},
+        {"name": BATCH_HI, "value": None},
+        {"name": CLASS_FILTER, "value": ""},
+    ]
+
+
+def with_view_filters(spec: dict[str, Any], *, batch: bool = True) -> dict[str, Any]:
+    """A copy of a Vega-Lite spec filtered by the brush (batch range) and the class filter.
+
+    The parameters ``batch_lo``, ``batch_hi`` and ``class_filter`` are declared at the top (the
+    front end sets them as signals); the filters are prepended to the transforms of every node
+    that defines named data, so they act on the raw rows before any aggregate.
+
+    Examples
+    --------
+    >>> out = with_view_filters({"data": {"name": "batches"}, "mark": "point"})
+    >>> [p["name"] for p in out["params"]], len(out["transform"])
+    (['batch_lo', 'batch_hi', 'class_filter'], 2)
+    """
+    import copy
+
+    out = copy.deepcopy(spec)
+    filters = ([{"filter": BATCH_FILTER}] if batch else []) + [{"filter": CLASS_FILTER_EXPR}]
+
+    def visit(node: Any) -> None:
+        if isinstance(node, list):
+            for child in node:
+                visit(child)
+            return
+        if not isinstance(node, dict):
+            return
+        data = node.get("data")
+        if isinstance(data, dict) and isinstance(data.get("name"), str):
+            node["transform"] = [*filters, *node.get("transform", [])]
+        for key in ("layer", "hconcat", "vconcat", "concat"):
+            if key in node:
+                visit(node[key])
+
+    visit(out)
+    params = [p for p in out.get("params", []) if p.get("name") not in (BATCH_LO, BATCH_HI, CLASS_FILTER)]
+    out["params"] = [*params, *(p for p in _params() if p["name"] != charts.CALIBRATOR_PARAM)]
+    if not any(p.get("name") == charts.CALIBRATOR_PARAM for p in out["params"]):
+        out["params"].insert(0, _params()[0])
+    return out
+
+
+def _tooltip(*fields: tuple[str, str, str | None]) -> list[alt.Tooltip]:
+    return [
+        alt.Tooltip(f, title=t) if fmt is None else alt.Tooltip(f, title=t, format=fmt)
+        for f, t, fmt in fields
+    ]
+
+
+def _cal_filter() -> str:
+    param = charts.CALIBRATOR_PARAM
+    return f"{param} == '{charts.ALL_CALIBRATORS}' || datum.calibrator == {param}"
+
+
+def _finish(chart: Any, title: str, height: int = _HEIGHT) -> dict[str, Any]:
+    spec: dict[str, Any] = chart.properties(width="container", height=height, title=title).to_dict()
+    spec["params"] = [*spec.get("params", []), *_params()]
+    return with_view_filters(spec)
+
+
+def what_if_spec() -> dict[str, Any]:
+    """Coverage per window batch recomputed at the chosen α, its 95% band and the target."""
+    base = alt.Chart(alt.NamedData("what_if")).transform_filter(_cal_filter())
+    x = alt.X("batch:Q", title="batch", scale=alt.Scale(nice=False), axis=alt.Axis(format="d", tickMinStep=1))
+    color = alt.Color("calibrator:N", legend=alt.Legend(orient="bottom", title=None))
+    tooltip = _tooltip(
+        ("batch:Q", "batch", "d"), ("calibrator:N", "calibrator", None), ("alpha:Q", "α", ".3f"),
+        ("coverage:Q", "coverage at α", ".4f"), ("coverage_lo:Q", "95% low", ".3f"),
+        ("coverage_hi:Q", "95% high", ".3f"), ("target:Q", "target 1−α", ".3f"),
+        ("n_covered:Q", "covered", ","), ("n_labelled:Q", "labelled", ","), ("n_rows:Q", "rows", ","),
+        ("mean_set_size:Q", "mean set size", ".3f"), ("singleton_share:Q", "singletons", ".1%"),
+    )  # fmt: skip
+    labelled = base.transform_filter("datum.n_labelled > 0")
+    band = labelled.mark_area(opacity=0.15).encode(
+        x=x, y=alt.Y("coverage_lo:Q", title="coverage"), y2="coverage_hi:Q", color=color
+    )
+    line = labelled.mark_line(point=True).encode(
+        x=x, y=alt.Y("coverage:Q", scale=alt.Scale(zero=False)), color=color, tooltip=tooltip
+    )
+    target = base.mark_rule(strokeDash=[5, 4], color="#888").encode(
+        y="mean(target):Q", tooltip=[alt.Tooltip("mean(target):Q", format=".3f", title="target 1−α")]
+    )
+    return _finish(alt.layer(band, line, target), "Coverage at the chosen α (recomputed on the window)")
+
+
+def reliability_spec() -> dict[str, Any]:
+    """Reliability diagram: accuracy vs mean top-label confidence per equal-mass bin, 95% band."""
+    base = alt.Chart(alt.NamedData("reliability"))
+    x = alt.X("confidence:Q", title="mean confidence (top label)", scale=alt.Scale(domain=[0, 1]))
+    tooltip = _tooltip(
+        ("bin:Q", "bin", "d"), ("confidence:Q", "mean confidence", ".3f"),
+        ("conf_lo:Q", "confidence from", ".3f"), ("conf_hi:Q", "confidence to", ".3f"),
+        ("accuracy:Q", "accuracy", ".3f"), ("lo:Q", "95% low", ".3f"), ("hi:Q", "95% high", ".3f"),
+        ("n_correct:Q", "correct", ","), ("n:Q", "rows", ","), ("gap:Q", "accuracy − confidence", "+.3f"),
+    )  # fmt: skip
+    diagonal = (
+        alt.Chart(alt.InlineData(values=[{"a": 0.0, "b": 1.0}]))
+        .mark_rule(strokeDash=[4, 3], color="#888")
+        .encode(x="a:Q", y="a:Q", x2="b:Q", y2="b:Q")
+    )
+    band = base.mark_rule(strokeWidth=6, opacity=0.3).encode(
+        x=x, y=alt.Y("lo:Q", title="accuracy", scale=alt.Scale(domain=[0, 1])), y2="hi:Q", tooltip=tooltip
+    )
+    points = base.mark_line(point=True).encode(x=x, y="accuracy:Q", tooltip=tooltip)
+    return _finish(
+        alt.layer(diagonal, band, points), "Reliability (labelled window rows, equal-mass bins)", height=200
+    )
+
+
+def set_by_class_spec() -> dict[str, Any]:
+    """Singleton share by predicted class and calibrator over the window's rows."""
+    base = alt.Chart(alt.NamedData("set_by_class")).transform_filter(_cal_filter())
+    tooltip = _tooltip(
+        ("class:N", "predicted class", None), ("calibrator:N", "calibrator", None),
+        ("singleton_share:Q", "singletons", ".1%"), ("n_singleton:Q", "singleton rows", ","),
+        ("n_rows:Q", "rows", ","), ("mean_set_size:Q", "mean set size", ".3f"),
+    )  # fmt: skip
+    bars = base.mark_bar().encode(
+        x=alt.X("class:N", title="predicted class", axis=alt.Axis(labelAngle=0, labelLimit=80)),
+        xOffset="calibrator:N",
+        y=alt.Y(
+            "singleton_share:Q",
+            title="singleton share",
+            axis=alt.Axis(format="%"),
+            scale=alt.Scale(domain=[0, 1]),
+        ),
+        color=alt.Color("calibrator:N", legend=alt.Legend(orient="bottom", title=None)),
+        tooltip=tooltip,
+    )
+    return _finish(bars, "Singleton share by predicted class (window)")
+
+
+def timeline_spec() -> dict[str, Any]:
+    """Rows and labelled rows per batch, notes, and the brush that filters every other view."""
+    per_batch = alt.Chart(alt.NamedData("batches")).transform_aggregate(
+        rows="max(n_rows)", labelled="max(n_labelled)", groupby=["batch", "name"]
+    )
+    x = alt.X("batch:Q", title=None, scale=alt.Scale(nice=False), axis=alt.Axis(format="d", tickMinStep=1))
+    tooltip = _tooltip(
+        ("batch:Q", "batch", "d"),
+        ("name:N", "name", None),
+        ("rows:Q", "rows", ","),
+        ("labelled:Q", "labelled", ","),
+    )
+    brush = alt.selection_interval(name="brush", encodings=["x"])
+    rows = (
+        per_batch.mark_area(opacity=0.35, interpolate="step-after")
+        .encode(
+            x=x, y=alt.Y("rows:Q", title="rows", axis=alt.Axis(tickCount=2, format="~s")), tooltip=tooltip
+        )
+        .add_params(brush)
+    )
+    labelled = per_batch.mark_line(interpolate="step-after", strokeWidth=1.5).encode(x=x, y="labelled:Q")
+    notes = (
+        alt.Chart(alt.NamedData("notes"))
+        .transform_filter("datum.batch != null")
+        .mark_rule(color="#e45756", strokeWidth=2)
+        .encode(
+            x="batch:Q",
+            tooltip=_tooltip(
+                ("batch:Q", "note on batch", "d"),
+                ("author:N", "by", None),
+                ("at:N", "at", None),
+                ("text:N", "note", None),
+            ),
+        )
+    )
+    chart = alt.layer(rows, labelled, notes).properties(
+        width="container",
+        height=48,
+        title="Timeline: drag to filter every panel to a range of batches; click a batch for its rows",
+    )
+    spec: dict[str, Any] = chart.to_dict()
+    spec["params"] = [*spec.get("params", []), *_params()]
+    return spec
+
+
+PANEL_SPECS = {"what_if": what_if_spec, "reliability": reliability_spec, "set_by_class": set_by_class_spec}
+
+
+def specs(kinds: Sequence[str], panels: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Every live spec: the chart kinds (filtered by brush and class), the panels and ``timeline``."""
+    out = {name: with_view_filters(spec) for name, spec in charts.live_specs(list(kinds)).items()}
+    for name in panels:
+        out[name] = PANEL_SPECS[name]()
+    out["timeline"] = timeline_spec()
+    return out
+
+
+# --------------------------------------------------------------------------- window rows
+def _window(monitor: Monitor) -> list[Any]:
+    """The batch records whose raw rows are kept (oldest first).
+
+    Reads the monitor's stream state directly: there is no public accessor for the window's
+    arrays yet (``Monitor.rows`` builds Python lists per row, far too slow per update).
+    """
+    return list(monitor._stream.window_batches())
+
+
+def window_batches(monitor: Monitor, window_rows: int = 0) -> list[int]:
+    """Indices of the most recent window batches holding at most ``window_rows`` rows (0 = all).
+
+    The newest batch is always included, even when it alone exceeds ``window_rows``.
+    """
+    records = _window(monitor)
+    if window_rows <= 0:
+        return [r.index for r in records]
+    out: list[int] = []
+    total = 0
+    for record in reversed(records):
+        if out and total + record.n_rows > window_rows:
+            break
+        out.append(record.index)
+        total += record.n_rows
+    return sorted(out)
+
+
+def _selected_records(monitor: Monitor, window_rows: int, batch_range: Sequence[int] | None) -> list[Any]:
+    keep = set(window_batches(monitor, window_rows))
+    lo, hi = (batch_range[0], batch_range[1]) if batch_range else (-math.inf, math.inf)
+    return [r for r in _window(monitor) if r.index in keep and lo <= r.index <= hi]
+
+
+def reliability_bins(
+    confidence: npt.ArrayLike,
+    correct: npt.ArrayLike,
+    *,
+    max_bins: int = MAX_BINS,
+    per_bin: int = ROWS_PER_BIN,
+) -> pl.DataFrame:
+    """Equal-mass reliability bins of top-label confidence with 95% Clopper-Pearson bands.
+
+    ``m = min(max_bins, ⌊n / per_bin⌋)`` bins of (almost) equal size over the rows sorted by
+    confidence (ties keep their input order); no bins below ``per_bin`` rows.
+
+    Examples
+    --------
+    >>> out = reliability_bins([0.9, 0.6, 0.8, 0.7], [1, 0, 1, 1], per_bin=2)
+    >>> out["n"].to_list(), out["confidence"].to_list(), out["accuracy"].to_list()
+    ([2, 2], [0.65, 0.85], [0.5, 1.0])
+    """
+    conf = np.asarray(confidence, dtype=np.float64)
+    hit = np.asarray(correct, dtype=bool)
+    n = conf.shape[0]
+    m = min(max_bins, n // per_bin)
+    schema: dict[str, Any] = {
+        "key": pl.String, "bin": pl.Int64, "n": pl.Int64, "n_correct": pl.Int64,
+        "confidence": pl.Float64, "conf_lo": pl.Float64, "conf_hi": pl.Float64,
+        "accuracy": pl.Float64, "lo": pl.Float64, "hi": pl.Float64, "gap": pl.Float64,
+    }  # fmt: skip
+    if m == 0:
+        return pl.DataFrame(schema=schema)
+    order = np.argsort(conf, kind="stable")
+    rows = []
+    for i, part in enumerate(np.array_split(order, m)):
+        c, h = conf[part], hit[part]
+        rows.append(
+            {"key": str(i), "bin": i, "n": int(part.shape[0]), "n_correct": int(h.sum()),
+             "confidence": float(c.mean()), "conf_lo": float(c.min()), "conf_hi": float(c.max())}
+        )  # fmt: skip
+    frame = pl.DataFrame(rows)
+    lo, hi = clopper_pearson(frame["n_correct"].to_numpy(), frame["n"].to_numpy())
+    frame = frame.with_columns(
+        accuracy=pl.col("n_correct") / pl.col("n"), lo=pl.Series(lo), hi=pl.Series(hi)
+    ).with_columns(gap=pl.col("accuracy") - pl.col("confidence"))
+    return frame.select(list(schema))
+
+
+def reliability(
+    monitor: Monitor,
+    *,
+    window_rows: int = 0,
+    batch_range: Sequence[int] | None = None,
+    class_filter: str = "",
+) -> pl.DataFrame:
+    """Reliability diagram of the labelled window rows (see :func:`reliability_bins`).
+
+    Parameters
+    ----------
+    window_rows : int
+        Only the most recent batches holding at most this many rows (0 = the whole window).
+    batch_range : (int, int), optional
+        Only batches in this inclusive range.
+    class_filter : str
+        Only rows predicted as this class ("" = all).
+    """
+    conf_parts, hit_parts = [], []
+    classes = [str(c) for c in monitor.classes_.tolist()]
+    wanted = classes.index(class_filter) if class_filter in classes else None
+    for record in _selected_records(monitor, window_rows, batch_range):
+        rows = record.rows
+        labelled = rows.labels >= 0
+        if not labelled.any():
+            continue
+        probs = rows.probs[labelled]
+        top = probs.argmax(axis=1)
+        keep = np.ones(top.shape[0], dtype=bool) if wanted is None else top == wanted
+        conf_parts.append(probs.max(axis=1)[keep])
+        hit_parts.append((top == rows.labels[labelled])[keep])
+    if not conf_parts:
+        return reliability_bins(np.zeros(0), np.zeros(0, dtype=bool))
+    return reliability_bins(np.concatenate(conf_parts), np.concatenate(hit_parts))
+
+
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
+
+
+def set_by_class(
+    monitor: Monitor,
+    *,
+    window_rows: int = 0,
+    batch_range: Sequence[int] | None = None,
+) -> pl.DataFrame:
+    """Per set calibrator and predicted class: rows, singleton rows and mean set size (window)."""
+    classes = [str(c) for c in monitor.classes_.tolist()]
+    K = len(classes)
+    totals: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
+    for record in _selected_records(monitor, window_rows, batch_range):
+        rows = record.rows
+        top = rows.probs.argmax(axis=1)
+        for key, packed in rows.packed_sets.items():
+            sizes = _POPCOUNT[packed].sum(axis=1)
+            n, single, size_sum = totals.setdefault(
+                key, (np.zeros(K, np.int64), np.zeros(K, np.int64), np.zeros(K, np.int64))
+            )
+            n += np.bincount(top, minlength=K)
+            single += np.bincount(top, weights=sizes == 1, minlength=K).astype(np.int64)
+            size_sum += np.bincount(top, weights=sizes, minlength=K).astype(np.int64)
+    out: dict[str, list[Any]] = {
+        k: [] for k in ("key", "calibrator", "class", "n_rows", "n_singleton", "size_sum")
+    }
+    for key, (n, single, size_sum) in totals.items():
+        for c in np.flatnonzero(n):
+            out["key"].append(f"{key}|{classes[c]}")
+            out["calibrator"].append(key)
+            out["class"].append(classes[c])
+            out["n_rows"].append(int(n[c]))
+            out["n_singleton"].append(int(single[c]))
+            out["size_sum"].append(int(size_sum[c]))
+    schema: dict[str, Any] = {
+        "key": pl.String, "calibrator": pl.String, "class": pl.String,
+        "n_rows": pl.Int64, "n_singleton": pl.Int64, "size_sum": pl.Int64,
+    }  # fmt: skip
+    return (
+        pl.DataFrame(out, schema=schema)
+        .with_columns(
+            singleton_share=pl.col("n_singleton") / pl.col("n_rows"),
+            mean_set_size=pl.col("size_sum") / pl.col("n_rows"),
+        )
+        .drop("size_sum")
+    )
+
+
+def what_if(monitor: Monitor, alpha: float, *, window_rows: int = 0) -> pl.DataFrame:
+    """:meth:`Monitor.what_if` at ``alpha`` for the most recent ``window_rows`` rows, keyed."""
+    if not monitor.what_if_calibrators():
+        return pl.DataFrame()
+    keep = window_batches(monitor, window_rows)
+    frame = monitor.what_if(alpha).filter(pl.col("batch").is_in(keep))
+    return frame.with_columns(key=pl.concat_str("batch", "calibrator", separator="|"))
+
+
+def what_if_info(monitor: Monitor, alpha: float | None, *, window_rows: int = 0) -> dict[str, Any]:
+    """What the α control applies to: the calibrators, the window batches and rows."""
+    records = {r.index: r.n_rows for r in _window(monitor)}
+    keep = window_batches(monitor, window_rows) if monitor.calibration_ is not None else []
+    return {
+        "alpha": alpha,
+        "calibrators": monitor.what_if_calibrators() if monitor.calibration_ is not None else [],
+        "first_batch": keep[0] if keep else None,
+        "last_batch": keep[-1] if keep else None,
+        "n_batches": len(keep),
+        "n_rows": sum(records[i] for i in keep),
+        "window": monitor.window,
+        "targets": monitor.targets() if monitor.calibration_ is not None else {},
+    }
+
+
+# --------------------------------------------------------------------------- overview cards
+def overview_rows(
+    batch_rows: Iterable[Mapping[str, Any]],
+    *,
+    calibrators: Sequence[str],
+    labels: Mapping[str, str],
+    warnings: Sequence[Mapping[str, Any]] = (),
+    batch_range: Sequence[int] | None = None,
+) -> list[dict[str, Any]]:
+    """One status card per calibrator from ``batches`` rows (see :func:`overview`).
+
+    Examples
+    --------
+    >>> rows = [{"batch": 0, "calibrator": "a", "kind": "sets", "target": 0.9, "n_rows": 10,
+    ...          "n_labelled": 10, "n_covered": 9, "mean_set_size": 1.5}]
+    >>> card = overview_rows(rows, calibrators=["a"], labels={"a": "a"})[0]
+    >>> card["coverage"], card["n_labelled"], card["mean_set_size"], card["open_warnings"]
+    (0.9, 10, 1.5, 0)
+    """
+    lo_b, hi_b = (batch_range[0], batch_range[1]) if batch_range else (-math.inf, math.inf)
+    acc: dict[str, dict[str, Any]] = {}
+    for key in calibrators:
+        acc[key] = {
+            "key": key, "calibrator": key, "label": labels.get(key, key), "kind": None, "target": None,
+            "n_batches": 0, "n_rows": 0, "n_labelled": 0, "n_covered": 0, "_size": 0.0,
+            "_est": 0.0, "_obs": 0.0, "_adm": 0.0, "_adm_rows": 0, "first_batch": None, "last_batch": None,
+        }  # fmt: skip
+    for row in batch_rows:
+        card = acc.get(str(row.get("calibrator")))
+        batch = row.get("batch")
+        if card is None or batch is None or not lo_b <= batch <= hi_b:
+            continue
+        n_rows, n_lab = int(row.get("n_rows") or 0), int(row.get("n_labelled") or 0)
+        card["kind"] = row.get("kind") or card["kind"]
+        if row.get("target") is not None:
+            card["target"] = row["target"]
+        card["n_batches"] += 1
+        card["n_rows"] += n_rows
+        card["n_labelled"] += n_lab
+        card["n_covered"] += int(row.get("n_covered") or 0)
+        card["_size"] += float(row.get("mean_set_size") or 0.0) * n_rows
+        card["_est"] += float(row.get("estimated_error") or 0.0) * n_rows
+        card["_obs"] += float(row.get("observed_error") or 0.0) * n_lab
+        if row.get("admitted_share") is not None:
+            card["_adm"] += float(row["admitted_share"]) * n_rows
+            card["_adm_rows"] += n_rows
+        card["first_batch"] = batch if card["first_batch"] is None else min(card["first_batch"], batch)
+        card["last_batch"] = batch if card["last_batch"] is None else max(card["last_batch"], batch)
+    open_by: dict[str, int] = {}
+    model_wide = 0
+    for w in warnings:
+        if not w.get("open"):
+            continue
+        name = str(w.get("name", ""))
+        prefix = name.split(":", 1)[0] if ":" in name else None
+        if prefix in acc:
+            open_by[prefix] = open_by.get(prefix, 0) + 1
+        else:
+            model_wide += 1
+    cards = [c for c in acc.values() if c["kind"] is not None or c["n_batches"] == 0]
+    keys = [c["key"] for c in cards if c["kind"] == "sets" and c["n_labelled"] > 0]
+    ks = np.array([acc[k]["n_covered"] for k in keys], dtype=np.float64)
+    ns = np.array([acc[k]["n_labelled"] for k in keys], dtype=np.float64)
+    bands = dict(zip(keys, zip(*clopper_pearson(ks, ns), strict=True), strict=True)) if keys else {}
+    out = []
+    for c in cards:
+        sets, risk = c["kind"] == "sets", c["kind"] == "risk"
+        n_rows, n_lab = c["n_rows"], c["n_labelled"]
+        band = bands.get(c["key"])
+        out.append(
+            {
+                "key": c["key"], "calibrator": c["calibrator"], "label": c["label"], "kind": c["kind"] or "",
+                "target": c["target"], "n_batches": c["n_batches"], "n_rows": n_rows, "n_labelled": n_lab,
+                "n_covered": c["n_covered"] if sets else None,
+                "coverage": c["n_covered"] / n_lab if sets and n_lab else None,
+                "coverage_lo": float(band[0]) if band else None,
+                "coverage_hi": float(band[1]) if band else None,
+                "mean_set_size": c["_size"] / n_rows if sets and n_rows else None,
+                "estimated_error": c["_est"] / n_rows if risk and n_rows else None,
+                "observed_error": c["_obs"] / n_lab if risk and n_lab else None,
+                "admitted_share": c["_adm"] / c["_adm_rows"] if c["_adm_rows"] else None,
+                "open_warnings": open_by.get(c["key"], 0),
+                "model_warnings": model_wide,
+                "first_batch": c["first_batch"], "last_batch": c["last_batch"],
+            }
+        )  # fmt: skip
+    return out
+
+
+def overview(monitor: Monitor, *, batch_range: Sequence[int] | None = None) -> pl.DataFrame:
+    """Status cards of a monitor, over all batches or ``batch_range``.
+
+    Per calibrator: target vs observed coverage, estimated vs observed error, admitted share and
+    open warnings (see :func:`overview_rows`).
+    """
+    if monitor.calibration_ is None or monitor.n_batches == 0:
+        batch_rows: list[dict[str, Any]] = []
+    else:
+        batch_rows = charts.datasets(monitor)["batches"].to_dicts()
+    watch = monitor.shift_watch
+    return pl.DataFrame(
+        overview_rows(
+            batch_rows,
+            calibrators=list(monitor.calibrators),
+            labels=charts.calibrator_labels(monitor),
+            warnings=[] if watch is None else watch.warning_records(),
+            batch_range=batch_range,
+        )
+    )
+
+
+def note_rows(monitor: Monitor, start: int = 0) -> list[dict[str, Any]]:
+    """The monitor's notes from ``start`` on as ``notes`` dataset rows (key: the note id)."""
+    return [{"key": str(r["note_id"]), **r} for r in monitor.notes().slice(start).to_dicts()]
+
+
+def rows_page(
+    monitor: Monitor, batch: int, *, page: int = 0, page_size: int = 20, calibrator: str = ""
+) -> dict[str, Any]:
+    """One page of a window batch's rows for the row table: id, prediction, set, risk, label.
+
+    ``calibrator`` picks the set / risk shown (default: the first of each kind).
+    """
+    frame = monitor.rows(batch=batch)
+    cal = monitor.calibrators
+    set_keys = [k for k in cal if f"set_{k}" in frame.columns]
+    risk_keys = [k for k in cal if f"risk_{k}" in frame.columns]
+    set_key = calibrator if calibrator in set_keys else (set_keys[0] if set_keys else None)
+    risk_key = calibrator if calibrator in risk_keys else (risk_keys[0] if risk_keys else None)
+    n = frame.height
+    n_pages = max(1, math.ceil(n / page_size))
+    page = min(max(0, page), n_pages - 1)
+    part = frame.slice(page * page_size, page_size)
+    columns = ["id", "prediction", "confidence", "set", "risk", "label"]
+    rows = []
+    for r in part.iter_rows(named=True):
+        s = r.get(f"set_{set_key}") if set_key else None
+        risk = r.get(f"risk_{risk_key}") if risk_key else None
+        rows.append(
+            [
+                str(r["id"]), str(r["prediction"]), float(r["confidence"]),
+                None if s is None else [str(c) for c in s],
+                None if risk is None or not math.isfinite(risk) else float(risk),
+                None if r["label"] is None else str(r["label"]),
+            ]
+        )  # fmt: skip
+    return {
+        "batch": batch, "page": page, "page_size": page_size, "n_rows": n, "n_pages": n_pages,
+        "columns": columns, "rows": rows, "set_calibrator": set_key or "", "risk_calibrator": risk_key or "",
+    }  # fmt: skip
