@@ -7,6 +7,7 @@ Attach calibrators to any model, stream batches of predictions through a :class:
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from calwatch.engine.adaptive import Adaptive
 from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
@@ -26,6 +27,19 @@ class CalwatchWarning(UserWarning):
     """Warnings raised by calwatch."""
 
 
+# Calibrators whose engines import torch or faiss load on first use, so `import calwatch` stays fast.
+_LAZY = {"VennAdmit": "calwatch.engine.venn_admit"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(_LAZY[name]), name)
+    msg = f"module 'calwatch' has no attribute {name!r}"
+    raise AttributeError(msg)
+
+
 __all__ = [
     "Adaptive",
     "CalwatchWarning",
@@ -38,6 +52,7 @@ __all__ = [
     "RiskEstimator",
     "SnapshotError",
     "SplitConformalClassifier",
+    "VennAdmit",
     "__version__",
     "wrap",
 ]
