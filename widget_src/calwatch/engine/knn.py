@@ -69,7 +69,8 @@ def check_embeddings(E: Any, name: str = "E", *, dim: int | None = None) -> Floa
     if dim is not None and arr.shape[1] != dim:
         msg = f"{name} has {arr.shape[1]} dimensions but the reference embeddings have {dim}"
         raise ValueError(msg)
-    out = np.ascontiguousarray(arr, dtype=np.float32)
+    with np.errstate(over="ignore"):  # overflow to inf is reported just below
+        out = np.ascontiguousarray(arr, dtype=np.float32)
     lo, hi = float(out.min()), float(out.max())
     if not (math.isfinite(lo) and math.isfinite(hi)):
         row = int(np.argwhere(~np.isfinite(out))[0, 0])

@@ -63,7 +63,13 @@ from calwatch.engine.knn_approx import (
     fit_localizer,
     localizer_logits,
 )
-from calwatch.engine.venn_bands import AdmitCalibration, VennCategories
+from calwatch.engine.venn_bands import (
+    AdmitCalibration,
+    VennCategories,
+    band_radius,
+    reliability_features,
+    venn_bounds,
+)
 
 FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]
@@ -313,7 +319,7 @@ class VennAdmit:
         )
         a_ca = approximation_logits(params, dist, idx, tanh_ref, y_tr)
         self._set_reference(reference, L_tr, y_tr, params)
-        q_ca, d_ca = self._q_and_d(dist, idx, argmax_lowest(a_ca))
+        q_ca, d_ca = reliability_features(dist, idx, argmax_lowest(a_ca), self._pred_ref, y_tr)
         self.training_ = training
         dev_rows = knn_rows[dev_local]
         self.agreement_ = float(np.mean(argmax_lowest(a_ca[dev_rows]) == argmax_lowest(L_ca[dev_rows])))
@@ -360,7 +366,6 @@ class VennAdmit:
         self._logits_ref, self._y_ref = L_tr, y_tr
         self._tanh_ref = np.tanh(L_tr).astype(np.float32)
         self._pred_ref = argmax_lowest(L_tr)
-        self._correct_ref = self._pred_ref == y_tr
         self.approximation_ = params
         self.n_classes_ = int(L_tr.shape[1])
         self.dim_ = int(reference.dim_)
@@ -385,15 +390,10 @@ class VennAdmit:
         probs = _softmax(a_ca.copy())
         self.calibration_probs_knn_ = probs
         yhat = argmax_lowest(a_ca)
-        band_rows = (split != SPLIT_KNN) & (q_ca > 0) & (yhat == y_ca)
-        if int(band_rows.sum()) < 2:
-            msg = (
-                "the band radius needs ≥ 2 calibration rows with q > 0 and a correct KNN prediction; "
-                f"found {int(band_rows.sum())}"
-            )
-            raise ValueError(msg)
-        self.s_hat_ = float(np.std(d_ca[band_rows], ddof=1))
-        self.omega_ = self.band_delta * self.s_hat_
+        used = split != SPLIT_KNN
+        self.s_hat_, self.omega_ = band_radius(
+            d_ca[used], q_ca[used], yhat[used], y_ca[used], self.band_delta
+        )
         mc = np.flatnonzero(split == SPLIT_MC)
         self._admit = AdmitCalibration(
             q_ca[mc],
@@ -420,12 +420,6 @@ class VennAdmit:
             raise NotFittedError(msg)
 
     # ------------------------------------------------------------------------- features
-    def _q_and_d(self, dist: FloatArray, idx: Int64Array, yhat: IntArray) -> tuple[IntArray, FloatArray]:
-        """Eq. 4-5 from each row's neighbours (nearest first)."""
-        match = (self._pred_ref[idx] == yhat[:, None]) & self._correct_ref[idx]
-        q = np.where(match.all(axis=1), idx.shape[1], np.argmin(match, axis=1)).astype(np.intp)
-        return q, dist[:, 0].copy()
-
     # -------------------------------------------------------------------------- predict
     def check_inputs(self, E: Any, logits: Any) -> tuple[Float32Array, FloatArray]:
         """Validate a batch as ``predict`` does: embeddings as float32, logits as float64.
@@ -461,7 +455,7 @@ class VennAdmit:
         dist, idx = self._reference.search(Ev, self.k)
         a = approximation_logits(self.approximation_, dist, idx, self._tanh_ref, self._y_ref)
         yhat = argmax_lowest(a)
-        q, d = self._q_and_d(dist, idx, yhat)
+        q, d = reliability_features(dist, idx, yhat, self._pred_ref, self._y_ref)
         probs = _softmax(a.copy())
         sets, guarded = self._admit.sets(probs, yhat, q, d)
         single = np.flatnonzero(sets.sum(axis=1) == 1)
@@ -494,10 +488,7 @@ class VennAdmit:
         """Venn-ADMIT (Alg. 1, 3, 4) on the singleton rows; ``weight=None`` is ``w = 1``."""
         m = parts.sets.shape[0]
         w = np.ones(parts.single.size) if weight is None else weight
-        n_t, n_y = parts.n_t.astype(np.float64), parts.n_y.astype(np.float64)
-        with np.errstate(invalid="ignore"):
-            low = n_y / (n_t + w)  # = 0 when w = inf
-            up = np.where(np.isinf(w), 1.0, (n_y + w) / (n_t + w))
+        low, up = venn_bounds(parts.n_t, parts.n_y, w)
         ok = low >= (1.0 - self.alpha) - _SLACK
         if q_k_only:
             ok &= parts.q[parts.single] == self.k

@@ -266,3 +266,79 @@ class VennCategories:
         start, stop = self._windows.window(key, lo, hi)
         n_label = self._counts.counts(start, stop)[np.arange(key.shape[0]), label]
         return (stop - start).astype(np.intp), n_label.astype(np.intp)
+
+
+def reliability_features(
+    dist: FloatArray, idx: Int64Array, y_hat: IntArray, ref_pred: IntArray, ref_labels: IntArray
+) -> tuple[IntArray, FloatArray]:
+    """``q`` (Eq. 4) and ``d`` (Eq. 5) of rows with known reference neighbours, nearest first.
+
+    ``q_t`` counts the leading neighbours ``k`` whose model prediction equals both ``ŷ_t^KNN``
+    and their own true label; the count stops at the first neighbour that fails (``q ∈ [0, K]``).
+    ``d_t`` is the distance to the nearest reference row.
+
+    Examples
+    --------
+    Neighbours 0, 1, 2, 3 (nearest first); the third is mislabelled by the model, so the fourth's
+    match no longer counts:
+
+    >>> q, d = reliability_features(np.array([[0.5, 1.0, 2.0, 3.0]]), np.array([[0, 1, 2, 3]]),
+    ...                             np.array([1]), np.array([1, 1, 1, 1]), np.array([1, 1, 0, 1]))
+    >>> int(q[0]), float(d[0])
+    (2, 0.5)
+    """
+    match = (ref_pred[idx] == y_hat[:, None]) & (ref_pred[idx] == ref_labels[idx])
+    q = np.where(match.all(axis=1), idx.shape[1], np.argmin(match, axis=1)).astype(np.intp)
+    return q, np.asarray(dist[:, 0], dtype=np.float64).copy()
+
+
+def band_radius(
+    d: FloatArray, q: IntArray, y_hat: IntArray, y: IntArray, delta: float
+) -> tuple[float, float]:
+    """The band's ``ŝ`` and radius ``ω = δ·ŝ`` (§4.1.3).
+
+    ``ŝ`` is the sample standard deviation (ddof 1) of ``d`` over the rows with ``q > 0`` and a
+    correct KNN prediction.
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 such rows.
+
+    Examples
+    --------
+    >>> band_radius(np.array([1.0, 2.0, 3.0, 4.0]), np.array([1, 1, 0, 2]), np.zeros(4, int),
+    ...             np.array([0, 0, 0, 0]), delta=2.0)  # d = 1, 2, 4: ŝ = sqrt(7/3) = 1.52753
+    (1.5275252316519465, 3.055050463303893)
+    """
+    rows = (q > 0) & (y_hat == y)
+    if int(rows.sum()) < 2:
+        msg = (
+            "the band radius needs ≥ 2 calibration rows with q > 0 and a correct KNN prediction; "
+            f"found {int(rows.sum())}"
+        )
+        raise ValueError(msg)
+    s_hat = float(np.std(d[rows], ddof=1))
+    return s_hat, delta * s_hat
+
+
+def venn_bounds(n_category: IntArray, n_label: IntArray, weight: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Lower and upper Venn probabilities of a label (Alg. 3-4) with test-point weight ``w``.
+
+    With ``|T|`` category rows of which ``n`` carry the label, ``p_c(label) = (n + [c = label]·w)
+    / (|T| + w)``: the minimum over ``c`` is ``n/(|T| + w)``, the maximum ``(n + w)/(|T| + w)``.
+    ``w = inf`` (``ψ' = 0``) gives ``0`` and ``1``.
+
+    Examples
+    --------
+    >>> lo, up = venn_bounds(np.array([5, 5]), np.array([4, 4]), np.array([1.0, 2.0]))
+    >>> lo.round(4).tolist(), up.round(4).tolist()  # 4/6, 5/6; 4/7, 6/7
+    ([0.6667, 0.5714], [0.8333, 0.8571])
+    """
+    n_t = np.asarray(n_category, dtype=np.float64)
+    n_y = np.asarray(n_label, dtype=np.float64)
+    w = np.asarray(weight, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        lower: FloatArray = n_y / (n_t + w)
+        upper: FloatArray = np.where(np.isinf(w), 1.0, (n_y + w) / (n_t + w))
+    return lower, upper
