@@ -32,3 +32,6 @@ def clopper_pearson(
     lo = np.where(empty, np.nan, lo)
     hi = np.where(empty, np.nan, hi)
     return lo.astype(np.float64), hi.astype(np.float64)
+
+
+from calwatch.engine.calibration_metrics import *  # noqa: E402, F403 - re-export: the classification calibration metrics
