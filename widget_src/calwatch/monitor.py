@@ -165,7 +165,9 @@ class Monitor:
         Shift detectors (``calwatch.shift_watch``): ``"default"`` runs a label-free
         martingale on the model's confidence, and per set calibrator a conformity-score
         martingale and a coverage-drop test on labelled rows; their alarms become warnings
-        (:meth:`warnings`, the widget's banner). ``None`` turns them off.
+        (:meth:`warnings`, the widget's banner); when the model gives embeddings, also a
+        label-free martingale on each row's distance to the calibration embeddings. ``None``
+        turns them off.
     provenance : dict of str to str, optional
         Where the data and model come from (dataset, version, split...), shown in reports and
         kept in snapshots; also settable later through the ``provenance`` attribute.
@@ -386,10 +388,12 @@ class Monitor:
         if self._shift_spec is not None:
             if shift is None:
                 detectors: list[Detector] = (
-                    default_detectors(fitted) if isinstance(self._shift_spec, str) else list(self._shift_spec)
+                    default_detectors(fitted, embeddings=outputs.embeddings is not None)
+                    if isinstance(self._shift_spec, str)
+                    else list(self._shift_spec)
                 )
                 shift = ShiftWatch(detectors)
-            shift.calibrate(CalibrationData(outputs.probs, y_idx, fitted))
+            shift.calibrate(CalibrationData(outputs.probs, y_idx, fitted, outputs.embeddings))
         # Commit only once every calibrator (and detector) fitted.
         self._shift = shift
         for key, candidate in fitted.items():
@@ -543,7 +547,7 @@ class Monitor:
         self._stream.append(record)
         rows = (first_row, first_row + m - 1)
         if self._shift is not None:
-            self._shift.observe(index, rows, outputs.probs)
+            self._shift.observe(index, rows, outputs.probs, outputs.embeddings)
         if labels is not None:
             self._apply_labels(record, np.arange(m), labels)
             self._feed_labels([(record, np.arange(m), labels)])

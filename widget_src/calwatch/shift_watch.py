@@ -9,6 +9,8 @@ Default detectors (``Monitor(shift="default")``):
 
 - a label-free conformal test martingale on the model's confidence ``1 − max p`` (CUSUM,
   ``c = 10⁶``: mean time to a false alarm ≥ 10⁶ rows, ``P(false alarm within L rows) ≤ L/10⁶``);
+- when the model gives embeddings, the same kind of martingale on each row's distance to the
+  calibration embeddings (:class:`ReferenceDistanceMartingale`);
 - per set calibrator with ``label_scores``: a conformal test martingale on its conformity
   scores ``s(x, y)`` as labels arrive, in arrival order (valid if the order in which labels
   arrive does not depend on their values);
@@ -53,6 +55,7 @@ class CalibrationData:
     probs: FloatArray
     labels: IntArray
     calibrators: dict[str, Any]
+    embeddings: npt.NDArray[np.float32] | None = None
 
 
 class Detector(Protocol):
@@ -187,6 +190,80 @@ class ConfidenceMartingale(_MartingaleDetector):
         return None
 
 
+class ReferenceDistanceMartingale(_MartingaleDetector):
+    """Label-free: a conformal test martingale on each row's distance to the calibration embeddings.
+
+    The calibration rows are split in two (seeded): one half is the reference, indexed exactly
+    (faiss); the other half's distances to their nearest reference row are the calibration
+    scores, and each streamed row's distance to its nearest reference row is its score. Under
+    exchangeability the two kinds of distances are exchangeable, so the martingale's
+    false-alarm bound holds. Distances enter as ``d / (d + m)`` (``m``: the median calibration
+    distance), a strictly increasing map onto ``[0, 1)`` that leaves every conformal rank as it
+    was and lets the scores use the martingale's bounded grid. Added by ``shift="default"``
+    when the calibration outputs have embeddings (a torch model with ``embedding_layer``, or
+    ``embeddings=``): it sees inputs moving into regions of the embedding space the model was
+    not calibrated on, before any label arrives.
+    """
+
+    needs_labels = False
+    needs_embeddings = True
+    threatens = "every guarantee shown: new rows lie farther from the calibration data than it does itself"
+    action = "inspect the rows far from the reference (new kinds of inputs?); recalibrate on recent data"
+
+    def __init__(
+        self,
+        *,
+        statistic: StatisticName = "cusum",
+        threshold: float = DEFAULT_CUSUM_THRESHOLD,
+        jump: float = 0.01,
+        resolution: float | None = DEFAULT_RESOLUTION,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(
+            statistic=statistic, threshold=threshold, jump=jump, resolution=resolution, seed=seed
+        )
+        self.name = "reference distance martingale"
+        self.index_: Any = None
+        self.scale_ = 1.0
+
+    def calibrate(self, data: CalibrationData) -> None:
+        """Index half of the calibration embeddings; score the other half against it."""
+        from calwatch.engine.knn import KNNIndex
+
+        if data.embeddings is None:
+            msg = "the reference distance martingale needs calibration embeddings: pass embeddings="
+            raise ValueError(msg)
+        n = data.embeddings.shape[0]
+        if n < 4:
+            msg = f"the reference distance martingale needs at least 4 calibration rows; got {n}"
+            raise ValueError(msg)
+        order = np.random.default_rng([self.seed, 7]).permutation(n)
+        half = n // 2
+        self.index_ = KNNIndex(kind="flat", seed=self.seed).fit(data.embeddings[order[:half]])
+        distances = self.index_.search(data.embeddings[order[half:]], 1)[0][:, 0]
+        median = float(np.median(distances))
+        self.scale_ = median if median > 0 else 1.0
+        self._fit(self._score(distances))
+
+    def _score(self, distances: FloatArray) -> FloatArray:
+        return np.asarray(distances / (distances + self.scale_), dtype=np.float64)
+
+    def observe(
+        self, probs: FloatArray, embeddings: npt.NDArray[np.float32] | None = None
+    ) -> MonitorResult | None:
+        """Feed a batch's distances to the reference (no look when the batch has no embeddings)."""
+        if embeddings is None:
+            return None
+        distances = self.index_.search(embeddings, 1)[0][:, 0]
+        return self._look(self._score(distances), "distances of new rows to the calibration embeddings")
+
+    def labelled(
+        self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
+    ) -> MonitorResult | None:
+        """Label-free: labels are not used."""
+        return None
+
+
 class LabelMartingale(_MartingaleDetector):
     """Label-based: a conformal test martingale on a calibrator's conformity scores ``s(x, y)``.
 
@@ -263,9 +340,14 @@ class CoverageDropDetector:
         return dataclasses.replace(result, name=self.name)
 
 
-def default_detectors(calibrators: dict[str, Any]) -> list[Detector]:
-    """The detectors ``Monitor(shift="default")`` runs for these calibrators."""
+def default_detectors(calibrators: dict[str, Any], *, embeddings: bool = False) -> list[Detector]:
+    """The detectors ``Monitor(shift="default")`` runs for these calibrators.
+
+    ``embeddings``: whether the model gives embeddings (adds the reference distance martingale).
+    """
     detectors: list[Detector] = [ConfidenceMartingale()]
+    if embeddings:
+        detectors.append(ReferenceDistanceMartingale())
     for key, cal in calibrators.items():
         if getattr(cal, "kind", None) == "risk":
             continue
@@ -325,11 +407,22 @@ class ShiftWatch:
         }
         self.tracker.observe(result, batch=batch, rows=rows)
 
-    def observe(self, batch: int, rows: tuple[int, int], probs: FloatArray) -> None:
+    def observe(
+        self,
+        batch: int,
+        rows: tuple[int, int],
+        probs: FloatArray,
+        embeddings: npt.NDArray[np.float32] | None = None,
+    ) -> None:
         """Feed a newly observed batch to the label-free detectors."""
         for detector in self.detectors:
-            if not detector.needs_labels:
-                self._record(detector, detector.observe(probs), batch, rows)
+            if detector.needs_labels:
+                continue
+            if getattr(detector, "needs_embeddings", False):
+                result = detector.observe(probs, embeddings)  # type: ignore[call-arg]
+            else:
+                result = detector.observe(probs)
+            self._record(detector, result, batch, rows)
 
     def labelled(
         self,
