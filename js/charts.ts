@@ -374,9 +374,9 @@ export class Chart {
       let batch = typeof datum?.batch === "number" && Number.isInteger(datum.batch) ? datum.batch : null;
       // Areas and lines: the item is the whole path; read the batch off the x scale.
       const markType = (item as { mark?: { marktype?: string } } | null | undefined)?.mark?.marktype;
-      if (options.clickByX && (markType === "area" || markType === "line" || batch === null)) {
-        batch = this.batchAt(view, e) ?? batch;
-      }
+      const path = markType === "area" || markType === "line";
+      if (path) batch = null; // the datum of a whole path is its first point's
+      if (options.clickByX && batch === null) batch = this.batchAt(view, e);
       if (batch !== null) onBatchClick(batch);
     });
   }
