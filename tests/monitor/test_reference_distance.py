@@ -80,3 +80,35 @@ def test_snapshot_keeps_the_reference_index(tmp_path):
     assert (
         pl.DataFrame(mon.shift_watch.look_rows())["detector"].to_list()[-1] == "reference distance martingale"
     )
+
+
+def test_class_coverage_drop_names_the_class_whose_promise_breaks():
+    """A by-class calibrator: class 'b' rows start to be missed while the others stay covered."""
+    from calwatch.shift_watch import ClassCoverageDropDetector
+
+    from ..synthetic import softmax_data
+
+    P, y = softmax_data(3000, K=3, seed=5)
+    names = np.array(["a", "b", "c"])
+    cal = cw.SplitConformalClassifier(score="lac", alpha=0.1, mondrian="label")
+    mon = cw.Monitor(calibrators={"by-class": cal}, classes=list(names))
+    mon.calibrate(probs=P, y=names[y])
+    assert "by-class: class coverage drop" in [d.name for d in mon.shift_watch.detectors]
+    for b in range(4):  # clean: labels drawn from the model's own probabilities
+        P_b, y_b = softmax_data(500, K=3, seed=10 + b)
+        mon.observe(probs=P_b, y=names[y_b])
+    assert "by-class: class coverage drop" not in mon.warnings()["name"].to_list()
+    for b in range(6):  # class 'b' rows now carry the label the model finds least likely
+        P_b, y_b = softmax_data(500, K=3, seed=20 + b)
+        is_b = y_b == 1
+        y_b[is_b] = P_b[is_b].argmin(axis=1)
+        y_b[is_b & (y_b != 1)] = 1
+        P_b[is_b] = P_b[is_b][:, [1, 0, 2]]  # the model now puts class b's mass elsewhere
+        mon.observe(probs=P_b, y=names[y_b])
+    warnings = mon.warnings().filter(pl.col("name") == "by-class: class coverage drop")
+    assert warnings.height >= 1
+    assert warnings["explanation"][0].startswith("class 'b':")
+    assert "class 'b'" in warnings["threatens"][0]
+    det = next(d for d in mon.shift_watch.detectors if isinstance(d, ClassCoverageDropDetector))
+    assert sorted(det.tests_) == [0, 1, 2]
+    assert det.tests_[1].test_.threshold == pytest.approx(3e6)  # K·c: the union bound over 3 classes

@@ -393,7 +393,8 @@ class Monitor:
                     else list(self._shift_spec)
                 )
                 shift = ShiftWatch(detectors)
-            shift.calibrate(CalibrationData(outputs.probs, y_idx, fitted, outputs.embeddings))
+            names = [str(c) for c in encoder.classes.tolist()]
+            shift.calibrate(CalibrationData(outputs.probs, y_idx, fitted, outputs.embeddings, names))
         # Commit only once every calibrator (and detector) fitted.
         self._shift = shift
         for key, candidate in fitted.items():

@@ -14,7 +14,9 @@ Default detectors (``Monitor(shift="default")``):
 - per set calibrator with ``label_scores``: a conformal test martingale on its conformity
   scores ``s(x, y)`` as labels arrive, in arrival order (valid if the order in which labels
   arrive does not depend on their values);
-- per set calibrator with ``alpha``: a coverage-drop betting test on the labelled rows.
+- per set calibrator with ``alpha``: a coverage-drop betting test on the labelled rows;
+- per ``mondrian="label"`` calibrator: the same test within each true class
+  (:class:`ClassCoverageDropDetector`), since such a calibrator promises per-class coverage.
 
 Scores enter the martingales on a fixed grid (``resolution=1e-4``), which bounds their memory
 and leaves every bound exact (see :class:`~calwatch.engine.shift.ConformalTestMartingale`).
@@ -34,7 +36,13 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.engine.monitors import CoverageDrop, EpisodeTracker, MonitorResult, ShiftWarning
+from calwatch.engine.monitors import (
+    DEFAULT_SR_THRESHOLD,
+    CoverageDrop,
+    EpisodeTracker,
+    MonitorResult,
+    ShiftWarning,
+)
 from calwatch.engine.shift import ConformalTestMartingale
 
 FloatArray = npt.NDArray[np.float64]
@@ -56,6 +64,7 @@ class CalibrationData:
     labels: IntArray
     calibrators: dict[str, Any]
     embeddings: npt.NDArray[np.float32] | None = None
+    classes: list[str] | None = None  # class names, for explanations
 
 
 class Detector(Protocol):
@@ -340,6 +349,67 @@ class CoverageDropDetector:
         return dataclasses.replace(result, name=self.name)
 
 
+class ClassCoverageDropDetector:
+    """Label-based: a coverage-drop test per true class, for calibrators that promise it per class.
+
+    A ``mondrian="label"`` calibrator promises coverage ``≥ 1 − α`` within every class, so a
+    drop in one class (say, late flights) breaks its promise even while the marginal coverage
+    holds. One :class:`~calwatch.engine.monitors.CoverageDrop` runs per class, each against
+    that class's calibration count; with ``K`` classes each test's threshold is ``K·c``, so by
+    the union bound the K tests together keep the false-alarm control of one test at ``c``.
+    """
+
+    needs_labels = True
+
+    def __init__(self, calibrator: str, *, threshold: float | None = None) -> None:
+        self.calibrator = calibrator
+        self.name = f"{calibrator}: class coverage drop"
+        self.threshold = threshold
+        self.tests_: dict[int, CoverageDrop] = {}
+        self.classes_: list[str] = []
+
+    def calibrate(self, data: CalibrationData) -> None:
+        """One test per class with calibration rows, against that class's calibration count."""
+        cal = data.calibrators[self.calibrator]
+        K = int(getattr(cal, "n_classes_", 0) or data.probs.shape[1])
+        counts = np.bincount(data.labels, minlength=K)
+        threshold = (self.threshold or DEFAULT_SR_THRESHOLD) * K
+        self.classes_ = data.classes if data.classes is not None else [str(c) for c in range(K)]
+        self.tests_ = {
+            c: CoverageDrop(alpha=float(cal.alpha), n_calibration=int(counts[c]), threshold=threshold)
+            for c in range(K)
+            if counts[c] > 0
+        }
+
+    def observe(self, probs: FloatArray) -> MonitorResult | None:
+        """Label-based: nothing to do until labels arrive."""
+        return None
+
+    def labelled(
+        self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
+    ) -> MonitorResult | None:
+        """Feed each class's newly labelled rows to its test; report the class most in doubt."""
+        hits = covered[self.calibrator]
+        results = [
+            (c, self.tests_[c].update(hits[labels == c]))
+            for c in np.unique(labels).tolist()
+            if c in self.tests_
+        ]
+        if not results:
+            return None
+        alarmed = [(c, r) for c, r in results if r.alarm]
+        c, worst = max(alarmed or results, key=lambda item: item[1].statistic)
+        name = self.classes_[c] if c < len(self.classes_) else str(c)
+        return dataclasses.replace(
+            worst,
+            name=self.name,
+            alarm=bool(alarmed),
+            threatens=f"coverage within each class of {self.calibrator}'s prediction sets (class {name!r})",
+            explanation=f"class {name!r}: {worst.explanation}",
+            guarantee=f"{worst.guarantee}; each of the {len(self.tests_)} class tests at threshold K·c",
+        )
+
+
 def default_detectors(calibrators: dict[str, Any], *, embeddings: bool = False) -> list[Detector]:
     """The detectors ``Monitor(shift="default")`` runs for these calibrators.
 
@@ -355,6 +425,8 @@ def default_detectors(calibrators: dict[str, Any], *, embeddings: bool = False) 
             detectors.append(LabelMartingale(key))
         if getattr(cal, "alpha", None) is not None:
             detectors.append(CoverageDropDetector(key))
+        if getattr(cal, "mondrian", None) == "label":
+            detectors.append(ClassCoverageDropDetector(key))
     return detectors
 
 
