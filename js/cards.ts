@@ -99,5 +99,4 @@ export function drawCards(el: HTMLElement, rows: readonly KeyedRow[], order: rea
     return card;
   });
   el.replaceChildren(...cards);
-  el.hidden = cards.length === 0;
 }

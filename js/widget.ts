@@ -137,6 +137,12 @@ export function renderView(
   const alerts = createAlerts(model, doc, { onError: (m) => controls.setLocalError("warnings", m) });
   const timelineEl = doc.createElement("div");
   timelineEl.className = "calwatch-timeline";
+  const timelineCaption = doc.createElement("div");
+  timelineCaption.className = "calwatch-timeline-caption";
+  timelineCaption.textContent = "Timeline: drag to show a range of batches in every panel; click a batch for its rows";
+  const timelineVega = doc.createElement("div");
+  timelineVega.className = "calwatch-vega";
+  timelineEl.append(timelineCaption, timelineVega);
   const notes = createNotes(model, doc);
   const rowTable = createRowTable(model, viewId, doc, { onNote: (batch) => notes.pinTo(batch) });
   const tabs = doc.createElement("div");
@@ -187,6 +193,7 @@ export function renderView(
   /** Cards, notes and empty states follow the store after every applied update. */
   const drawDerived = () => {
     drawCards(cards, store.rows("overview"), model.get("_calibrators") ?? [], doc);
+    cards.hidden = activeSection !== OVERVIEW || cards.childElementCount === 0;
     notes.draw(store.rows("notes"));
     const rules = model.get("_empty_states") ?? {};
     const readonly = Boolean(model.get("_readonly"));
@@ -209,7 +216,7 @@ export function renderView(
       button.setAttribute("aria-selected", String(selected));
       button.tabIndex = selected ? 0 : -1;
     }
-    cards.hidden = name !== OVERVIEW;
+    cards.hidden = name !== OVERVIEW || cards.childElementCount === 0;
     const readonly = Boolean(model.get("_readonly"));
     for (const item of items) {
       // The what-if panel needs a kernel to recompute: a report leaves it out.
@@ -242,7 +249,7 @@ export function renderView(
     items = [];
     timeline = null;
     chartsEl.replaceChildren(cards);
-    timelineEl.replaceChildren();
+    timelineVega.replaceChildren();
     const specs = model.get("_specs") ?? {};
     const order = model.get("_chart_order") ?? [];
     const sections = model.get("_sections") ?? [{ name: ALL_CHARTS, charts: [...order] }];
@@ -286,7 +293,7 @@ export function renderView(
     }
     const timelineSpec = specs[TIMELINE];
     if (timelineSpec !== undefined) {
-      timeline = new Chart(timelineEl, timelineSpec, {
+      timeline = new Chart(timelineVega, timelineSpec, {
         ...chartOptions(TIMELINE, true),
         signals: {},
         clickByX: true,

@@ -411,11 +411,8 @@ def timeline_spec() -> dict[str, Any]:
             ),
         )
     )
-    chart = alt.layer(rows, labelled, notes).properties(
-        width="container",
-        height=48,
-        title="Timeline: drag to filter every panel to a range of batches; click a batch for its rows",
-    )
+    # No title: the widget writes its caption (a Vega title does not wrap in a 250 px sidebar).
+    chart = alt.layer(rows, labelled, notes).properties(width="container", height=48)
     spec: dict[str, Any] = chart.to_dict()
     spec["params"] = [*spec.get("params", []), *_params()]
     return spec
