@@ -28,7 +28,7 @@ class CalwatchWarning(UserWarning):
 
 
 # Calibrators whose engines import torch or faiss load on first use, so `import calwatch` stays fast.
-_LAZY = {"VennAdmit": "calwatch.engine.venn_admit"}
+_LAZY = {"VennAdmit": "calwatch.engine.venn_admit", "SelectiveCalibrator": "calwatch.engine.selective"}
 
 
 def __getattr__(name: str) -> Any:
@@ -50,6 +50,7 @@ __all__ = [
     "Note",
     "PACConfidenceSets",
     "RiskEstimator",
+    "SelectiveCalibrator",
     "SnapshotError",
     "SplitConformalClassifier",
     "VennAdmit",

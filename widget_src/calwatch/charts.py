@@ -17,7 +17,13 @@ import polars as pl
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
 
-DATASETS = ("batches", "set_sizes", "class_coverage", "shift", "admit_class", "admit_features")
+DATASETS = (
+    "batches", "set_sizes", "class_coverage", "shift", "admit_class", "admit_features", "selective_curve",
+    "selective_confidence",
+)  # fmt: skip
+#: target coverages of the selective curve, and confidence bins of the kept-vs-all histogram
+_CURVE_COVERAGES = tuple(round(0.1 * i, 1) for i in range(1, 11))
+_CONFIDENCE_BINS = 10
 #: bins of the Venn-ADMIT distance ``d`` histogram: calibration deciles, then "beyond"
 _D_BINS = 10
 CALIBRATOR_PARAM = "calibrator"
@@ -56,6 +62,7 @@ def datasets(monitor: Monitor, batches: tuple[int, ...] | None = None) -> dict[s
     return {
         "admit_class": admit_class.with_columns(key=key("batch", "calibrator", "class", separator="|")),
         "admit_features": _admit_features(monitor),
+        **_selective_datasets(monitor),
         "shift": shift.with_columns(key=key("detector", "batch", separator="|")),
         "batches": summary.with_columns(key=key("batch", "calibrator", separator="|")),
         "set_sizes": sizes.with_columns(key=key("batch", "calibrator", "size", separator="|")),
@@ -138,6 +145,67 @@ def _admit_features(monitor: Monitor) -> pl.DataFrame:
         "bin": pl.Int64, "bin_label": pl.String, "count": pl.Int64, "share": pl.Float64, "n": pl.Int64,
     }  # fmt: skip
     return pl.DataFrame(rows, schema=schema)
+
+
+def _selective_datasets(monitor: Monitor) -> dict[str, pl.DataFrame]:
+    """Selective calibrators over the window: error-vs-coverage curves and kept-vs-all confidence.
+
+    The curve is 002 §5.2's on the window's labelled rows: for each target coverage the rows
+    whose selector score is highest are kept and the ℓ2 selective calibration error of the kept
+    rows is computed, for the selector and for the confidence baseline (keep the most confident).
+    The histogram bins the top-label confidence of all window rows and of the kept ones
+    (002 Fig. 4). Recomputed on every update, with fixed keys.
+    """
+    from calwatch.engine.calibration_metrics import selective_curve
+    from calwatch.monitor import is_selective
+
+    curve: list[dict[str, Any]] = []
+    confidence: list[dict[str, Any]] = []
+    windows = [r for r in monitor._stream.window_batches() if r.rows is not None]
+    for name, cal in monitor.calibrators.items():
+        if not is_selective(cal):
+            continue
+        parts = [r.rows for r in windows if r.rows is not None and name in r.rows.selective]
+        if not parts:
+            continue
+        probs = np.concatenate([p.probs for p in parts])
+        labels = np.concatenate([p.labels for p in parts])
+        scores = np.concatenate([p.selective[name]["score"] for p in parts])
+        kept = np.concatenate([p.selective[name]["kept"] for p in parts])
+        conf = probs.max(axis=1)
+        labelled = labels >= 0
+        if labelled.sum() >= 25:
+            for selector, s in (("selector", scores[labelled]), ("confidence", conf[labelled])):
+                xi, values = selective_curve(
+                    probs[labelled], labels[labelled], s, coverages=list(_CURVE_COVERAGES)
+                )
+                for c, v in zip(xi.tolist(), values.tolist(), strict=True):
+                    curve.append(
+                        {"key": f"{name}|{selector}|{c:g}", "calibrator": name, "selector": selector,
+                         "coverage": c, "error": v, "n": int(labelled.sum())}
+                    )  # fmt: skip
+        edges = np.linspace(0, 1, _CONFIDENCE_BINS + 1)
+        which = np.clip(np.searchsorted(edges, conf, side="right") - 1, 0, _CONFIDENCE_BINS - 1)
+        for group, mask in (("all rows", np.ones_like(kept)), ("kept", kept)):
+            counts = np.bincount(which[mask], minlength=_CONFIDENCE_BINS)
+            total = max(int(mask.sum()), 1)
+            for b, count in enumerate(counts.tolist()):
+                confidence.append(
+                    {"key": f"{name}|{group}|{b}", "calibrator": name, "group": group,
+                     "bin": f"{edges[b]:.1f}-{edges[b + 1]:.1f}", "count": count, "share": count / total}
+                )  # fmt: skip
+    curve_schema: dict[str, Any] = {
+        "key": pl.String, "calibrator": pl.String, "selector": pl.String, "coverage": pl.Float64,
+        "error": pl.Float64, "n": pl.Int64,
+    }  # fmt: skip
+    confidence_schema: dict[str, Any] = {
+        "key": pl.String, "calibrator": pl.String, "group": pl.String, "bin": pl.String, "count": pl.Int64,
+        "share": pl.Float64,
+    }  # fmt: skip
+    return {
+        "selective_curve": pl.DataFrame(curve, schema=curve_schema),
+        "selective_confidence": pl.DataFrame(confidence, schema=confidence_schema),
+    }
 
 
 def calibrator_labels(monitor: Monitor) -> dict[str, str]:
@@ -578,6 +646,80 @@ def admit_d_chart(admit_features: Source = None) -> ChartSpec:
     return _admit_feature_chart(admit_features, "d", "d: window vs calibration (deciles)", "d")
 
 
+def kept_share_chart(batches: Source = None) -> ChartSpec:
+    """Selective calibrators: share of rows kept per batch (solid), accuracy of kept vs all (dashed)."""
+    base = _base(batches, "batches", kind="selective")
+    x = _batch_axis("batch")
+    tooltip = [
+        alt.Tooltip("name:N", title="batch"),
+        alt.Tooltip("calibrator:N"),
+        alt.Tooltip("kept_share:Q", format=".3f", title="kept share"),
+        alt.Tooltip("kept_accuracy:Q", format=".3f", title="accuracy of kept rows"),
+        alt.Tooltip("accuracy:Q", format=".3f", title="accuracy of all rows"),
+        alt.Tooltip("n_kept_labelled:Q", title="labelled kept rows"),
+        alt.Tooltip("threshold:Q", format=".4f"),
+    ]
+    share = base.mark_line(point=True).encode(
+        x=x, y=alt.Y("kept_share:Q", title="share / accuracy", scale=alt.Scale(domain=[0, 1])),
+        color=_color(), tooltip=tooltip,
+    )  # fmt: skip
+    labelled = base.transform_filter("datum.n_kept_labelled > 0")
+    kept_accuracy = labelled.mark_line(strokeDash=[4, 3], point=alt.OverlayMarkDef(shape="diamond")).encode(
+        x=x, y="kept_accuracy:Q", color=_color(), tooltip=tooltip
+    )
+    all_accuracy = labelled.mark_line(strokeDash=[1, 3], opacity=0.7).encode(
+        x=x, y="accuracy:Q", color=_color(), tooltip=tooltip
+    )
+    return _finish(
+        alt.layer(share, kept_accuracy, all_accuracy),
+        "Kept share (solid); accuracy of kept (dashed) vs all rows (dotted)",
+    )
+
+
+def selective_curve_chart(selective_curve: Source = None) -> ChartSpec:
+    """Selective calibration error (ℓ2) of the window's labelled rows against the share kept."""
+    base = _base(selective_curve, "selective_curve")
+    return _finish(
+        base.mark_line(point=True).encode(
+            x=alt.X("coverage:Q", title="share of rows kept (ξ)", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("error:Q", title="selective calibration error (ℓ2)"),
+            color=alt.Color("selector:N", legend=alt.Legend(orient="bottom", title=None)),
+            strokeDash=alt.StrokeDash("calibrator:N", legend=None),
+            tooltip=[
+                alt.Tooltip("calibrator:N"),
+                alt.Tooltip("selector:N"),
+                alt.Tooltip("coverage:Q", format=".2f", title="kept share"),
+                alt.Tooltip("error:Q", format=".4f", title="calibration error"),
+                alt.Tooltip("n:Q", title="labelled rows in the window", format=","),
+            ],
+        ),
+        "Selective calibration error vs coverage (window, labelled)",
+    )
+
+
+def kept_confidence_chart(selective_confidence: Source = None) -> ChartSpec:
+    """Top-label confidence of the window's rows: all rows against the kept ones (002 Fig. 4)."""
+    base = _base(selective_confidence, "selective_confidence")
+    return _finish(
+        base.mark_bar().encode(
+            x=alt.X("bin:N", title="confidence", axis=alt.Axis(labelAngle=0)),
+            xOffset=alt.XOffset("group:N", sort=["all rows", "kept"]),
+            y=alt.Y("share:Q", title="share of rows"),
+            color=alt.Color(
+                "group:N", sort=["all rows", "kept"], legend=alt.Legend(orient="bottom", title=None)
+            ),
+            tooltip=[
+                alt.Tooltip("calibrator:N"),
+                alt.Tooltip("group:N"),
+                alt.Tooltip("bin:N", title="confidence"),
+                alt.Tooltip("share:Q", format=".3f"),
+                alt.Tooltip("count:Q", title="rows", format=","),
+            ],
+        ),
+        "Confidence: kept vs all rows (window)",
+    )
+
+
 #: chart name -> (builder, dataset it reads), in display order.
 CHARTS: dict[str, tuple[Any, str]] = {
     "coverage": (coverage_chart, "batches"),
@@ -593,18 +735,26 @@ CHARTS: dict[str, tuple[Any, str]] = {
     "admitted_accuracy": (admitted_accuracy_chart, "admit_class"),
     "admit_q": (admit_q_chart, "admit_features"),
     "admit_d": (admit_d_chart, "admit_features"),
+    "kept_share": (kept_share_chart, "batches"),
+    "selective_curve": (selective_curve_chart, "selective_curve"),
+    "kept_confidence": (kept_confidence_chart, "selective_confidence"),
     "labels": (labels_chart, "batches"),
 }
 #: charts that only make sense with a set calibrator, or with a risk estimator
 SET_CHARTS = ("coverage", "class_coverage", "set_size", "set_shares", "set_sizes")
 RISK_CHARTS = ("risk", "risk_gap")
 ADMIT_CHARTS = ("admitted", "admitted_accuracy", "admit_q", "admit_d")
+SELECTIVE_CHARTS = ("kept_share", "selective_curve", "kept_confidence")
 
 
 def chart_kinds(monitor: Monitor) -> list[str]:
     """The charts that apply to a monitor's calibrators, in display order."""
     has_risk = any(getattr(c, "kind", None) == "risk" for c in monitor.calibrators.values())
-    has_sets = any(getattr(c, "kind", None) != "risk" for c in monitor.calibrators.values())
+    from calwatch.monitor import is_admit, is_selective
+
+    has_sets = any(
+        getattr(c, "kind", None) != "risk" and not is_selective(c) for c in monitor.calibrators.values()
+    )
     skip = set() if has_sets else set(SET_CHARTS)
     if not has_risk:
         skip |= set(RISK_CHARTS)
@@ -612,10 +762,10 @@ def chart_kinds(monitor: Monitor) -> list[str]:
         skip.add("shift")
     if not any(hasattr(c, "alpha_t_") for c in monitor.calibrators.values()):
         skip.add("aci")
-    from calwatch.monitor import is_admit
-
     if not any(is_admit(c) for c in monitor.calibrators.values()):
         skip |= set(ADMIT_CHARTS)
+    if not any(is_selective(c) for c in monitor.calibrators.values()):
+        skip |= set(SELECTIVE_CHARTS)
     return [kind for kind in CHARTS if kind not in skip]
 
 

@@ -31,6 +31,7 @@ from calwatch.stream import (
     BatchStats,
     CalibratorBatchStats,
     RiskBatchStats,
+    SelectiveBatchStats,
     StreamState,
 )
 
@@ -84,6 +85,13 @@ def is_risk_estimator(calibrator: Any) -> bool:
 def is_admit(calibrator: Any) -> bool:
     """Whether a calibrator is Venn-ADMIT-like: fitted on a reference set, reads embeddings + logits."""
     return callable(getattr(calibrator, "predict_arrays", None)) and hasattr(calibrator, "q_k_only")
+
+
+def is_selective(calibrator: Any) -> bool:
+    """Whether a calibrator is a selector (keeps or abstains per row: ``cw.SelectiveCalibrator``)."""
+    return callable(getattr(calibrator, "select_scores", None)) and callable(
+        getattr(calibrator, "tune_scores", None)
+    )
 
 
 def is_adaptive(calibrator: Any) -> bool:
@@ -210,6 +218,7 @@ class Monitor:
                 hasattr(calibrator, "predict_sets")
                 or (is_risk_estimator(calibrator) and hasattr(calibrator, "row_risk"))
                 or is_admit(calibrator)
+                or is_selective(calibrator)
             )
             if not (hasattr(calibrator, "fit") and predicts):
                 msg = (
@@ -370,9 +379,17 @@ class Monitor:
         encoder = self._make_encoder(outputs.n_classes)
         y_idx = encoder.encode(y, "y", n_rows=len(outputs))
         admit_keys = [key for key, cal in self._calibrators.items() if is_admit(cal)]
-        train = self._reference_set(reference, encoder, admit_keys) if admit_keys else None
-        if reference is not None and not admit_keys:
-            msg = "reference must be None: no calibrator needs a reference set (only Venn-ADMIT does)"
+        uses_reference = admit_keys or any(is_selective(c) for c in self._calibrators.values())
+        train = (
+            self._reference_set(reference, encoder, admit_keys)
+            if admit_keys or (reference is not None and uses_reference)
+            else None
+        )
+        if reference is not None and not uses_reference:
+            msg = (
+                "reference must be None: no calibrator uses a reference set (Venn-ADMIT and "
+                "selective calibrators do)"
+            )
             raise ValueError(msg)
         fitted = {}
         for key, calibrator in self._calibrators.items():
@@ -380,6 +397,9 @@ class Monitor:
             if key in admit_keys:
                 E = _require_embeddings(outputs, f"calibrators[{key!r}] (Venn-ADMIT)")
                 candidate.fit(train=train, calibration=(E, outputs.logits_or_log_probs(), y_idx))
+            elif is_selective(calibrator):
+                ref = None if train is None else train[0]
+                candidate.fit(outputs.probs, y_idx, embeddings=outputs.embeddings, reference=ref)
             else:
                 inputs, kwargs = self._inputs_for(calibrator, outputs, categories)
                 candidate.fit(inputs, y_idx, **kwargs)
@@ -493,7 +513,18 @@ class Monitor:
         sets: dict[str, npt.NDArray[np.bool_]] = {}
         risks: dict[str, npt.NDArray[np.float64]] = {}
         admit: dict[str, dict[str, npt.NDArray[Any]]] = {}
+        selective: dict[str, dict[str, npt.NDArray[Any]]] = {}
         for key, cal in self._calibrators.items():
+            if is_selective(cal):
+                selector: Any = cal
+                scores = np.asarray(
+                    selector.scores(outputs.probs, embeddings=outputs.embeddings), dtype=np.float64
+                )
+                selective[key] = {
+                    "score": scores,
+                    "kept": np.asarray(selector.select_scores(scores), dtype=bool),
+                }
+                continue
             if is_admit(cal):
                 E = _require_embeddings(outputs, f"calibrators[{key!r}] (Venn-ADMIT)")
                 result = cal.predict_arrays(E, outputs.logits_or_log_probs())  # type: ignore[union-attr]
@@ -514,7 +545,11 @@ class Monitor:
             sets[key] = matrix
         stats: dict[str, BatchStats] = {}
         for key, cal in self._calibrators.items():
-            if key in admit:
+            if key in selective:
+                kept = selective[key]["kept"]
+                threshold = float(cal.threshold_)  # type: ignore[union-attr]
+                stats[key] = SelectiveBatchStats(n_rows=m, n_kept=int(kept.sum()), threshold=threshold)
+            elif key in admit:
                 stats[key] = AdmitBatchStats.from_admit(sets[key], admit[key]["admitted"], float(cal.alpha))  # type: ignore[union-attr]
             elif key in sets:
                 level = getattr(cal, "alpha_t_", getattr(cal, "alpha", None))
@@ -540,6 +575,7 @@ class Monitor:
                 categories=cats,
                 risks=risks,
                 admit=admit,
+                selective=selective,
             ),
         )
         if ids is None:
@@ -628,9 +664,18 @@ class Monitor:
         K = record.rows.probs.shape[1]
         old = record.rows.labels[rows]
         had = old != NO_LABEL
+        correct = record.rows.probs[rows].argmax(axis=1) == labels
         for key, stats in record.stats.items():
             if isinstance(stats, RiskBatchStats):
                 self._apply_risk_labels(record.rows, key, stats, rows, labels, old, had)
+                continue
+            if isinstance(stats, SelectiveBatchStats):
+                kept = record.rows.selective[key]["kept"]
+                if had.any():
+                    old_rows = rows[had]
+                    was_correct = record.rows.probs[old_rows].argmax(axis=1) == old[had]
+                    stats.add(kept[old_rows], was_correct, sign=-1)
+                stats.add(kept[rows], correct)
                 continue
             if had.any():
                 old_rows, old_labels = rows[had], old[had]
@@ -834,6 +879,68 @@ class Monitor:
             "coverage_lo", "coverage_hi", "mean_set_size", "singleton_share",
         )  # fmt: skip
 
+    # ------------------------------------------------------------------ selective
+    def retune(self, coverage: float, calibrator: str | None = None) -> float:
+        """Re-tune a selective calibrator's threshold on the window's rows at a new coverage ``ξ``.
+
+        The threshold becomes Eq. 16's on the selector scores of the rows still in the window
+        (unlabelled rows count: no label is needed), and the window's kept rows and per-batch
+        kept counts are recomputed with it; later batches use it too. Batches that left the
+        window keep what was decided then.
+
+        Parameters
+        ----------
+        coverage : float
+            Target share of rows kept, in (0, 1].
+        calibrator : str, optional
+            Which selective calibrator (default: the only one).
+
+        Returns
+        -------
+        float
+            The new threshold.
+        """
+        keys = [key for key, cal in self._calibrators.items() if is_selective(cal)]
+        if calibrator is None:
+            if len(keys) != 1:
+                msg = f"calibrator must name one of the selective calibrators {keys}"
+                raise ValueError(msg)
+            calibrator = keys[0]
+        if calibrator not in keys:
+            msg = f"calibrator must be one of the selective calibrators {keys}; got {calibrator!r}"
+            raise ValueError(msg)
+        if not (isinstance(coverage, int | float) and 0.0 < float(coverage) <= 1.0):
+            msg = f"coverage must be a number in (0, 1]; got {coverage!r}"
+            raise ValueError(msg)
+        records = [r for r in self._stream.window_batches() if r.rows is not None]
+        if not records:
+            msg = "there are no rows in the window to tune on: observe a batch first"
+            raise ValueError(msg)
+        selector: Any = self._calibrators[calibrator]
+        scores = np.concatenate(
+            [r.rows.selective[calibrator]["score"] for r in records if r.rows is not None]
+        )
+        candidate = copy.deepcopy(selector)
+        candidate.coverage = float(coverage)
+        threshold = float(candidate.tune_scores(scores))
+        self._calibrators[calibrator] = candidate
+        for record in records:
+            assert record.rows is not None
+            per_row = record.rows.selective[calibrator]
+            per_row["kept"] = np.asarray(candidate.select_scores(per_row["score"]), dtype=bool)
+            stats = record.stats[calibrator]
+            assert isinstance(stats, SelectiveBatchStats)
+            labelled = np.flatnonzero(record.rows.labels != NO_LABEL)
+            correct = record.rows.probs[labelled].argmax(axis=1) == record.rows.labels[labelled]
+            kept = per_row["kept"]
+            record.stats[calibrator] = SelectiveBatchStats(
+                n_rows=record.n_rows, n_kept=int(kept.sum()), threshold=threshold,
+                n_labelled=int(labelled.shape[0]), n_kept_labelled=int(kept[labelled].sum()),
+                n_kept_correct=int((kept[labelled] & correct).sum()), n_all_correct=int(correct.sum()),
+            )  # fmt: skip
+        self._notify(tuple(r.index for r in records))
+        return threshold
+
     # ------------------------------------------------------------------ notes
     def note(
         self, text: str, *, batch: int | None = None, episode: int | None = None, author: str | None = None
@@ -996,7 +1103,10 @@ class Monitor:
         observed_at``. ``alpha_level`` is the level at which a set calibrator's sets were taken
         (its ``α``; for ``cw.Adaptive``, the ACI level ``α_t``). The ``admitted_*`` columns are
         Venn-ADMIT's: the share of rows whose prediction it admits, and the accuracy of the
-        admitted predictions among labelled rows (null for other calibrators).
+        admitted predictions among labelled rows (null for other calibrators). Selective
+        calibrators (``kind == "selective"``) fill ``kept_share, threshold, n_kept_labelled,
+        kept_accuracy`` (top-label accuracy of the kept labelled rows) and ``accuracy`` (of all
+        labelled rows).
 
         ``kind`` is ``"sets"`` (coverage of prediction sets, with a 95% Clopper-Pearson
         interval) or ``"risk"`` (a label-free estimate of the top-k error rate, known as soon
@@ -1027,6 +1137,16 @@ class Monitor:
                         "observed_error": stats.n_missed / n_lab if n_lab else None,
                         "estimated_error_labelled": stats.risk_sum_labelled / n_lab if n_lab else None,
                     }
+                elif isinstance(stats, SelectiveBatchStats):
+                    n_lab, n_kept = stats.n_labelled, stats.n_kept_labelled
+                    row |= {
+                        "kind": "selective",
+                        "kept_share": stats.n_kept / record.n_rows,
+                        "threshold": stats.threshold,
+                        "n_kept_labelled": n_kept,
+                        "kept_accuracy": stats.n_kept_correct / n_kept if n_kept else None,
+                        "accuracy": stats.n_all_correct / n_lab if n_lab else None,
+                    }
                 else:
                     K = stats.class_labelled.shape[0]
                     row |= {
@@ -1052,6 +1172,8 @@ class Monitor:
             "estimated_error": pl.Float64, "observed_error": pl.Float64,
             "estimated_error_labelled": pl.Float64, "alpha_level": pl.Float64,
             "admitted_share": pl.Float64, "n_admitted_labelled": pl.Int64, "admitted_accuracy": pl.Float64,
+            "kept_share": pl.Float64, "threshold": pl.Float64, "n_kept_labelled": pl.Int64,
+            "kept_accuracy": pl.Float64, "accuracy": pl.Float64,
             "in_window": pl.Boolean, "observed_at": pl.Datetime("us", "UTC"),
         }  # fmt: skip
         frame = pl.DataFrame(rows, schema=schema)
@@ -1070,7 +1192,8 @@ class Monitor:
             "n_covered", "coverage", "coverage_lo", "coverage_hi", "mean_set_size",
             "singleton_share", "full_share", "estimated_error", "observed_error", "error_gap",
             "estimated_error_labelled", "alpha_level", "admitted_share", "n_admitted_labelled",
-            "admitted_accuracy", "in_window", "observed_at",
+            "admitted_accuracy", "kept_share", "threshold", "n_kept_labelled", "kept_accuracy", "accuracy",
+            "in_window", "observed_at",
         )  # fmt: skip
 
     def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
@@ -1136,7 +1259,8 @@ class Monitor:
         Columns ``batch, id, prediction, confidence, label`` and, per calibrator, ``set_<name>``
         (list of classes), ``size_<name>`` and ``covered_<name>`` (null until labelled); risk
         estimators add ``risk_<name>``; Venn-ADMIT adds ``y_hat_<name>`` (the KNN prediction),
-        ``q_<name>``, ``d_<name>``, ``admitted_<name>``, ``p_lower_<name>``, ``p_upper_<name>``.
+        ``q_<name>``, ``d_<name>``, ``admitted_<name>``, ``p_lower_<name>``, ``p_upper_<name>``;
+        selective calibrators add ``score_<name>`` and ``kept_<name>``.
 
         Parameters
         ----------
@@ -1171,6 +1295,9 @@ class Monitor:
             }
             for key, risk in rows.risks.items():
                 columns[f"risk_{key}"] = risk
+            for key, per_row in rows.selective.items():
+                columns[f"score_{key}"] = per_row["score"]
+                columns[f"kept_{key}"] = per_row["kept"]
             for key, per_row in rows.admit.items():
                 for field_name in ADMIT_ROW_FIELDS:
                     values = per_row[field_name]

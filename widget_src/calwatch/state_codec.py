@@ -32,6 +32,9 @@ ARRAY_KINDS = frozenset("biufcUSMm")
 _BIT_GENERATORS = {"PCG64": np.random.PCG64, "PCG64DXSM": np.random.PCG64DXSM, "MT19937": np.random.MT19937,
                    "Philox": np.random.Philox, "SFC64": np.random.SFC64}  # fmt: skip
 _TAG = "$"
+#: Fitted objects saved through their own ``state() -> (arrays, info)`` and restored by the
+#: classmethod ``from_state(arrays, info)`` (they hold torch or scikit-learn models inside).
+VIA_STATE = frozenset({"calwatch.engine.selective:SelectiveCalibrator"})
 
 
 class SnapshotError(ValueError):
@@ -121,6 +124,13 @@ class StateEncoder:
         ref = len(self._memo)
         self._memo[id(value)] = ref
         self._keepalive.append(value)
+        if name in VIA_STATE and _is_fitted(value):  # the class's own state(): arrays + JSON
+            arrays, info = value.state()
+            state = {
+                "arrays": self.encode(arrays, f"{path}.state()"),
+                "info": self.encode(info, f"{path}.state()"),
+            }
+            return {_TAG: "object", "class": name, "id": ref, "via_state": state}
         if _custom_state(cls):  # the class says what its state is (e.g. without a native index)
             state = self.encode(value.__getstate__(), f"{path}.__getstate__()")
             return {_TAG: "object", "class": name, "id": ref, "state": state}
@@ -162,6 +172,15 @@ class StateDecoder:
         if not isinstance(cls, type):
             msg = f"{tree['class']} is not a class"
             raise SnapshotError(msg)
+        if "via_state" in tree:
+            if tree["class"] not in VIA_STATE:
+                msg = f"{tree['class']} is not restored from its state()"
+                raise SnapshotError(msg)
+            via = tree["via_state"]
+            restore: Any = cls
+            restored = restore.from_state(self.decode(via["arrays"]), self.decode(via["info"]))
+            self._objects[int(tree["id"])] = restored
+            return restored
         obj: Any = object.__new__(cls)
         self._objects[int(tree["id"])] = obj
         if "state" in tree:
@@ -251,6 +270,10 @@ def _check_dtype(dtype: np.dtype[Any], path: str) -> np.dtype[Any]:
         msg = f"{path}: arrays of dtype {dtype} cannot be saved (numbers, booleans, strings, dates only)"
         raise SnapshotError(msg)
     return dtype
+
+
+def _is_fitted(value: Any) -> bool:
+    return hasattr(value, "threshold_")
 
 
 def _custom_state(cls: type) -> bool:

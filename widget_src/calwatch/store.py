@@ -42,6 +42,7 @@ from calwatch.stream import (
     BatchRows,
     CalibratorBatchStats,
     RiskBatchStats,
+    SelectiveBatchStats,
     StreamState,
 )
 
@@ -171,6 +172,11 @@ _BATCH_SCHEMA: dict[str, Any] = {
     "class_correct": pl.List(pl.Int64), "pred_admitted": pl.List(pl.Int64), "pred_correct": pl.List(pl.Int64),
 }  # fmt: skip
 _ADMIT_COUNTS = ("class_admitted", "class_correct", "pred_admitted", "pred_correct")
+_SELECTIVE_SCHEMA: dict[str, Any] = {
+    "n_kept": pl.Int64, "threshold": pl.Float64, "n_kept_labelled": pl.Int64, "n_kept_correct": pl.Int64,
+    "n_all_correct": pl.Int64,
+}  # fmt: skip
+_BATCH_SCHEMA |= _SELECTIVE_SCHEMA
 
 
 def _batches_frame(stream: StreamState) -> pl.DataFrame:
@@ -190,6 +196,9 @@ def _batches_frame(stream: StreamState) -> pl.DataFrame:
                 if isinstance(stats, AdmitBatchStats):
                     values |= {"kind": "admit", "n_admitted": stats.n_admitted}
                     values |= {name: getattr(stats, name).tolist() for name in _ADMIT_COUNTS}
+            elif isinstance(stats, SelectiveBatchStats):
+                values |= {"kind": "selective", "n_labelled": stats.n_labelled}
+                values |= {name: getattr(stats, name) for name in _SELECTIVE_SCHEMA}
             else:
                 values |= {
                     "kind": "risk", "top_k": stats.top_k, "risk_sum": stats.risk_sum,
@@ -208,11 +217,13 @@ def _rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
     risks: list[str] = []
     admits: list[str] = []
     admit_fields: list[str] = []
+    selectives: list[str] = []
     if records:
         assert records[0].rows is not None
         calibrators = list(records[0].rows.packed_sets)
         risks = list(records[0].rows.risks)
         admits = list(records[0].rows.admit)
+        selectives = list(records[0].rows.selective)
         admit_fields = list(next(iter(records[0].rows.admit.values()), {}))
     ids = [i for r in records if r.rows is not None for i in r.rows.ids]
     id_kind, id_column = _encode_ids(ids)
@@ -236,13 +247,18 @@ def _rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
             )
         for i, key in enumerate(risks):
             columns[f"risk_{i}"] = pl.Series(np.concatenate([rows.risks[key] for rows in present]))
+        for i, key in enumerate(selectives):
+            for name in ("score", "kept"):
+                columns[f"selective_{i}_{name}"] = pl.Series(
+                    np.concatenate([rows.selective[key][name] for rows in present])
+                )
         for i, key in enumerate(admits):
             for name in admit_fields:
                 values = np.concatenate([rows.admit[key][name] for rows in present])
                 columns[f"admit_{i}_{name}"] = pl.Series(values)
     mapping = {
         "id_kind": id_kind, "set_calibrators": calibrators, "risk_calibrators": risks,
-        "admit_calibrators": admits, "admit_fields": admit_fields,
+        "admit_calibrators": admits, "admit_fields": admit_fields, "selective_calibrators": selectives,
     }  # fmt: skip
     return pl.DataFrame(columns), mapping
 
@@ -425,7 +441,13 @@ def _read_stream(
     return stream
 
 
-def _stats_from_row(row: dict[str, Any]) -> CalibratorBatchStats | RiskBatchStats:
+def _stats_from_row(row: dict[str, Any]) -> CalibratorBatchStats | RiskBatchStats | SelectiveBatchStats:
+    if row["kind"] == "selective":
+        return SelectiveBatchStats(
+            n_rows=row["n_rows"],
+            n_labelled=row["n_labelled"],
+            **{name: row[name] for name in _SELECTIVE_SCHEMA},
+        )
     if row["kind"] == "admit":
         return AdmitBatchStats(
             size_counts=np.asarray(row["size_counts"], dtype=np.int64),
@@ -484,4 +506,8 @@ def _batch_rows(part: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
         categories=categories,
         risks=risks,
         admit=admit,
+        selective={
+            key: {name: part[f"selective_{i}_{name}"].to_numpy().copy() for name in ("score", "kept")}
+            for i, key in enumerate(mapping.get("selective_calibrators", []))
+        },
     )

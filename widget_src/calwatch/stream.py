@@ -119,7 +119,31 @@ class RiskBatchStats:
         self.risk_sum_labelled += sign * float(risks.sum())
 
 
-BatchStats = CalibratorBatchStats | RiskBatchStats
+@dataclass
+class SelectiveBatchStats:
+    """A selective calibrator's batch: rows kept (at the threshold in force) and their accuracy.
+
+    ``n_kept`` counts rows kept; once labelled, ``n_kept_labelled`` / ``n_kept_correct`` and
+    ``n_all_correct`` give the top-label accuracy of kept rows and of all labelled rows.
+    """
+
+    n_rows: int
+    n_kept: int
+    threshold: float
+    n_labelled: int = 0
+    n_kept_labelled: int = 0
+    n_kept_correct: int = 0
+    n_all_correct: int = 0
+
+    def add(self, kept: npt.NDArray[np.bool_], correct: npt.NDArray[np.bool_], sign: int = 1) -> None:
+        """Count labelled rows in (``sign=1``) or out (``sign=-1``, a relabel)."""
+        self.n_labelled += sign * int(kept.shape[0])
+        self.n_kept_labelled += sign * int(kept.sum())
+        self.n_kept_correct += sign * int((kept & correct).sum())
+        self.n_all_correct += sign * int(correct.sum())
+
+
+BatchStats = CalibratorBatchStats | RiskBatchStats | SelectiveBatchStats
 
 
 @dataclass
@@ -152,6 +176,8 @@ class BatchRows:
     risks: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)  # per-row risk estimates
     # per Venn-ADMIT calibrator: y_hat, q, d, admitted, p_lower, p_upper (one value per row)
     admit: dict[str, dict[str, npt.NDArray[Any]]] = field(default_factory=dict)
+    # per selective calibrator: the selector's score and whether the row was kept
+    selective: dict[str, dict[str, npt.NDArray[Any]]] = field(default_factory=dict)
 
     def contains(self, calibrator: str, rows: IntArray, labels: IntArray) -> npt.NDArray[np.bool_]:
         """Whether each row's prediction set holds the given label."""
