@@ -192,7 +192,10 @@ def _train_network(
     def embed(X: FloatArray) -> Float32Array:
         return np.maximum(X @ W1 + b1, 0.0).astype(np.float32)
 
-    # the head reproduces the network's own probabilities (checked by the tests)
+    reproduced = _logistic_head(embed(X_train[:1000]).astype(np.float64), W2, b2)
+    if not np.allclose(reproduced, net.predict_proba(X_train[:1000]), atol=1e-5):  # pragma: no cover
+        msg = "embeddings + head do not reproduce the network's probabilities"
+        raise RuntimeError(msg)
     return embed, W2, b2
 
 

@@ -380,9 +380,11 @@ class SelectiveCalibrator(_Selector):
         (``rank_by="coverage"``) and for the threshold.
     perturbations : list of Perturbation, optional
         The family ``T`` (:mod:`calwatch.engine.selective_perturb`). Default ``None``:
-        :class:`ClassPriorShift`, plus :class:`GroupResample` when ``groups`` are given and
-        :class:`FeatureNoise` and :class:`FeatureDropout` when embeddings are. ``[]``: train on
-        the unperturbed rows only (bootstrap samples).
+        :class:`ClassPriorShift`, plus :class:`GroupResample` when ``groups`` are given, plus
+        :class:`FeatureNoise` and :class:`FeatureDropout` when embeddings *and* ``head`` are
+        (without a head, noisy embeddings leave the probabilities as they were and only blur
+        the outlier features: on 002's toy example this taught the selector to ignore them).
+        ``[]``: train on the unperturbed rows only (bootstrap samples).
     kappa : int
         Step on the ``kappa`` worst of the ``n_perturbations`` datasets (002: 4).
     n_perturbations : int
@@ -551,7 +553,7 @@ class SelectiveCalibrator(_Selector):
         family: list[Perturbation] = [ClassPriorShift()]
         if has_groups:
             family.append(GroupResample())
-        if has_embeddings:
+        if has_embeddings and self.head is not None:
             family += [FeatureNoise(), FeatureDropout()]
         return tuple(family)
 

@@ -129,9 +129,12 @@ def limit_threads(n_threads: int | None) -> Iterator[None]:
 def gaussian_kde_log_density(queries: FloatArray, sample: FloatArray, bandwidth: float) -> FloatArray:
     """Log of the Gaussian kernel density of ``sample`` at each query (exact, chunked).
 
-    ``log (1/s) Σ_j N(x; r_j, h² I)``: the same numbers as scikit-learn's
-    ``KernelDensity(kernel="gaussian", bandwidth=h).score_samples`` (whose tree search gains
-    nothing in these dimensions), in O(q·s·d) with a bounded memory of 4096 × s.
+    ``log (1/s) Σ_j N(x; r_j, h² I)`` by a log-sum-exp over every sample row, in O(q·s·d)
+    with a bounded memory of 4096 × s. scikit-learn's
+    ``KernelDensity(kernel="gaussian", bandwidth=h).score_samples`` gives the same numbers
+    (to ~3e-7 relative) where the density is not tiny, but its tree bounds lose accuracy far
+    from the sample (−74 instead of −92 measured), and its tree search gains nothing in
+    these dimensions; hence this exact version.
 
     Examples
     --------
