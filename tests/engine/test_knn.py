@@ -133,8 +133,7 @@ def test_localizer_logits_and_category_mass_hand_computed() -> None:
     support = np.array([[0.0], [0.0], [math.log(2)], [-math.log(2)], [math.log(2)], [50.0]], np.float32)
     Q = np.zeros((1, 1), np.float32)
     values = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0], [0.0, 2.0], [1.0, 1.0], [9.0, 9.0]])
-    dist, idx = LocalizerSupport(support, k=None).neighbours(Q)
-    out = localizer_logits(1.0, dist, idx, values)
+    out = localizer_logits(LocalizerSupport(support, k=None), 1.0, Q, values)
     # (1·[1,0] + 1·[0,1] + ½·[2,0] + ½·[0,2] + ½·[1,1]) / 3.5 = [2.5, 2.5] / 3.5
     np.testing.assert_allclose(out[0], [2.5 / 3.5, 2.5 / 3.5], rtol=1e-6)
     # category: support rows with key 7 and d in [0.5, 1.5] -> rows 0 and 2 (row 1 has d = 2)
@@ -197,13 +196,17 @@ def test_training_is_reproducible_for_a_seed() -> None:
 def test_localizer_training_keeps_the_best_temperature() -> None:
     targets = _neighbour_problem(2)[4]
     support_logits = targets[:300]  # any fixed logits of the support rows
-    sup = LocalizerSupport(np.random.default_rng(0).normal(size=(300, 6)).astype(np.float32), k=50)
-    d, i = sup.neighbours(np.random.default_rng(1).normal(size=(100, 6)).astype(np.float32))
-    out_targets = localizer_logits(0.7, d, i, support_logits)  # realisable: η' = 0.7 is exact
-    eta, result = fit_localizer(
-        d, i, support_logits, out_targets, np.arange(50), np.arange(50, 100), epochs=30, progress=False
-    )
-    assert eta > 0
-    # the returned η' is the kept epoch's: recount its dev disagreements
-    dev = localizer_logits(eta, d[50:], i[50:], support_logits)
-    assert int((dev.argmax(1) != out_targets[50:].argmax(1)).sum()) == min(result.dev_disagreements)
+    emb = np.random.default_rng(0).normal(size=(300, 6)).astype(np.float32)
+    E = np.random.default_rng(1).normal(size=(100, 6)).astype(np.float32)
+    for k in (50, None):
+        sup = LocalizerSupport(emb, k=k)
+        out_targets = localizer_logits(sup, 0.3, E, support_logits)  # realisable: η' = 0.3 is exact
+        eta, result = fit_localizer(
+            sup, E, support_logits, out_targets, np.arange(50), np.arange(50, 100), epochs=30, progress=False
+        )
+        # the returned η' is the kept epoch's: recount its dev disagreements
+        dev = localizer_logits(sup, eta, E[50:], support_logits)
+        assert int((dev.argmax(1) != out_targets[50:].argmax(1)).sum()) == min(result.dev_disagreements)
+        # training reaches the realisable optimum's neighbourhood: at most 10 of 50 dev rows
+        # disagree (the grid start alone lands within a factor 2 of η' = 0.3)
+        assert min(result.dev_disagreements) <= 10, (k, result.dev_disagreements)

@@ -16,10 +16,14 @@
   argmax of ``o``), until an epoch sets a new minimum (then all rows again) or the epoch
   limit. Torch, CPU, float64, a tqdm progress bar.
 
-Our choices, where App. C is silent: mini-batches of 50 rows, 50 epochs, initial ``β = γ = 0``;
-the temperatures are trained as ``η = s₀·η̃`` with ``s₀`` the mean neighbour distance of the
-fit rows and ``η̃`` starting at 1 (the same model; Adadelta's step sizes are then on the scale
-of the parameter whatever the embeddings' scale), and ``η̃`` is kept ≥ 1e-6 after each step.
+Our choices, where App. C is silent: mini-batches of 50 rows, 50 epochs, initial ``β = γ = 0``.
+The temperatures are trained as ``η = s₀·η̃`` with ``s₀`` the mean neighbour distance of the
+fit rows (the same model; Adadelta's steps are then relative to the embeddings' scale), and
+``η̃`` is kept ≥ 1e-6 after each step. ``η̃`` starts at the point of the grid
+``2⁻⁸, 2⁻⁷, …, 2²`` with the lowest loss on the fit half (β = γ = 0): Adadelta with learning
+rate 1.0 starts with steps of about ``sqrt(ε) = 1e-3`` that grow slowly, and starting from
+``η̃ = 1`` the localizer's single temperature moved by ~12% in 4,000 steps on clustered data
+(agreement with ``f_tr^KNN`` stuck at 0.23 where ``η'`` a tenth as large reaches 1.0).
 The neighbour features (distances, ``tanh`` of the neighbours' logits, their labels) are
 gathered once, so an epoch is a few small tensor products.
 """
@@ -45,8 +49,12 @@ Int64Array = npt.NDArray[np.int64]
 #: Defaults of the training loop (our choices; App. C gives none).
 DEFAULT_EPOCHS = 50
 DEFAULT_BATCH_SIZE = 50
+#: Starting values of the scaled temperature η̃ tried before training (the lowest fit-half loss wins).
+TEMPERATURE_GRID: tuple[float, ...] = tuple(2.0**e for e in range(-8, 3))
 #: Lower bound on the scaled temperature η̃ (η = s₀·η̃) after each optimiser step.
 MIN_SCALED_TEMPERATURE = 1e-6
+#: A dense localizer's training distances are computed once up to this many (rows × support).
+_DENSE_PRECOMPUTE = 1 << 24
 #: Rows evaluated per block by the numpy forward passes (bounds the (rows, K, C) temporaries).
 _BLOCK_ELEMENTS = 1 << 22
 
@@ -137,21 +145,18 @@ def approximation_logits(
     return out
 
 
-def localizer_logits(eta: float, dist: FloatArray, idx: Int64Array, support_logits: FloatArray) -> FloatArray:
-    """Localizer output ``Σ_j ψ_j a_j`` over the given support neighbours (Eq. 8).
+def localizer_logits(
+    support: LocalizerSupport, eta: float, E: Float32Array, support_logits: FloatArray
+) -> FloatArray:
+    """Localizer output ``Σ_j ψ_j a_j`` (Eq. 8) of the rows ``E`` over ``support``.
 
-    ``dist``/``idx`` (m, k) are each row's nearest support rows (all of them, or the top
-    ``k``: the truncated softmax then ignores the rest); ``support_logits`` (n_support, C)
-    the ``f_tr^KNN`` logits of the support rows.
+    ``support_logits`` (n_support, C) are the ``f_tr^KNN`` logits of the support rows; with a
+    top-k support the softmax runs over each row's ``k`` nearest support rows only.
     """
-    m, k = dist.shape
-    C = support_logits.shape[1]
-    out = np.empty((m, C), dtype=np.float64)
-    step = max(1, _BLOCK_ELEMENTS // (k * C))
-    for start in range(0, m, step):
-        rows = slice(start, start + step)
-        psi = softmax_of_negative(dist[rows], eta)
-        out[rows] = np.einsum("mk,mkc->mc", psi, support_logits[idx[rows]])
+    out = np.empty((E.shape[0], support_logits.shape[1]), dtype=np.float64)
+    for rows, dist, idx in support.blocks(E):
+        psi = softmax_of_negative(dist, eta)
+        out[rows] = psi @ support_logits if idx is None else np.einsum("mk,mkc->mc", psi, support_logits[idx])
     return out
 
 
@@ -292,6 +297,7 @@ def fit_approximation(
     def project() -> None:
         eta_scaled.clamp_(min=MIN_SCALED_TEMPERATURE)
 
+    _start_on_grid(forward, eta_scaled, targets, fit_rows)
     result, (b, g, e) = train_to_agree(
         forward=forward,
         params=[beta, gamma, eta_scaled],
@@ -309,8 +315,8 @@ def fit_approximation(
 
 
 def fit_localizer(
-    dist: FloatArray,
-    idx: Int64Array,
+    support: LocalizerSupport,
+    E: Float32Array,
     support_logits: FloatArray,
     targets: FloatArray,
     fit_rows: IntArray,
@@ -323,26 +329,50 @@ def fit_localizer(
 ) -> tuple[float, TrainingResult]:
     """Train the localizer temperature ``η'`` so that ``Σ_j ψ_j a_j`` agrees with ``targets`` (App. B).
 
-    ``dist``/``idx`` (n, k) are the nearest support rows of the ``D_knn`` rows, ``support_logits``
-    the ``f_tr^KNN`` logits of the support rows, ``targets`` the ``f_tr^KNN`` logits of the
-    ``D_knn`` rows.
+    ``E`` are the ``D_knn`` rows' embeddings, ``support_logits`` the ``f_tr^KNN`` logits of the
+    support rows, ``targets`` the ``f_tr^KNN`` logits of the ``D_knn`` rows. A top-k support's
+    neighbours are searched once; a dense support's distances too, up to 2²⁴ (rows × support
+    rows, 128 MB), else per mini-batch.
     """
     import torch
 
-    scale = _mean_scale(dist[fit_rows])
-    dist_t = torch.as_tensor(dist, dtype=torch.float64)
-    idx_t = torch.as_tensor(idx, dtype=torch.long)
-    support_t = torch.as_tensor(support_logits, dtype=torch.float64)
+    values_t = torch.as_tensor(support_logits, dtype=torch.float64)
+    if support.k is None and E.shape[0] * support.n <= _DENSE_PRECOMPUTE:
+        dense = torch.as_tensor(np.concatenate([d for _, d, _ in support.blocks(E)]))
+
+        def distances(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            return dense[rows], None
+
+    elif support.k is None:
+        E_t = torch.as_tensor(E, dtype=torch.float64)
+        support_emb = torch.as_tensor(support.embeddings, dtype=torch.float64)
+
+        def distances(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            return torch.cdist(E_t[rows], support_emb), None
+
+    else:
+        dist_np, idx_np = support.neighbours(E)
+        dist_all, idx_all = torch.as_tensor(dist_np), torch.as_tensor(idx_np, dtype=torch.long)
+
+        def distances(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            return dist_all[rows], idx_all[rows]
+
+    fit_t = torch.as_tensor(fit_rows, dtype=torch.long)
+    with torch.no_grad():
+        scale = _mean_scale(distances(fit_t)[0].numpy())
     eta_scaled = torch.ones((), dtype=torch.float64, requires_grad=True)
 
     def forward(rows: torch.Tensor) -> torch.Tensor:
-        d = dist_t[rows]
+        d, idx = distances(rows)
         psi = torch.softmax(-(d - d.min(dim=1, keepdim=True).values) / (scale * eta_scaled), dim=1)
-        return torch.einsum("mk,mkc->mc", psi, support_t[idx_t[rows]])  # gathered per batch
+        if idx is None:
+            return psi @ values_t
+        return torch.einsum("mk,mkc->mc", psi, values_t[idx])  # gathered per batch
 
     def project() -> None:
         eta_scaled.clamp_(min=MIN_SCALED_TEMPERATURE)
 
+    _start_on_grid(forward, eta_scaled, targets, fit_rows)
     result, (e,) = train_to_agree(
         forward=forward,
         params=[eta_scaled],
@@ -357,6 +387,25 @@ def fit_localizer(
         desc="KNN localizer",
     )
     return float(e) * scale, result
+
+
+def _start_on_grid(
+    forward: Callable[[Any], Any], eta_scaled: Any, targets: FloatArray, fit_rows: IntArray
+) -> float:
+    """Set the scaled temperature to the grid point with the lowest loss on the fit rows."""
+    import torch
+
+    rows = torch.as_tensor(fit_rows, dtype=torch.long)
+    soft = torch.sigmoid(torch.as_tensor(targets, dtype=torch.float64)[rows])
+    losses = []
+    with torch.no_grad():
+        for value in TEMPERATURE_GRID:
+            eta_scaled.fill_(value)
+            out = forward(rows)
+            losses.append(float(torch.nn.functional.binary_cross_entropy_with_logits(out, soft)))
+        best = TEMPERATURE_GRID[int(np.argmin(losses))]
+        eta_scaled.fill_(best)
+    return best
 
 
 # ------------------------------------------------------------------------ localizer support

@@ -28,10 +28,15 @@ labels) and one labelled calibration set, which it splits 10% / 45% / 45% (seede
    reading: the calibration set of the Venn predictor, so that ``ψ' = 1`` when all the
    localizer's mass lies in the category, the paper's "standard Venn predictor" case);
    ``η'`` trained on ``D_knn`` to make ``Σ_j ψ_j f_tr^KNN(x_j)`` agree with ``f_tr^KNN(x_t)``.
-   ``localizer_k=1000`` (default, ALGORITHMS.md): the softmax runs over the 1,000 nearest
-   ``D_ca^vp`` rows (faiss), the rest taken as 0, in training and at prediction alike; the
-   mass left out is at most ``(n − k)·exp(−(d_(k) − d_(1))/η')`` relative to the nearest
-   row's weight. ``localizer_k=None``: exact, over every ``D_ca^vp`` row (dense blocks).
+   ``localizer_k=None`` (default): exact, the softmax over every ``D_ca^vp`` row, distances by
+   dense float32 matrix products in blocks; ``ψ'`` sums the softmax over the category rows
+   (same key, ``d`` in the band) of that row. This costs one product with ``D_ca^vp`` per
+   singleton test row, less than a faiss top-1,000 search over the same rows (which keeps a
+   1,000-entry heap per query): 0.3× vs 3.9× the main ``K = 25`` search in
+   ``benchmarks/bench_venn_admit.py --quick`` when every row needs it. ``localizer_k=1000``
+   (ALGORITHMS.md's choice for large ``D_ca``, useful with ``index="hnsw"``): the 1,000 nearest
+   ``D_ca^vp`` rows by faiss, the rest taken as 0, in training and prediction alike; the mass
+   left out is at most ``(n − k)·exp(−(d_(k) − d_(1))/η')`` times the nearest row's weight.
 
 Vectorised: no Python loop over rows (only over classes and blocks); the band quantiles are
 exact rank queries (:mod:`calwatch.engine.venn_bands`).
@@ -180,7 +185,8 @@ class VennAdmit:
     epochs, batch_size : int
         Training loop of the approximation and the localizer (App. C).
     localizer_k : int or None
-        Localizer support rows per query (top-k by faiss); ``None`` for all of ``D_ca^vp``.
+        ``None``: the localizer sums over every ``D_ca^vp`` row (exact); an integer: over each
+        row's ``localizer_k`` nearest ``D_ca^vp`` rows (faiss, truncated softmax).
     index : {"flat", "hnsw", "ivf"}
         faiss index of the reference set (:class:`calwatch.engine.knn.KNNIndex`).
     progress : bool
@@ -214,7 +220,7 @@ class VennAdmit:
         split: tuple[float, float, float] = DEFAULT_SPLIT,
         epochs: int = DEFAULT_EPOCHS,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        localizer_k: int | None = 1000,
+        localizer_k: int | None = None,
         index: IndexKind = "flat",
         progress: bool = True,
     ) -> None:
@@ -325,11 +331,11 @@ class VennAdmit:
         self.agreement_ = float(np.mean(argmax_lowest(a_ca[dev_rows]) == argmax_lowest(L_ca[dev_rows])))
         self._set_calibration(E_ca, L_ca, y_ca, split, a_ca, q_ca, d_ca)
         # localizer: support D_ca^vp, trained on D_knn (fit/dev halves) against f_tr^KNN
-        loc_dist, loc_idx = self._support.neighbours(E_ca[knn_rows])
+        support_logits = a_ca[self._vp_rows]
         eta, loc_training = fit_localizer(
-            loc_dist,
-            loc_idx,
-            a_ca[self._vp_rows],
+            self._support,
+            E_ca[knn_rows],
+            support_logits,
             a_ca[knn_rows],
             fit_local,
             dev_local,
@@ -340,11 +346,8 @@ class VennAdmit:
         )
         self.localizer_eta_ = eta
         self.localizer_training_ = loc_training
-        support_logits = a_ca[self._vp_rows]
-        loc_out = localizer_logits(eta, loc_dist[dev_local], loc_idx[dev_local], support_logits)
-        self.localizer_agreement_ = float(
-            np.mean(argmax_lowest(loc_out) == argmax_lowest(a_ca[knn_rows[dev_local]]))
-        )
+        loc_out = localizer_logits(self._support, eta, E_ca[dev_rows], support_logits)
+        self.localizer_agreement_ = float(np.mean(argmax_lowest(loc_out) == argmax_lowest(a_ca[dev_rows])))
         return self
 
     def _check_triple(

@@ -1,0 +1,257 @@
+"""Venn-ADMIT speed: ``VennAdmit.predict`` against the bare faiss search it cannot avoid.
+
+Every prediction needs the ``K = 25`` nearest reference rows of each test row, so the floor is
+one faiss ``IndexFlatL2.search(E_test, 25)``. This benchmark times, in the same process and
+interleaved per repeat (so load drift hits all alike):
+
+1. ``bare``: faiss ``IndexFlatL2`` over the reference rows, ``search(E_test, 25)``, nothing else;
+2. ``predict`` with ``weighted=False`` (Alg. 4): search, exact neighbour distances, the KNN
+   approximation, ``q``/``d``, ADMIT sets by band rank queries, Venn counts, the polars frame;
+3. ``predict`` with ``weighted=True`` (Alg. 3): the same plus the localizer's category mass
+   ``ψ'`` for the rows with singleton ADMIT sets, with the top-1000 localizer (default) and
+   with the exact dense localizer (``localizer_k=None``).
+
+Target: ``predict ≤ 1.5 × bare`` (printed as PASS/FAIL; a miss does not change the exit
+code). Also printed: the localizer step alone for the singleton rows and, as a worst case, for
+every test row; and the training time of the KNN approximation and the localizer (App. C) on
+``D_knn`` of 2,000 rows (1,000 fit / 1,000 dev), target under a minute.
+
+Data: synthetic clustered embeddings (``--n-clusters`` Gaussian clusters in ``--dim``
+dimensions, each with a majority label; 2% of labels redrawn at random; the model's logits
+favour the cluster's majority label). ``κ`` is 10 here so that a realistic share of rows gets a
+singleton ADMIT set and the weighted path does real work (with ``κ = 1000`` and 9,000
+``D_ca^mc`` rows over 10 classes every row would be guarded and the weighted step free).
+
+Run: ``python benchmarks/bench_venn_admit.py [--quick] [--repeats R] [--n-ref N] ...``.
+Defaults: 100,000 reference rows (d = 256), 20,000 calibration rows, 100,000 test rows, 10
+classes, 1 repeat (the full run takes several minutes on 2 cores); ``--quick``: 20,000 /
+5,000 / 10,000 rows, d = 64, 3 repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from _common import machine_line, median, parse_size_args, size_parser, timed
+from calwatch.engine.knn import KNNIndex
+from calwatch.engine.knn_approx import (
+    LocalizerSupport,
+    approximation_logits,
+    category_mass,
+    fit_approximation,
+    fit_localizer,
+)
+from calwatch.engine.venn_admit import VennAdmit
+
+FloatArray = npt.NDArray[np.float64]
+TARGET = 1.5  # predict time / bare faiss time must be at most this
+TRAINING_TARGET_S = 60.0
+BENCH_KAPPA = 10
+K = 25
+
+
+@dataclass
+class World:
+    """Reference, calibration and test rows of one synthetic clustered world."""
+
+    ref: tuple[Any, Any, Any]
+    cal: tuple[Any, Any, Any]
+    test: tuple[Any, Any, Any]
+
+
+def make_world(
+    n_ref: int, n_cal: int, n_test: int, dim: int, n_classes: int, n_clusters: int, seed: int
+) -> World:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(n_clusters, dim)).astype(np.float32) * 0.6
+    major = rng.integers(0, n_classes, n_clusters)
+
+    def draw(n: int) -> tuple[Any, Any, Any]:
+        z = rng.integers(0, n_clusters, n)
+        E = centres[z] + rng.normal(size=(n, dim)).astype(np.float32) * 0.5
+        y = np.where(rng.uniform(size=n) < 0.98, major[z], rng.integers(0, n_classes, n))
+        logits = 5.0 * np.eye(n_classes)[major[z]] + rng.normal(size=(n, n_classes))
+        return E, logits, y
+
+    return World(draw(n_ref), draw(n_cal), draw(n_test))
+
+
+@dataclass
+class Timings:
+    """Seconds per repeat of each timed step."""
+
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, key: str, seconds: float) -> None:
+        self.values.setdefault(key, []).append(seconds)
+
+    def median(self, key: str) -> float:
+        return median(self.values.get(key, []))
+
+
+def time_training(world: World, n_knn: int, seed: int) -> dict[str, float]:
+    """Train the approximation and the localizer on ``n_knn`` rows, as ``VennAdmit.fit`` does."""
+    E_tr, L_tr, y_tr = world.ref
+    E_ca, L_ca, _ = world.cal
+    rows = np.arange(min(n_knn, E_ca.shape[0]))
+    dist, idx = KNNIndex().fit(E_tr).search(E_ca[rows], K)
+    half = rows.size // 2
+    fit_rows, dev_rows = np.arange(half), np.arange(half, rows.size)
+    tanh_ref = np.tanh(L_tr).astype(np.float32)
+    start = time.perf_counter()
+    params, result = fit_approximation(
+        dist, idx, tanh_ref, y_tr, L_ca[rows], fit_rows, dev_rows, seed=seed, progress=False
+    )
+    approx_s = time.perf_counter() - start
+    start = time.perf_counter()
+    a = approximation_logits(params, dist, idx, tanh_ref, y_tr)  # the localizer's targets
+    support_E = E_ca[rows.size :]
+    support_d, support_i = KNNIndex().fit(E_tr).search(support_E, K)
+    support_logits = approximation_logits(params, support_d, support_i, tanh_ref, y_tr)
+    features_s = time.perf_counter() - start
+    start = time.perf_counter()
+    fit_localizer(
+        LocalizerSupport(support_E, k=None),
+        E_ca[rows],
+        support_logits,
+        a,
+        fit_rows,
+        dev_rows,
+        seed=seed,
+        progress=False,
+    )
+    loc_s = time.perf_counter() - start
+    return {
+        "approximation": approx_s,
+        "localizer": loc_s,
+        "features": features_s,
+        "epochs": float(len(result.dev_disagreements)),
+        "support": float(support_E.shape[0]),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    world = make_world(
+        args.n_ref, args.n_cal, args.n_test, args.dim, args.n_classes, args.n_clusters, args.seed
+    )
+    E_te, L_te, _ = world.test
+    print(
+        f"\nVenn-ADMIT predict vs bare faiss IndexFlatL2 k={K}: n_ref={args.n_ref:,} (d={args.dim}), "
+        f"n_cal={args.n_cal:,}, n_test={args.n_test:,}, C={args.n_classes}, κ={BENCH_KAPPA}; "
+        f"median of {args.repeats} repeat(s)"
+    )
+    print(machine_line(args.loadavg))
+    fitted: dict[str, VennAdmit] = {}
+    for name, localizer_k in (("dense", None), ("top1000", 1000)):
+        seconds, va = timed(
+            lambda lk=localizer_k: VennAdmit(
+                k=K, kappa=BENCH_KAPPA, localizer_k=lk, seed=args.seed, progress=False
+            ).fit(train=world.ref, calibration=world.cal)
+        )
+        fitted[name] = va
+        print(f"fit ({name} localizer): {seconds:.1f} s (includes the calibration rows' k={K} search)")
+    import faiss
+
+    bare_index = faiss.IndexFlatL2(args.dim)
+    bare_index.add(np.ascontiguousarray(world.ref[0], dtype=np.float32))
+    E32 = np.ascontiguousarray(E_te, dtype=np.float32)
+
+    def predict(va: VennAdmit, weighted: bool) -> Callable[[], Any]:
+        def call() -> Any:
+            va.weighted = weighted
+            return va.predict(E_te, L_te)
+
+        return call
+
+    steps: dict[str, Callable[[], Any]] = {
+        "bare": lambda: bare_index.search(E32, K),
+        "unweighted": predict(fitted["dense"], weighted=False),
+        "weighted (dense)": predict(fitted["dense"], weighted=True),
+        "weighted (top1000)": predict(fitted["top1000"], weighted=True),
+    }
+    timings = Timings()
+    for _ in range(args.repeats):
+        for key, fn in steps.items():
+            seconds, _out = timed(fn)
+            timings.add(key, seconds)
+    res = fitted["dense"].predict_arrays(E_te, L_te, weighted=False)
+    single = np.flatnonzero(res.sets.sum(axis=1) == 1)
+    loc = _localizer_alone(fitted, E_te, res, single)
+    bare = timings.median("bare")
+    print(f"\n{'step':<28} {'seconds':>9} {'× bare':>8}  {'≤ 1.5× bare':>11}")
+    print("-" * 61)
+    for key in steps:
+        t = timings.median(key)
+        verdict = "" if key == "bare" else ("PASS" if t <= TARGET * bare else "FAIL")
+        label = "bare faiss search" if key == "bare" else f"predict {key}"
+        print(f"{label:<28} {t:9.2f} {t / bare:7.2f}×  {verdict:>11}")
+    print(
+        f"\nsingleton ADMIT sets: {single.size / args.n_test:.1%} of test rows (guarded: "
+        f"{res.guarded.mean():.1%}); admitted (unweighted): {res.admitted.mean():.1%}"
+    )
+    for name, (t_single, t_all) in loc.items():
+        print(
+            f"localizer step alone ({name}): {t_single:.2f} s for the singleton rows "
+            f"({t_single / bare:.2f}× bare); worst case, every row: {t_all:.2f} s ({t_all / bare:.2f}× bare)"
+        )
+    train = time_training(world, 2000, args.seed)
+    verdict = "PASS" if train["approximation"] + train["localizer"] <= TRAINING_TARGET_S else "FAIL"
+    print(
+        f"\ntraining on D_knn = 2,000 rows (1,000 fit / 1,000 dev, {int(train['epochs'])} epochs, "
+        "torch CPU): "
+        f"approximation {train['approximation']:.1f} s, localizer (dense over {int(train['support']):,} "
+        f"support rows) {train['localizer']:.1f} s; "
+        f"total ≤ {TRAINING_TARGET_S:.0f} s: {verdict}"
+    )
+    va = fitted["dense"]
+    print(
+        f"agreement on the dev half of D_knn: approximation vs model {va.agreement_:.3f}, "
+        f"localizer vs approximation {va.localizer_agreement_:.3f}"
+    )
+    return 0
+
+
+def _localizer_alone(
+    fitted: dict[str, VennAdmit], E: Any, res: Any, single: Any
+) -> dict[str, tuple[float, float]]:
+    """Time ``category_mass`` (the weighted step) for the singleton rows and for every row."""
+    out: dict[str, tuple[float, float]] = {}
+    E32 = np.ascontiguousarray(E, dtype=np.float32)
+    everything = np.arange(E32.shape[0])
+    for name, va in fitted.items():
+        key = (res.q * va.n_classes_ + res.y_hat).astype(np.int64)
+        lo, hi = res.d - va.omega_, res.d + va.omega_
+        cats, support = va._categories, va._support
+        times = []
+        for rows in (single, everything):
+            args = (support, va.localizer_eta_, E32[rows], key[rows], lo[rows], hi[rows], cats.key, cats.d)
+            times.append(timed(partial(category_mass, *args))[0])
+        out[name] = (times[0], times[1])
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = size_parser(__doc__.splitlines()[0] if __doc__ else None)
+    parser.set_defaults(repeats=1, n_cal=20_000, n_test=100_000, n_classes=10)
+    parser.add_argument("--n-ref", type=int, default=100_000)
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--n-clusters", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="20k/5k/10k rows, d=64, 3 repeats")
+    args = parse_size_args(parser, argv)
+    if args.quick:
+        args.n_ref, args.n_cal, args.n_test, args.dim, args.repeats = 20_000, 5_000, 10_000, 64, 3
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
