@@ -362,10 +362,12 @@ class Monitor:
             Precomputed embeddings (Venn-ADMIT), with ``probs=`` / ``logits=``.
         categories : array-like of shape (n,), optional
             Mondrian categories for calibrators built with ``mondrian="category"``.
-        reference : tuple, optional
+        reference : tuple or array, optional
             The reference (training) set of Venn-ADMIT calibrators: ``(X_ref, y_ref)`` run
             through the model (which must give embeddings: a torch model with
-            ``embedding_layer``), or precomputed ``(embeddings, logits, y)``.
+            ``embedding_layer``), or precomputed ``(embeddings, logits, y)``. Selective
+            calibrators use only its embeddings (for their outlier features): without
+            Venn-ADMIT calibrators, the embeddings array alone will do.
 
         Returns
         -------
@@ -380,11 +382,14 @@ class Monitor:
         y_idx = encoder.encode(y, "y", n_rows=len(outputs))
         admit_keys = [key for key, cal in self._calibrators.items() if is_admit(cal)]
         uses_reference = admit_keys or any(is_selective(c) for c in self._calibrators.values())
-        train = (
-            self._reference_set(reference, encoder, admit_keys)
-            if admit_keys or (reference is not None and uses_reference)
-            else None
-        )
+        if admit_keys:
+            train = self._reference_set(reference, encoder, admit_keys)
+        elif reference is not None and uses_reference and isinstance(reference, np.ndarray):
+            train = (np.asarray(reference, dtype=np.float32), None, None)  # selectors need embeddings only
+        elif reference is not None and uses_reference:
+            train = self._reference_set(reference, encoder, admit_keys)
+        else:
+            train = None
         if reference is not None and not uses_reference:
             msg = (
                 "reference must be None: no calibrator uses a reference set (Venn-ADMIT and "
