@@ -339,6 +339,8 @@ def test_predict_before_fit() -> None:
     [
         ({"alpha": 1.5}, "alpha must be in"),
         ({"k": 0}, "k must be an integer ≥ 1"),
+        ({"k": "25"}, "k must be an integer ≥ 1"),
+        ({"epochs": 2.5}, "epochs must be an integer ≥ 1"),
         ({"kappa": -1}, "kappa must be an integer ≥ 0"),
         ({"band_delta": 0.0}, "band_delta must be a finite number > 0"),
         ({"split": (0.5, 0.5, 0.0)}, "split must be three positive shares"),

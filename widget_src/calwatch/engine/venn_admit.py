@@ -45,7 +45,6 @@ exact rank queries (:mod:`calwatch.engine.venn_bands`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -60,7 +59,6 @@ from calwatch.engine.knn_approx import (
     DEFAULT_EPOCHS,
     ApproximationParams,
     LocalizerSupport,
-    TrainingResult,
     approximation_logits,
     argmax_lowest,
     category_mass,
@@ -74,6 +72,13 @@ from calwatch.engine.venn_bands import (
     band_radius,
     reliability_features,
     venn_bounds,
+)
+from calwatch.engine.venn_results import (
+    VennAdmitResult,
+    VennBatch,
+    result_frame,
+    training_from_json,
+    training_to_json,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -92,54 +97,6 @@ SPLIT_KNN, SPLIT_MC, SPLIT_VP = 0, 1, 2
 STATE_FORMAT = "calwatch.VennAdmit/1"
 
 
-@dataclass(frozen=True)
-class VennAdmitResult:
-    """Per-row results of :meth:`VennAdmit.predict_arrays` (m rows, C classes).
-
-    Attributes
-    ----------
-    y_hat : int array (m,)
-        ``ŷ^KNN``, the KNN approximation's prediction.
-    q : int array (m,)
-        Eq. 4, in ``[0, K]``.
-    d : float array (m,)
-        Eq. 5, L2 distance to the nearest reference row.
-    sets : bool array (m, C)
-        ADMIT prediction sets (always contain ``y_hat``).
-    guarded : bool array (m,)
-        The κ guard fired (some class had fewer than κ band rows): full set.
-    admitted : bool array (m,)
-        Venn-ADMIT admits ``y_hat`` (selective classification).
-    p_lower, p_upper : float array (m,)
-        Lower / upper Venn probability of ``y_hat``; NaN unless the ADMIT set is a singleton.
-    category_size : int array (m,)
-        ``|T|``, the ``D_ca^vp`` rows of the Venn category (0 for non-singleton sets).
-    weight : float array (m,)
-        Test-point weight ``w`` (1 unweighted, ``1/ψ'`` weighted, ``inf`` if ``ψ' = 0``); NaN
-        for non-singleton sets.
-    probs : float array (m, C)
-        ``π^KNN``.
-    logits_knn : float array (m, C)
-        ``f_tr^KNN`` logits ``a``.
-    y_model : int array (m,)
-        The model's own prediction (argmax of the given logits).
-    """
-
-    y_hat: IntArray
-    q: IntArray
-    d: FloatArray
-    sets: BoolArray
-    guarded: BoolArray
-    admitted: BoolArray
-    p_lower: FloatArray
-    p_upper: FloatArray
-    category_size: IntArray
-    weight: FloatArray
-    probs: FloatArray
-    logits_knn: FloatArray
-    y_model: IntArray
-
-
 def _softmax(a: FloatArray) -> FloatArray:
     z: FloatArray = a - a.max(axis=1, keepdims=True)
     np.exp(z, out=z)
@@ -148,7 +105,8 @@ def _softmax(a: FloatArray) -> FloatArray:
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or int(value) != value or value < minimum:
+    integral = isinstance(value, int | np.integer) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not integral or value < minimum:
         msg = f"{name} must be an integer ≥ {minimum}; got {value!r}"
         raise ValueError(msg)
     return int(value)
@@ -454,7 +412,7 @@ class VennAdmit:
         Ev, Lv = self.check_inputs(E, logits)
         return float(np.mean(argmax_lowest(self.knn_logits(Ev)) == argmax_lowest(Lv)))
 
-    def _parts(self, Ev: Float32Array, Lv: FloatArray) -> _Parts:
+    def _parts(self, Ev: Float32Array, Lv: FloatArray) -> VennBatch:
         dist, idx = self._reference.search(Ev, self.k)
         a = approximation_logits(self.approximation_, dist, idx, self._tanh_ref, self._y_ref)
         yhat = argmax_lowest(a)
@@ -465,13 +423,13 @@ class VennAdmit:
         key = (q[single] * self.n_classes_ + yhat[single]).astype(np.int64)
         lo, hi = d[single] - self.omega_, d[single] + self.omega_
         n_t, n_y = self._categories.counts(key, lo, hi, yhat[single])
-        return _Parts(
+        return VennBatch(
             E=Ev, a=a, probs=probs, yhat=yhat, q=q, d=d, sets=sets, guarded=guarded,
             y_model=argmax_lowest(Lv), single=single, key=key, lo=lo, hi=hi,
             n_t=n_t, n_y=n_y,
         )  # fmt: skip
 
-    def _test_point_weights(self, parts: _Parts) -> FloatArray:
+    def _test_point_weights(self, parts: VennBatch) -> FloatArray:
         """``1/ψ'`` for the singleton rows (Alg. 3, Eq. 9); ``inf`` where ``ψ' = 0``."""
         psi = category_mass(
             self._support,
@@ -487,7 +445,7 @@ class VennAdmit:
             weight: FloatArray = np.maximum(1.0 / psi, 1.0)  # ψ' ≤ 1 up to rounding: w ∈ [1, ∞)
         return weight
 
-    def _result(self, parts: _Parts, weight: FloatArray | None, *, q_k_only: bool) -> VennAdmitResult:
+    def _result(self, parts: VennBatch, weight: FloatArray | None, *, q_k_only: bool) -> VennAdmitResult:
         """Venn-ADMIT (Alg. 1, 3, 4) on the singleton rows; ``weight=None`` is ``w = 1``."""
         m = parts.sets.shape[0]
         w = np.ones(parts.single.size) if weight is None else weight
@@ -550,28 +508,7 @@ class VennAdmit:
         ``admitted``, ``p_lower``, ``p_upper`` (NaN unless the ADMIT set is a singleton),
         ``category_size``.
         """
-        import polars as pl
-        import pyarrow as pa  # type: ignore[import-untyped]
-
-        res = self.predict_arrays(E, logits)
-        rows, cols = np.nonzero(res.sets)
-        offsets = np.zeros(res.sets.shape[0] + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=res.sets.shape[0]), out=offsets[1:])
-        sets = pl.from_arrow(
-            pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(cols.astype(np.int64)))
-        )
-        return pl.DataFrame(
-            {
-                "y_hat": res.y_hat.astype(np.int64),
-                "q": res.q.astype(np.int64),
-                "d": res.d,
-                "admit_set": sets,
-                "admitted": res.admitted,
-                "p_lower": res.p_lower,
-                "p_upper": res.p_upper,
-                "category_size": res.category_size.astype(np.int64),
-            }
-        )
+        return result_frame(self.predict_arrays(E, logits))
 
     # ---------------------------------------------------------------------------- state
     def state(self) -> dict[str, Any]:
@@ -590,8 +527,8 @@ class VennAdmit:
                 "localizer_eta": self.localizer_eta_,
                 "agreement": self.agreement_,
                 "localizer_agreement": self.localizer_agreement_,
-                "training": _training_json(self.training_),
-                "localizer_training": _training_json(self.localizer_training_),
+                "training": training_to_json(self.training_),
+                "localizer_training": training_to_json(self.localizer_training_),
             },
             "arrays": {
                 "beta": p.beta,
@@ -645,37 +582,7 @@ class VennAdmit:
         )
         va.agreement_ = float(scalars["agreement"])
         va.localizer_agreement_ = float(scalars["localizer_agreement"])
-        va.training_ = TrainingResult(**scalars["training"])
-        va.localizer_training_ = TrainingResult(**scalars["localizer_training"])
+        va.training_ = training_from_json(scalars["training"])
+        va.localizer_training_ = training_from_json(scalars["localizer_training"])
         va.localizer_eta_ = float(scalars["localizer_eta"])
         return va
-
-
-@dataclass(frozen=True)
-class _Parts:
-    """What every Venn-ADMIT variant shares for one batch (one neighbour search)."""
-
-    E: Float32Array
-    a: FloatArray
-    probs: FloatArray
-    yhat: IntArray
-    q: IntArray
-    d: FloatArray
-    sets: BoolArray
-    guarded: BoolArray
-    y_model: IntArray
-    single: IntArray
-    key: Int64Array
-    lo: FloatArray
-    hi: FloatArray
-    n_t: IntArray
-    n_y: IntArray
-
-
-def _training_json(result: TrainingResult) -> dict[str, Any]:
-    return {
-        "best_epoch": int(result.best_epoch),
-        "dev_disagreements": [int(v) for v in result.dev_disagreements],
-        "masked": [bool(v) for v in result.masked],
-        "seconds": float(result.seconds),
-    }

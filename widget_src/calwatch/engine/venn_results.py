@@ -1,0 +1,141 @@
+"""Result types of :class:`calwatch.engine.venn_admit.VennAdmit` and their plain-data forms.
+
+- :class:`VennAdmitResult`: per-row arrays of ``predict_arrays``; :func:`result_frame` turns
+  them into the polars frame of ``predict``.
+- :class:`VennBatch`: what the Venn-ADMIT variants of one batch share (one neighbour search).
+- :func:`training_to_json` / :func:`training_from_json`: a training record as JSON values
+  (snapshots never pickle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from calwatch.engine.knn_approx import TrainingResult
+
+FloatArray = npt.NDArray[np.float64]
+Float32Array = npt.NDArray[np.float32]
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.intp]
+Int64Array = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class VennAdmitResult:
+    """Per-row results of :meth:`VennAdmit.predict_arrays` (m rows, C classes).
+
+    Attributes
+    ----------
+    y_hat : int array (m,)
+        ``ŷ^KNN``, the KNN approximation's prediction.
+    q : int array (m,)
+        Eq. 4, in ``[0, K]``.
+    d : float array (m,)
+        Eq. 5, L2 distance to the nearest reference row.
+    sets : bool array (m, C)
+        ADMIT prediction sets (always contain ``y_hat``).
+    guarded : bool array (m,)
+        The κ guard fired (some class had fewer than κ band rows): full set.
+    admitted : bool array (m,)
+        Venn-ADMIT admits ``y_hat`` (selective classification).
+    p_lower, p_upper : float array (m,)
+        Lower / upper Venn probability of ``y_hat``; NaN unless the ADMIT set is a singleton.
+    category_size : int array (m,)
+        ``|T|``, the ``D_ca^vp`` rows of the Venn category (0 for non-singleton sets).
+    weight : float array (m,)
+        Test-point weight ``w`` (1 unweighted, ``1/ψ'`` weighted, ``inf`` if ``ψ' = 0``); NaN
+        for non-singleton sets.
+    probs : float array (m, C)
+        ``π^KNN``.
+    logits_knn : float array (m, C)
+        ``f_tr^KNN`` logits ``a``.
+    y_model : int array (m,)
+        The model's own prediction (argmax of the given logits).
+    """
+
+    y_hat: IntArray
+    q: IntArray
+    d: FloatArray
+    sets: BoolArray
+    guarded: BoolArray
+    admitted: BoolArray
+    p_lower: FloatArray
+    p_upper: FloatArray
+    category_size: IntArray
+    weight: FloatArray
+    probs: FloatArray
+    logits_knn: FloatArray
+    y_model: IntArray
+
+
+@dataclass(frozen=True)
+class VennBatch:
+    """What every Venn-ADMIT variant shares for one batch (one neighbour search)."""
+
+    E: Float32Array
+    a: FloatArray
+    probs: FloatArray
+    yhat: IntArray
+    q: IntArray
+    d: FloatArray
+    sets: BoolArray
+    guarded: BoolArray
+    y_model: IntArray
+    single: IntArray
+    key: Int64Array
+    lo: FloatArray
+    hi: FloatArray
+    n_t: IntArray
+    n_y: IntArray
+
+
+def training_to_json(result: TrainingResult) -> dict[str, Any]:
+    """A training record as JSON values."""
+    return {
+        "best_epoch": int(result.best_epoch),
+        "dev_disagreements": [int(v) for v in result.dev_disagreements],
+        "masked": [bool(v) for v in result.masked],
+        "seconds": float(result.seconds),
+    }
+
+
+def result_frame(res: VennAdmitResult) -> Any:
+    """The polars frame of ``VennAdmit.predict``: one row per input.
+
+    Columns ``y_hat``, ``q``, ``category_size`` (Int64), ``d``, ``p_lower``, ``p_upper``
+    (Float64), ``admit_set`` (List(Int64), the classes of the ADMIT set, ascending) and
+    ``admitted`` (Boolean). The list column is built from offsets in one pass (Arrow).
+    """
+    import polars as pl
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    rows, cols = np.nonzero(res.sets)
+    offsets = np.zeros(res.sets.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=res.sets.shape[0]), out=offsets[1:])
+    sets = pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(cols.astype(np.int64))))
+    return pl.DataFrame(
+        {
+            "y_hat": res.y_hat.astype(np.int64),
+            "q": res.q.astype(np.int64),
+            "d": res.d,
+            "admit_set": sets,
+            "admitted": res.admitted,
+            "p_lower": res.p_lower,
+            "p_upper": res.p_upper,
+            "category_size": res.category_size.astype(np.int64),
+        }
+    )
+
+
+def training_from_json(value: dict[str, Any]) -> TrainingResult:
+    """Inverse of :func:`training_to_json`."""
+    return TrainingResult(
+        best_epoch=int(value["best_epoch"]),
+        dev_disagreements=[int(v) for v in value["dev_disagreements"]],
+        masked=[bool(v) for v in value["masked"]],
+        seconds=float(value["seconds"]),
+    )
