@@ -272,7 +272,9 @@ export class Chart {
 
   /** Sets the `calibrator` signal (skipped when the spec has no such top-level signal). */
   setCalibrator(selected: string): Promise<void> {
-    return this.setSignals({ calibrator: calibratorSignalValue(selected) });
+    // Applied at once even while inactive: a picker change is rare, and a hidden chart (a
+    // report's panels) must filter like a visible one.
+    return this.enqueue(() => this.setSignalsNow({ calibrator: calibratorSignalValue(selected) }));
   }
 
   /** Sets top-level signals the spec declares (others are skipped), deferred while inactive. */

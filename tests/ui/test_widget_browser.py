@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from calwatch import charts
+from calwatch.widget import WINDOW_REFRESH_S
 
 from .helpers import (
     INLINE,
@@ -110,7 +111,8 @@ def test_widget_in_jupyterlab(
     run_all_s = time.monotonic() - t_run
 
     latest = kernel.eval("mon.widget().seq")
-    assert latest == 2 * N_BATCHES - 1  # one upsert per observe, one per (late) label call
+    # one upsert per observe, one per (late) label call, and the window panels' refresh once idle
+    assert latest >= 2 * N_BATCHES - 1
     expected_rows = N_BATCHES * N_CALIBRATORS
     problems: list[str] = []  # failures that should not stop the remaining checks
 
@@ -118,7 +120,8 @@ def test_widget_in_jupyterlab(
     wait_seq(page, INLINE, latest)
     assert count(page, INLINE) == 1
     assert attr(page, INLINE, "data-rows-batches") == str(expected_rows)
-    inline_charts = assert_charts(page, INLINE)
+    kinds = kernel.eval("__import__('calwatch').charts.chart_kinds(mon)")
+    inline_charts = assert_charts(page, INLINE, kinds)
     no_widget_error(page, INLINE)
     inline_view = attr(page, INLINE, "data-view-id")
 
@@ -146,7 +149,7 @@ def test_widget_in_jupyterlab(
     for dataset in charts.DATASETS:
         name = f"data-rows-{dataset}"
         assert attr(page, SIDEBAR, name) == attr(page, INLINE, name), name
-    sidebar_charts = assert_charts(page, SIDEBAR)
+    sidebar_charts = assert_charts(page, SIDEBAR, kinds)
     no_widget_error(page, SIDEBAR)
     sidebar_view = attr(page, SIDEBAR, "data-view-id")
 
@@ -164,11 +167,13 @@ def test_widget_in_jupyterlab(
         kernel.run(LIVE_STREAM.format(start=batches_done, n=n_live, rows=500, sleep=pause_s))
         batches_done += n_live
         seq_after = kernel.eval("mon.widget().seq")
-        assert seq_after == seq_before + 2 * n_live
+        assert seq_after >= seq_before + 2 * n_live
         for root in (INLINE, SIDEBAR):
             wait_seq(page, root, seq_after)
         sent_at = _sent_at(kernel)
-        end_ms = sent_at[seq_after] * 1000
+        # the last update of the stream (a later window-panel refresh is not a monitor update)
+        last_sent = max(q for q in sent_at if q <= seq_after)
+        end_ms = sent_at[last_sent] * 1000
         log = page.evaluate("() => window.__seqLog")
         k2b[phase], live_during[phase] = {}, {}
         for label, view in (("inline", inline_view), ("sidebar", sidebar_view)):
@@ -184,15 +189,21 @@ def test_widget_in_jupyterlab(
             first_shown: dict[int, float] = {}
             for e in entries:
                 first_shown.setdefault(e["seq"], e["t"])
-            k2b[phase][label] = [t - sent_at[q] * 1000 for q, t in first_shown.items()]
-            drain_ms[f"{phase}/{label}"] = round(first_shown[seq_after] - end_ms, 1)
+            k2b[phase][label] = [t - sent_at[q] * 1000 for q, t in first_shown.items() if q in sent_at]
+            shown_at = next(t for q, t in sorted(first_shown.items()) if q >= last_sent)
+            drain_ms[f"{phase}/{label}"] = round(shown_at - end_ms, 1)
         seq_before = seq_after
-    live_latest = seq_before
+    # the window panels' last refresh comes once the kernel is idle (widget.WINDOW_REFRESH_S)
+    time.sleep(WINDOW_REFRESH_S + 0.3)
+    live_latest = kernel.eval("mon.widget().seq")
+    for root in (INLINE, SIDEBAR):
+        wait_seq(page, root, live_latest)
     assert attr(page, SIDEBAR, "data-rows-batches") == attr(page, INLINE, "data-rows-batches")
     rows_now = int(attr(page, INLINE, "data-rows-batches") or 0)
     assert rows_now == batches_done * N_CALIBRATORS
 
     # ---- (d) picker -> kernel's _selected; both views follow
+    page.locator(f'{INLINE} button.calwatch-tab[data-section="Coverage"]').click()
     coverage_marks = f"{INLINE} div.calwatch-chart[data-chart=coverage] {MARKS}"
     marks_all = count(page, coverage_marks)
     page.locator(f"{INLINE} select.calwatch-picker").select_option("aps")
@@ -216,10 +227,10 @@ def test_widget_in_jupyterlab(
     )
     kernel.run("P_new, _ = softmax_batch(500)\nmon.observe(probs=P_new, ids=range(10**6, 10**6 + 500))")
     paused_seq = kernel.eval("mon.widget().seq")
-    assert paused_seq == live_latest + 1
+    assert paused_seq >= live_latest + 1
     for root in (INLINE, SIDEBAR):  # the message arrived (queued) ...
         page.wait_for_function(
-            "(sel) => /1 update queued/.test(document.querySelector(sel).textContent)",
+            "(sel) => /\\d+ updates? queued/.test(document.querySelector(sel).textContent)",
             arg=f"{root} .calwatch-pending",
         )
         # ... and was not applied
