@@ -127,9 +127,7 @@ def test_update_cost_at_1000_batches_and_10_million_rows(
         wait_attr(page, INLINE, "data-section", section)
         page.wait_for_timeout(500)  # the tab's charts catch up (not measured as updates)
         # emptied in place: the views hold these arrays
-        page.evaluate(
-            "() => { globalThis.__calwatchTimings.length = 0; globalThis.__calwatchUpdateTimings.length = 0; }"
-        )
+        page.evaluate(RESET_TIMINGS_JS)
         kernel.run(LIVE_STREAM.format(start=start, n=LIVE, rows=ROWS))
         start += LIVE
         wait_seq(page, INLINE, kernel.eval("mon.widget().seq"))

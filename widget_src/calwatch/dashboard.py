@@ -227,6 +227,8 @@ def layout(kinds: Sequence[str], panels: Sequence[str] = PANELS) -> list[dict[st
 
 def panels_for(monitor: Monitor) -> list[str]:
     """The dashboard panels that apply to a monitor."""
+    if getattr(monitor, "task", None) == "regression":
+        return []  # no classes, sets or confidences: the regression charts are the panels
     out = []
     if monitor.what_if_calibrators():
         out.append("what_if")
@@ -257,7 +259,7 @@ def with_view_filters(spec: dict[str, Any], *, batch: bool = True) -> dict[str, 
     --------
     >>> out = with_view_filters({"data": {"name": "batches"}, "mark": "point"})
     >>> [p["name"] for p in out["params"]], len(out["transform"])
-    (['batch_lo', 'batch_hi', 'class_filter'], 2)
+    (['calibrator', 'batch_lo', 'batch_hi', 'class_filter'], 2)
     """
     import copy
 
@@ -479,7 +481,7 @@ def reliability_bins(
     Examples
     --------
     >>> out = reliability_bins([0.9, 0.6, 0.8, 0.7], [1, 0, 1, 1], per_bin=2)
-    >>> out["n"].to_list(), out["confidence"].to_list(), out["accuracy"].to_list()
+    >>> out["n"].to_list(), out["confidence"].round(6).to_list(), out["accuracy"].to_list()
     ([2, 2], [0.65, 0.85], [0.5, 1.0])
     """
     conf = np.asarray(confidence, dtype=np.float64)
@@ -533,7 +535,7 @@ def reliability(
     for record in _selected_records(monitor, window_rows, batch_range):
         rows = record.rows
         labelled = rows.labels >= 0
-        if not labelled.any():
+        if not labelled.any() or rows.probs.shape[1] == 0:  # nothing labelled, or a regression row
             continue
         probs = rows.probs[labelled]
         top = probs.argmax(axis=1)
