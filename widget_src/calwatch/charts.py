@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 
 DATASETS = (
     "batches", "set_sizes", "class_coverage", "shift", "admit_class", "admit_features", "selective_curve",
-    "selective_confidence",
+    "selective_confidence", "pit", "fan",
 )  # fmt: skip
+#: rows of the latest batch drawn in the regression fan chart (evenly spaced through the batch)
+FAN_ROWS = 60
 #: target coverages of the selective curve, and confidence bins of the kept-vs-all histogram
 _CURVE_COVERAGES = tuple(round(0.1 * i, 1) for i in range(1, 11))
 _CONFIDENCE_BINS = 10
@@ -37,6 +39,8 @@ ChartSpec = alt.Chart | alt.LayerChart
 
 def datasets(monitor: Monitor, batches: tuple[int, ...] | None = None) -> dict[str, pl.DataFrame]:
     """The chart datasets for some (default all) batches, each row with a unique ``key``."""
+    if getattr(monitor, "task", None) == "regression":
+        return _regression_datasets(monitor, batches)
     labels = calibrator_labels(monitor)
     summary = (
         monitor.summary(batches)
@@ -68,6 +72,59 @@ def datasets(monitor: Monitor, batches: tuple[int, ...] | None = None) -> dict[s
         "set_sizes": sizes.with_columns(key=key("batch", "calibrator", "size", separator="|")),
         "class_coverage": classes.with_columns(key=key("batch", "calibrator", "class", separator="|")),
     }
+
+
+def _regression_datasets(monitor: Any, batches: tuple[int, ...] | None) -> dict[str, pl.DataFrame]:
+    """A regression monitor's datasets: per-batch summary, PIT counts and the latest batch's fan."""
+    key = pl.concat_str
+    labels = calibrator_labels(monitor)
+    summary = monitor.summary(batches).drop("observed_at")
+    summary = summary.with_columns(
+        label=pl.col("calibrator").replace_strict(labels, return_dtype=pl.String),
+        key=key("batch", "calibrator", separator="|"),
+    )
+    pit = monitor.pit_histogram(batches).with_columns(key=key("batch", "calibrator", "bin", separator="|"))
+    out = {name: pl.DataFrame({"key": []}, schema={"key": pl.String}) for name in DATASETS}
+    out |= {"batches": summary, "pit": pit, "fan": _fan(monitor)}
+    return out
+
+
+def _fan(monitor: Any) -> pl.DataFrame:
+    """The latest batch's predicted intervals: ``FAN_ROWS`` rows per calibrator (fixed keys).
+
+    Rows are evenly spaced through the batch and ranked by their median; slots beyond a small
+    batch are null, so every update replaces the same keys.
+    """
+    schema: dict[str, Any] = {
+        "key": pl.String, "calibrator": pl.String, "rank": pl.Int64, "batch": pl.Int64, "median": pl.Float64,
+        "lower_50": pl.Float64, "upper_50": pl.Float64, "lower_90": pl.Float64, "upper_90": pl.Float64,
+        "label": pl.Float64,
+    }  # fmt: skip
+    if monitor.n_batches == 0 or monitor._stream.batches[-1].rows is None:
+        return pl.DataFrame(schema=schema)
+    record = monitor._stream.batches[-1]
+    rows = monitor.rows(batch=record.index)
+    pick = np.unique(np.linspace(0, rows.height - 1, min(FAN_ROWS, rows.height)).round().astype(int))
+    levels = [f"{100 * v:g}".replace(".", "_") for v in monitor.levels]
+    inner, outer = levels[0], levels[-1]
+    out: list[dict[str, Any]] = []
+    for name in monitor.calibrators:
+        part = rows[pick].sort(f"median_{name}")
+        values = part.to_dicts()
+        for rank in range(FAN_ROWS):
+            row = values[rank] if rank < len(values) else None
+            out.append(
+                {
+                    "key": f"{name}|{rank}", "calibrator": name, "rank": rank, "batch": record.index,
+                    "median": None if row is None else row[f"median_{name}"],
+                    "lower_50": None if row is None else row[f"lower_{inner}_{name}"],
+                    "upper_50": None if row is None else row[f"upper_{inner}_{name}"],
+                    "lower_90": None if row is None else row[f"lower_{outer}_{name}"],
+                    "upper_90": None if row is None else row[f"upper_{outer}_{name}"],
+                    "label": None if row is None else row["label"],
+                }
+            )  # fmt: skip
+    return pl.DataFrame(out, schema=schema)
 
 
 def _admit_class(monitor: Monitor, batches: tuple[int, ...] | None) -> pl.DataFrame:
@@ -212,6 +269,9 @@ def calibrator_labels(monitor: Monitor) -> dict[str, str]:
     """A short description of each calibrator for legends: its promise, stated."""
     out = {}
     for key, cal in monitor.calibrators.items():
+        if getattr(monitor, "task", None) == "regression":
+            out[key] = f"{key}: {getattr(cal, 'prediction', '?')}, {getattr(cal, 'interpolation', '?')}"
+            continue
         epsilon, delta = getattr(cal, "epsilon", None), getattr(cal, "delta", None)
         alpha = getattr(cal, "alpha", None)
         if getattr(cal, "kind", None) == "risk":
@@ -720,6 +780,111 @@ def kept_confidence_chart(selective_confidence: Source = None) -> ChartSpec:
     )
 
 
+def interval_coverage_chart(batches: Source = None) -> ChartSpec:
+    """Regression: coverage of each batch's central intervals (labelled rows) against their levels."""
+    base = _base(batches, "batches", kind="regression").transform_filter("datum.n_labelled > 0")
+    x = _batch_axis("batch")
+    tooltip = [
+        alt.Tooltip("name:N", title="batch"), alt.Tooltip("calibrator:N"),
+        alt.Tooltip("coverage:Q", format=".3f", title="coverage (headline interval)"),
+        alt.Tooltip("coverage_lo:Q", format=".3f", title="95% low"),
+        alt.Tooltip("coverage_hi:Q", format=".3f", title="95% high"),
+        alt.Tooltip("coverage_50:Q", format=".3f", title="coverage of the 50% interval"),
+        alt.Tooltip("target:Q", format=".2f"), alt.Tooltip("n_labelled:Q", title="labelled"),
+    ]  # fmt: skip
+    band = base.mark_area(opacity=0.18).encode(
+        x=x, y=alt.Y("coverage_lo:Q", title="coverage"), y2="coverage_hi:Q", color=_color()
+    )
+    line = base.mark_line(point=True).encode(
+        x=x, y=alt.Y("coverage:Q", scale=alt.Scale(zero=False)), color=_color(), tooltip=tooltip
+    )
+    inner = base.mark_line(strokeDash=[4, 3], opacity=0.8).encode(
+        x=x, y="coverage_50:Q", color=_color(), tooltip=tooltip
+    )
+    target = base.mark_rule(strokeDash=[5, 4], color="#444").encode(y="mean(target):Q")
+    half = alt.Chart().mark_rule(strokeDash=[2, 3], color="#888").encode(y=alt.datum(0.5))
+    data = alt.NamedData("batches") if batches is None else batches
+    return _finish(
+        alt.layer(band, line, inner, target, half, data=data),
+        "Interval coverage: headline (solid) and 50% (dashed) vs levels",
+    )
+
+
+def interval_width_chart(batches: Source = None) -> ChartSpec:
+    """Regression: mean width of the headline central interval per batch."""
+    base = _base(batches, "batches", kind="regression")
+    return _finish(
+        base.mark_line(point=True).encode(
+            x=_batch_axis("batch"),
+            y=alt.Y("mean_width:Q", title="mean interval width"),
+            color=_color(),
+            tooltip=[
+                alt.Tooltip("name:N", title="batch"),
+                alt.Tooltip("calibrator:N"),
+                alt.Tooltip("mean_width:Q", format=".4g", title="mean width (headline)"),
+                alt.Tooltip("mean_width_50:Q", format=".4g", title="mean width (50%)"),
+                alt.Tooltip("crps:Q", format=".4g", title="CRPS (labelled)"),
+            ],
+        ),
+        "Mean interval width",
+    )
+
+
+def pit_chart(pit: Source = None) -> ChartSpec:
+    """Regression: histogram of PIT values F(y|x) of labelled rows; flat at 1 when calibrated."""
+    base = (
+        _base(pit, "pit")
+        .transform_aggregate(count="sum(count)", groupby=["calibrator", "bin", "lo", "hi"])
+        .transform_joinaggregate(total="sum(count)", groupby=["calibrator"])
+        .transform_calculate(density="datum.count / datum.total * 10")
+    )
+    bars = base.mark_bar(opacity=0.8).encode(
+        x=alt.X("lo:Q", bin="binned", title="PIT  F(y | x)", scale=alt.Scale(domain=[0, 1])), x2="hi:Q",
+        y=alt.Y("density:Q", title="density", stack=None), color=_color(),
+        tooltip=[
+            alt.Tooltip("calibrator:N"), alt.Tooltip("lo:Q", title="from", format=".1f"),
+            alt.Tooltip("hi:Q", title="to", format=".1f"), alt.Tooltip("count:Q", title="rows", format=","),
+            alt.Tooltip("density:Q", format=".3f"),
+        ],
+    )  # fmt: skip
+    uniform = alt.Chart().mark_rule(strokeDash=[5, 4], color="#444").encode(y=alt.datum(1))
+    data = alt.NamedData("pit") if pit is None else pit
+    return _finish(alt.layer(bars, uniform, data=data), "PIT of labelled rows vs uniform (dashed)")
+
+
+def fan_chart(fan: Source = None) -> ChartSpec:
+    """Regression: the latest batch's predicted intervals, rows ranked by their median."""
+    base = _base(fan, "fan").transform_filter("datum.median != null")
+    x = alt.X(
+        "rank:Q",
+        title="rows of the latest batch, by predicted median",
+        axis=alt.Axis(labels=False, ticks=False),
+    )
+    tooltip = [
+        alt.Tooltip("calibrator:N"), alt.Tooltip("median:Q", format=".4g"),
+        alt.Tooltip("lower_90:Q", format=".4g", title="outer interval low"),
+        alt.Tooltip("upper_90:Q", format=".4g", title="outer interval high"),
+        alt.Tooltip("lower_50:Q", format=".4g", title="50% low"),
+        alt.Tooltip("upper_50:Q", format=".4g", title="50% high"),
+        alt.Tooltip("label:Q", format=".4g", title="true value"),
+    ]  # fmt: skip
+    outer = base.mark_rule(opacity=0.35, strokeWidth=3).encode(
+        x=x, y=alt.Y("lower_90:Q", title="value"), y2="upper_90:Q", color=_color()
+    )
+    inner = base.mark_rule(opacity=0.8, strokeWidth=3).encode(
+        x=x, y="lower_50:Q", y2="upper_50:Q", color=_color()
+    )
+    median = base.mark_tick(color="#222", thickness=1, size=6).encode(x=x, y="median:Q", tooltip=tooltip)
+    label = (
+        base.transform_filter("datum.label != null")
+        .mark_point(shape="diamond", filled=True, size=25, color="#d62728")
+        .encode(x=x, y="label:Q", tooltip=tooltip)
+    )
+    return _finish(
+        alt.layer(outer, inner, median, label), "Latest batch: 50% / outer intervals, true values ◆"
+    )
+
+
 #: chart name -> (builder, dataset it reads), in display order.
 CHARTS: dict[str, tuple[Any, str]] = {
     "coverage": (coverage_chart, "batches"),
@@ -738,6 +903,10 @@ CHARTS: dict[str, tuple[Any, str]] = {
     "kept_share": (kept_share_chart, "batches"),
     "selective_curve": (selective_curve_chart, "selective_curve"),
     "kept_confidence": (kept_confidence_chart, "selective_confidence"),
+    "interval_coverage": (interval_coverage_chart, "batches"),
+    "interval_width": (interval_width_chart, "batches"),
+    "pit": (pit_chart, "pit"),
+    "fan": (fan_chart, "fan"),
     "labels": (labels_chart, "batches"),
 }
 #: charts that only make sense with a set calibrator, or with a risk estimator
@@ -745,10 +914,13 @@ SET_CHARTS = ("coverage", "class_coverage", "set_size", "set_shares", "set_sizes
 RISK_CHARTS = ("risk", "risk_gap")
 ADMIT_CHARTS = ("admitted", "admitted_accuracy", "admit_q", "admit_d")
 SELECTIVE_CHARTS = ("kept_share", "selective_curve", "kept_confidence")
+REGRESSION_CHARTS = ("interval_coverage", "interval_width", "pit", "fan")
 
 
 def chart_kinds(monitor: Monitor) -> list[str]:
     """The charts that apply to a monitor's calibrators, in display order."""
+    if getattr(monitor, "task", None) == "regression":
+        return [*REGRESSION_CHARTS, "labels"]
     has_risk = any(getattr(c, "kind", None) == "risk" for c in monitor.calibrators.values())
     from calwatch.monitor import is_admit, is_selective
 
@@ -766,6 +938,7 @@ def chart_kinds(monitor: Monitor) -> list[str]:
         skip |= set(ADMIT_CHARTS)
     if not any(is_selective(c) for c in monitor.calibrators.values()):
         skip |= set(SELECTIVE_CHARTS)
+    skip |= set(REGRESSION_CHARTS)
     return [kind for kind in CHARTS if kind not in skip]
 
 

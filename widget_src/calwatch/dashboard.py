@@ -562,6 +562,8 @@ def set_by_class(
     totals: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
     for record in _selected_records(monitor, window_rows, batch_range):
         rows = record.rows
+        if not rows.packed_sets:  # no set calibrator (risk, selective or regression rows)
+            continue
         top = rows.probs.argmax(axis=1)
         for key, packed in rows.packed_sets.items():
             sizes = _POPCOUNT[packed].sum(axis=1)

@@ -179,6 +179,10 @@ class Monitor:
     provenance : dict of str to str, optional
         Where the data and model come from (dataset, version, split...), shown in reports and
         kept in snapshots; also settable later through the ``provenance`` attribute.
+    task : {"classification", "regression"}, optional
+        ``"regression"`` builds a :class:`~calwatch.regression_monitor.RegressionMonitor`
+        (calibrated predictive distributions). Default: inferred from the model (a regressor
+        has ``predict`` but neither ``predict_proba`` nor ``decision_function``).
 
     Examples
     --------
@@ -189,11 +193,20 @@ class Monitor:
     >>> mon.label(ids, y)  # doctest: +SKIP
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Monitor:
+        """A :class:`~calwatch.regression_monitor.RegressionMonitor` for regression tasks."""
+        if cls is Monitor and _is_regression(kwargs.get("task"), args[0] if args else kwargs.get("model")):
+            from calwatch.regression_monitor import RegressionMonitor
+
+            return super().__new__(RegressionMonitor)
+        return super().__new__(cls)
+
     def __init__(
         self,
         model: Any = None,
         calibrators: Mapping[str, Calibrator] | None = None,
         *,
+        task: str | None = None,
         classes: Any = None,
         window: int = DEFAULT_WINDOW,
         name: str = "calwatch",
@@ -202,6 +215,9 @@ class Monitor:
         shift: str | list[Detector] | None = "default",
         provenance: Mapping[str, str] | None = None,
     ) -> None:
+        if task not in (None, "classification"):
+            msg = f"task must be 'classification' or 'regression'; got {task!r}"
+            raise ValueError(msg)
         self._adapter: ModelAdapter | None = (
             None if model is None else wrap(model, embedding_layer=embedding_layer)
         )
@@ -1358,6 +1374,16 @@ class Monitor:
             widget.keep_panel(panel)
         else:
             display(widget)  # type: ignore[no-untyped-call]
+
+
+def _is_regression(task: Any, model: Any) -> bool:
+    """Whether a monitor should watch a regression model (asked for, or inferred from the model)."""
+    if task is not None:
+        return bool(task == "regression")
+    if model is None or not callable(getattr(model, "predict", None)):
+        return False
+    is_torch = type(model).__module__.startswith("torch")
+    return not (is_torch or hasattr(model, "predict_proba") or hasattr(model, "decision_function"))
 
 
 def _levels_of(calibrator: Any) -> ConformalLevels | None:

@@ -178,6 +178,8 @@ class BatchRows:
     admit: dict[str, dict[str, npt.NDArray[Any]]] = field(default_factory=dict)
     # per selective calibrator: the selector's score and whether the row was kept
     selective: dict[str, dict[str, npt.NDArray[Any]]] = field(default_factory=dict)
+    # regression monitors: true values ("y", NaN until labelled) and per-calibrator row results
+    regression: dict[str, Any] = field(default_factory=dict)
 
     def contains(self, calibrator: str, rows: IntArray, labels: IntArray) -> npt.NDArray[np.bool_]:
         """Whether each row's prediction set holds the given label."""

@@ -1,0 +1,479 @@
+"""The regression monitor: calibrated predictive distributions on a stream, labels late or never.
+
+``cw.Monitor(model, task="regression", calibrators={...})`` (or a model with ``predict`` and no
+``predict_proba``) builds a :class:`RegressionMonitor`. Its calibrators are
+:class:`~calwatch.engine.regression.ModularConformalCalibrator` (paper 001): each turns the
+model's base prediction of a row (a point, an interval, quantiles, a distribution or an
+ensemble) into a calibrated CDF. Per batch the monitor keeps the width of the central credible
+intervals; when labels arrive, the rows' PIT values ``F(y | x)``, whether each interval covered
+its label, and the CRPS. Raw rows (base predictions, the random interpolation's draws, labels)
+stay for a window so late labels are scored with exactly the CDF the row was shown.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from calwatch.engine.metrics import clopper_pearson
+from calwatch.monitor import DEFAULT_WINDOW, LabelReport, Listener, Monitor, Note
+from calwatch.stream import BatchRecord, BatchRows, StreamState
+
+FloatArray = npt.NDArray[np.float64]
+#: Central credible levels whose intervals are tracked (the widest is the headline one).
+DEFAULT_LEVELS = (0.5, 0.9)
+#: Bins of the PIT histogram (uniform when the CDFs are calibrated).
+PIT_BINS = 10
+
+
+@dataclass
+class RegressionBatchStats:
+    """One batch and calibrator: interval widths, and once labelled, coverage, PIT counts, CRPS."""
+
+    levels: tuple[float, ...]
+    n_rows: int
+    width_sum: FloatArray  # per level, Σ (upper − lower) over all rows
+    n_labelled: int = 0
+    covered: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    pit_counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(PIT_BINS, dtype=np.int64))
+    crps_sum: float = 0.0
+
+    def add(self, scored: dict[str, FloatArray], sign: int = 1) -> None:
+        """Count scored labelled rows in (``sign=1``) or out (``sign=-1``, a relabel)."""
+        pit = scored["pit"]
+        self.n_labelled += sign * int(pit.shape[0])
+        if self.covered.shape[0] == 0:
+            self.covered = np.zeros(len(self.levels), dtype=np.int64)
+        for i, level in enumerate(self.levels):
+            self.covered[i] += sign * int(scored[f"covered_{_pct(level)}"].sum())
+        bins = np.minimum((pit * PIT_BINS).astype(np.int64), PIT_BINS - 1)
+        self.pit_counts += sign * np.bincount(bins, minlength=PIT_BINS)
+        self.crps_sum += sign * float(scored["crps"].sum())
+
+
+def _pct(level: float) -> str:
+    return f"{100 * float(level):g}".replace(".", "_")
+
+
+class RegressionMonitor(Monitor):
+    """Watch whether a regression model's calibrated predictive distributions keep their promise.
+
+    Parameters
+    ----------
+    model : optional
+        A regressor with ``predict(X)`` (its output is the base prediction: a point for most
+        scikit-learn models), or a callable ``X -> base prediction``. ``None``: pass ``pred=``.
+    calibrators : dict of str to ModularConformalCalibrator, optional
+        Default: ``{"mcc": ModularConformalCalibrator(prediction="point")}``.
+    levels : tuple of float
+        Central credible levels tracked per row (default 0.5 and 0.9; the last is the headline).
+    window : int
+        Raw rows kept for late labels.
+    name : str
+        Shown in the widget and reports.
+    provenance : dict of str to str, optional
+        Where the data and model come from.
+
+    Examples
+    --------
+    >>> import calwatch as cw
+    >>> mon = cw.Monitor(task="regression")
+    >>> type(mon).__name__
+    'RegressionMonitor'
+    """
+
+    task = "regression"
+
+    def __init__(
+        self,
+        model: Any = None,
+        calibrators: Mapping[str, Any] | None = None,
+        *,
+        levels: tuple[float, ...] = DEFAULT_LEVELS,
+        window: int = DEFAULT_WINDOW,
+        name: str = "calwatch",
+        provenance: Mapping[str, str] | None = None,
+        shift: Any = None,
+        task: str = "regression",
+        **unused: Any,
+    ) -> None:
+        from calwatch.engine.regression import ModularConformalCalibrator
+
+        if unused:
+            msg = f"a regression monitor does not take {sorted(unused)}"
+            raise TypeError(msg)
+        if task != "regression":
+            msg = f"task must be 'regression' for a RegressionMonitor; got {task!r}"
+            raise ValueError(msg)
+        if shift is not None:
+            msg = "shift detectors are not available for regression monitors yet: pass shift=None"
+            raise ValueError(msg)
+        if calibrators is None:
+            calibrators = {"mcc": ModularConformalCalibrator(prediction="point")}
+        if not isinstance(calibrators, Mapping) or not calibrators:
+            msg = "calibrators must be a non-empty dict of name -> ModularConformalCalibrator"
+            raise TypeError(msg)
+        for key, cal in calibrators.items():
+            if not (isinstance(key, str) and key and callable(getattr(cal, "predict_rows", None))):
+                msg = (
+                    f"calibrators[{key!r}] must be a ModularConformalCalibrator (fit(pred, y), "
+                    f"predict_rows(pred, y)); got {type(cal).__name__}"
+                )
+                raise TypeError(msg)
+        checked = tuple(float(level) for level in levels)
+        if (
+            not checked
+            or any(not 0.0 < level < 1.0 for level in checked)
+            or list(checked) != sorted(set(checked))
+        ):
+            msg = f"levels must be increasing values in (0, 1); got {levels!r}"
+            raise ValueError(msg)
+        if int(window) != window or window < 1:
+            msg = f"window must be a positive integer (rows); got {window!r}"
+            raise ValueError(msg)
+        if model is not None and not (callable(getattr(model, "predict", None)) or callable(model)):
+            msg = f"model must have predict(X) or be callable; got {type(model).__name__}"
+            raise TypeError(msg)
+        self._adapter = None
+        self._model = model
+        self.name = str(name)
+        self.levels = checked
+        self._calibrators = dict(calibrators)
+        self._fixed_classes = None
+        self._encoder = None
+        self._stream = StreamState(int(window))
+        self._listeners: list[Listener] = []
+        self._widget = None
+        self._next_auto_id = 0
+        self._shift_spec = None
+        self._shift = None
+        self._notes: list[Note] = []
+        self.calibration_: dict[str, Any] | None = None
+        self.model_description = "none (precomputed predictions)" if model is None else _describe(model)
+        self.provenance = {str(k): str(v) for k, v in (provenance or {}).items()}
+        self._draws = np.random.default_rng(0)
+
+    # ------------------------------------------------------------------ inputs
+    def _predictions(self, X: Any, pred: Any) -> Any:
+        if (X is None) == (pred is None):
+            msg = "pass either X (inputs for the model) or pred= (its base predictions)"
+            raise ValueError(msg)
+        if pred is not None:
+            return pred
+        if self._model is None:
+            msg = "X was given but the monitor has no model: pass pred= instead, or Monitor(model, task=...)"
+            raise ValueError(msg)
+        predict = getattr(self._model, "predict", None)
+        return predict(X) if callable(predict) else self._model(X)
+
+    @staticmethod
+    def _n_rows(pred: Any) -> int:
+        first = pred[0] if isinstance(pred, list) else pred
+        return int(np.shape(first)[0])
+
+    @property
+    def classes_(self) -> npt.NDArray[Any]:
+        """Regression has no classes (an empty array)."""
+        return np.array([], dtype=object)
+
+    def _regressors(self) -> dict[str, Any]:
+        return dict(self._calibrators)
+
+    def targets(self) -> dict[str, float]:
+        """Target coverage of each calibrator's headline interval (its level)."""
+        return dict.fromkeys(self._calibrators, self.levels[-1])
+
+    def what_if_calibrators(self) -> list[str]:
+        """None: a regression monitor recomputes nothing at another level (see ``levels``)."""
+        return []
+
+    # ------------------------------------------------------------------ calibrate
+    def calibrate(
+        self, X: Any = None, y: Any = None, *, pred: Any = None, **unused: Any
+    ) -> RegressionMonitor:
+        """Fit every calibrator on labelled calibration rows (``X`` through the model, or ``pred=``).
+
+        Returns
+        -------
+        RegressionMonitor
+            ``self``. If any calibrator fails to fit, nothing changes.
+        """
+        if unused:
+            msg = f"a regression monitor's calibrate() does not take {sorted(unused)}"
+            raise TypeError(msg)
+        if y is None:
+            msg = "y is required: the true values of the calibration rows"
+            raise ValueError(msg)
+        base = self._predictions(X, pred)
+        fitted = {key: copy.deepcopy(cal).fit(base, y) for key, cal in self._regressors().items()}
+        self._calibrators = fitted
+        values = np.asarray(y, dtype=np.float64)
+        self.calibration_ = {
+            "n_rows": int(values.shape[0]),
+            "y_range": [float(values.min()), float(values.max())],
+            "calibrated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        if self._widget is not None:
+            self._widget.refresh_layout()
+        return self
+
+    # ------------------------------------------------------------------ observe
+    def observe(
+        self,
+        X: Any = None,
+        *,
+        pred: Any = None,
+        ids: Any = None,
+        y: Any = None,
+        name: str | None = None,
+        **unused: Any,
+    ) -> int:
+        """Run a batch through the model and every calibrator, and record it.
+
+        Returns
+        -------
+        int
+            The batch index. A rejected batch raises and leaves the monitor unchanged.
+        """
+        if unused:
+            msg = f"a regression monitor's observe() does not take {sorted(unused)}"
+            raise TypeError(msg)
+        if self.calibration_ is None:
+            msg = "the monitor is not calibrated yet: call calibrate(X, y) or calibrate(pred=..., y=...)"
+            from calwatch.engine.conformal import NotFittedError
+
+            raise NotFittedError(msg)
+        base = self._predictions(X, pred)
+        m = self._n_rows(base)
+        if m == 0:
+            msg = "the batch is empty: a batch needs at least one row"
+            raise ValueError(msg)
+        row_ids = self._batch_ids(ids, m)
+        per_cal: dict[str, dict[str, Any]] = {}
+        stats: dict[str, Any] = {}
+        for key, cal in self._regressors().items():
+            u = self._draws.uniform(size=m) if cal.interpolation == "random" else None
+            out = cal.predict_rows(base, levels=self.levels, u=u)
+            widths = np.array(
+                [(out[f"upper_{_pct(v)}"] - out[f"lower_{_pct(v)}"]).sum() for v in self.levels]
+            )
+            per_cal[key] = {"pred": base, "u": u, **out}
+            stats[key] = RegressionBatchStats(levels=self.levels, n_rows=m, width_sum=widths)
+        index = len(self._stream.batches)
+        record = BatchRecord(
+            index=index,
+            name=str(index) if name is None else str(name),
+            observed_at=datetime.now(UTC),
+            n_rows=m,
+            stats=stats,
+            rows=BatchRows(
+                ids=row_ids,
+                probs=np.zeros((m, 0)),
+                packed_sets={},
+                labels=np.full(m, -1, dtype=np.intp),
+                regression={"y": np.full(m, np.nan), "per_calibrator": per_cal},
+            ),
+        )
+        if ids is None:
+            self._next_auto_id += m
+        self._stream.append(record)
+        if y is not None:
+            self._apply_values(record, np.arange(m), np.asarray(y, dtype=np.float64))
+        self._notify((index,))
+        return index
+
+    # ------------------------------------------------------------------ labels
+    def label(self, ids: Any, y: Any) -> LabelReport:
+        """Join late true values to their rows: PIT, interval coverage and CRPS of those batches."""
+        from calwatch.monitor import _as_id_list
+
+        id_list = _as_id_list(ids)
+        values = np.asarray(y, dtype=np.float64)
+        if values.ndim != 1 or values.shape[0] != len(id_list):
+            msg = f"y must hold one value per id ({len(id_list)}); got shape {values.shape}"
+            raise ValueError(msg)
+        if not np.isfinite(values).all():
+            msg = "y contains NaN or inf: true values must be finite numbers"
+            raise ValueError(msg)
+        if len(set(id_list)) != len(id_list):
+            msg = "ids must be distinct within one label() call"
+            raise ValueError(msg)
+        positions = [self._stream.id_index.get(i) for i in id_list]
+        found = np.array([p is not None for p in positions], dtype=bool)
+        unmatched = int((~found).sum())
+        self._stream.labels_unmatched += unmatched
+        if not found.any():
+            return LabelReport(0, unmatched, 0, ())
+        where = np.array([p for p in positions if p is not None], dtype=np.intp)
+        by_index = {r.index: r for r in self._stream.window_batches()}
+        relabelled = 0
+        touched = np.unique(where[:, 0]).tolist()
+        for batch in touched:
+            mask = where[:, 0] == batch
+            relabelled += self._apply_values(by_index[batch], where[mask, 1], values[found][mask])
+        self._notify(tuple(touched))
+        return LabelReport(int(found.sum()), unmatched, relabelled, tuple(touched))
+
+    def _apply_values(self, record: BatchRecord, rows: npt.NDArray[np.intp], values: FloatArray) -> int:
+        assert record.rows is not None
+        store = record.rows.regression
+        old = store["y"][rows]
+        had = ~np.isnan(old)
+        for key, cal in self._regressors().items():
+            saved = store["per_calibrator"][key]
+            stats = _regression_stats(record)[key]
+            if had.any():
+                stats.add(self._score(cal, saved, rows[had], old[had]), sign=-1)
+            stats.add(self._score(cal, saved, rows, values))
+        store["y"][rows] = values
+        record.rows.labels[rows] = 0  # marks the row as labelled for the generic counters
+        self._stream.rows_labelled += int((~had).sum())
+        return int(had.sum())
+
+    def _score(
+        self, cal: Any, saved: dict[str, Any], rows: npt.NDArray[np.intp], y: FloatArray
+    ) -> dict[str, FloatArray]:
+        base = saved["pred"]
+        sub = [b[rows] for b in base] if isinstance(base, list) else np.asarray(base)[rows]
+        u = None if saved["u"] is None else saved["u"][rows]
+        scored: dict[str, FloatArray] = cal.predict_rows(sub, y, levels=self.levels, u=u)
+        return scored
+
+    # ------------------------------------------------------------------ views
+    def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
+        """One row per batch and calibrator.
+
+        Columns ``batch, name, calibrator, kind ("regression"), target, n_rows, n_labelled,
+        n_pending, n_covered, coverage, coverage_lo, coverage_hi`` (of the headline interval,
+        95% Clopper-Pearson), ``mean_width`` (headline), ``mean_width_<pct>`` and
+        ``coverage_<pct>`` per level, ``crps`` (mean over labelled rows), ``in_window``,
+        ``observed_at``.
+        """
+        rows: list[dict[str, Any]] = []
+        head = _pct(self.levels[-1])
+        for record in self._records(batches):
+            for key, stats in _regression_stats(record).items():
+                n_lab = stats.n_labelled
+                covered = (
+                    stats.covered if stats.covered.shape[0] else np.zeros(len(self.levels), dtype=np.int64)
+                )
+                row: dict[str, Any] = {
+                    "batch": record.index, "name": record.name, "calibrator": key, "kind": "regression",
+                    "target": self.levels[-1], "n_rows": record.n_rows, "n_labelled": n_lab,
+                    "n_covered": int(covered[-1]), "crps": stats.crps_sum / n_lab if n_lab else None,
+                    "in_window": record.rows is not None, "observed_at": record.observed_at,
+                }  # fmt: skip
+                for i, level in enumerate(self.levels):
+                    row[f"mean_width_{_pct(level)}"] = float(stats.width_sum[i]) / record.n_rows
+                    row[f"coverage_{_pct(level)}"] = int(covered[i]) / n_lab if n_lab else None
+                rows.append(row)
+        frame = pl.DataFrame(rows, infer_schema_length=None) if rows else self._empty_summary()
+        lo, hi = clopper_pearson(frame["n_covered"].to_numpy(), frame["n_labelled"].to_numpy())
+        return frame.with_columns(
+            n_pending=pl.col("n_rows") - pl.col("n_labelled"),
+            coverage=pl.col(f"coverage_{head}"),
+            coverage_lo=pl.Series(lo, dtype=pl.Float64).fill_nan(None),
+            coverage_hi=pl.Series(hi, dtype=pl.Float64).fill_nan(None),
+            mean_width=pl.col(f"mean_width_{head}"),
+        )
+
+    def _empty_summary(self) -> pl.DataFrame:
+        schema: dict[str, Any] = {
+            "batch": pl.Int64, "name": pl.String, "calibrator": pl.String, "kind": pl.String,
+            "target": pl.Float64, "n_rows": pl.Int64, "n_labelled": pl.Int64, "n_covered": pl.Int64,
+            "crps": pl.Float64, "in_window": pl.Boolean, "observed_at": pl.Datetime("us", "UTC"),
+        }  # fmt: skip
+        for level in self.levels:
+            schema[f"mean_width_{_pct(level)}"] = pl.Float64
+            schema[f"coverage_{_pct(level)}"] = pl.Float64
+        return pl.DataFrame(schema=schema)
+
+    def pit_histogram(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
+        """PIT values of labelled rows, binned per batch: ``batch, calibrator, bin, lo, hi, count``."""
+        out: dict[str, list[Any]] = {
+            "batch": [],
+            "calibrator": [],
+            "bin": [],
+            "lo": [],
+            "hi": [],
+            "count": [],
+        }
+        for record in self._records(batches):
+            for key, stats in _regression_stats(record).items():
+                for b, count in enumerate(stats.pit_counts.tolist()):
+                    if count:
+                        out["batch"].append(record.index)
+                        out["calibrator"].append(key)
+                        out["bin"].append(b)
+                        out["lo"].append(b / PIT_BINS)
+                        out["hi"].append((b + 1) / PIT_BINS)
+                        out["count"].append(count)
+        schema: dict[str, Any] = {
+            "batch": pl.Int64, "calibrator": pl.String, "bin": pl.Int64, "lo": pl.Float64, "hi": pl.Float64,
+            "count": pl.Int64,
+        }  # fmt: skip
+        return pl.DataFrame(out, schema=schema)
+
+    def rows(self, window: int | None = None, *, batch: int | None = None) -> pl.DataFrame:
+        """Raw rows in the window, with each calibrator's median, intervals and (labelled) PIT.
+
+        Columns ``batch, id, label`` and per calibrator ``median_<name>``, ``lower_<pct>_<name>``
+        / ``upper_<pct>_<name>`` per level, and ``pit_<name>`` once labelled.
+        """
+        records = self._stream.window_batches()
+        if batch is not None:
+            records = [r for r in records if r.index == batch]
+            if not records:
+                msg = f"batch {batch} is not in the window (its raw rows were dropped or never existed)"
+                raise ValueError(msg)
+        frames = []
+        for record in records:
+            assert record.rows is not None
+            store = record.rows.regression
+            y = store["y"]
+            columns: dict[str, Any] = {
+                "batch": np.full(record.n_rows, record.index),
+                "id": record.rows.ids,
+                "label": [None if np.isnan(v) else float(v) for v in y],
+            }
+            labelled = np.flatnonzero(~np.isnan(y))
+            for key, cal in self._regressors().items():
+                saved = store["per_calibrator"][key]
+                columns[f"median_{key}"] = saved["median"]
+                for level in self.levels:
+                    columns[f"lower_{_pct(level)}_{key}"] = saved[f"lower_{_pct(level)}"]
+                    columns[f"upper_{_pct(level)}_{key}"] = saved[f"upper_{_pct(level)}"]
+                pit = np.full(record.n_rows, np.nan)
+                if labelled.shape[0]:
+                    pit[labelled] = self._score(cal, saved, labelled, y[labelled])["pit"]
+                columns[f"pit_{key}"] = [None if np.isnan(v) else float(v) for v in pit]
+            frames.append(pl.DataFrame(columns))
+        if not frames:
+            return pl.DataFrame()
+        out = pl.concat(frames, how="vertical_relaxed")
+        return out if window is None else out.tail(int(window))
+
+    def save(self, path: Any) -> Any:
+        """Not available yet for regression monitors (snapshots hold classification state)."""
+        msg = "snapshots of regression monitors are not supported yet; use report(path) to keep what you saw"
+        raise NotImplementedError(msg)
+
+    def _batch_ids(self, ids: Any, m: int) -> list[Hashable]:
+        return super()._batch_ids(ids, m)
+
+
+def _regression_stats(record: BatchRecord) -> dict[str, RegressionBatchStats]:
+    out: dict[str, Any] = record.stats
+    return out
+
+
+def _describe(model: Any) -> str:
+    cls = type(model)
+    return f"{cls.__module__}.{cls.__qualname__}"
