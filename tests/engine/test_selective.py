@@ -250,6 +250,7 @@ def fast(**kw):
     return SelectiveCalibrator(**base)
 
 
+@pytest.mark.slow
 def test_fixed_api_prefers_the_calibrated_rows_of_the_toy_example():
     P, y, E, _, g = toy(2000, 0)
     reference = toy(1000, 1, shifted=0.0)[2]  # the model's training rows: all X2 = 1
@@ -368,6 +369,15 @@ def test_baselines_share_the_thresholding():
     for method in ("isolation_forest", "one_class_svm"):
         sel = BaselineSelector(method, coverage=0.5).fit(P, embeddings=E, reference=reference)
         assert sel.select(P, embeddings=E, tune_on="batch").mean() >= 0.5
+    arrays, info = knn.state()
+    restored = BaselineSelector.from_state(arrays, json.loads(json.dumps(info)))
+    np.testing.assert_array_equal(restored.scores(P, embeddings=E), knn.scores(P, embeddings=E))
+    assert restored.threshold_ == knn.threshold_
+    arrays, info = conf.state()
+    assert (
+        arrays == {}
+        and BaselineSelector.from_state(arrays, info).select(P).tolist() == conf.select(P).tolist()
+    )
     with pytest.raises(ValueError, match="needs embeddings"):
         BaselineSelector("knn").fit(P)
     with pytest.raises(ValueError, match="method must be one of"):

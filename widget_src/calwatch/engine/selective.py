@@ -137,6 +137,9 @@ class _Selector:
     def _scores(self, probs: FloatArray, E: Float32Array | None) -> FloatArray:
         raise NotImplementedError
 
+    def _prepare(self) -> None:
+        """Import what scoring needs before threads are limited (torch for the MLP)."""
+
     def scores(self, P: Any, *, embeddings: Any = None) -> FloatArray:
         """The selector's score per row (higher = keep first), float64.
 
@@ -152,6 +155,7 @@ class _Selector:
         ndarray of shape (n,)
         """
         probs, E = self._inputs(P, embeddings)
+        self._prepare()
         with limit_threads(self.n_threads):
             return self._scores(probs, E)
 
@@ -201,6 +205,7 @@ class _Selector:
         ndarray of bool, shape (n,)
         """
         probs, E = self._inputs(P, embeddings)
+        self._prepare()
         with limit_threads(self.n_threads):
             s = self._scores(probs, E)
         if tune_on is None:
@@ -336,6 +341,51 @@ class BaselineSelector(_Selector):
         self.dims_ = None if E is None else int(E.shape[1])
         self.threshold_ = _threshold(self._scores(probs, E), self.coverage)
         return self
+
+    def state(self) -> tuple[dict[str, npt.NDArray[Any]], dict[str, Any]]:
+        """Plain arrays (the outlier model's reference rows, if any) and a JSON-able dict."""
+        self._check_fitted()
+        arrays: dict[str, npt.NDArray[Any]] = {}
+        meta_info = None
+        if self.needs_embeddings:
+            arrays, meta_info = self._meta.state()
+        info: dict[str, Any] = {
+            "kind": "BaselineSelector",
+            "version": STATE_VERSION,
+            "params": {
+                "method": self.method,
+                "coverage": self.coverage,
+                "n_neighbors": self.n_neighbors,
+                "subsample": self.subsample,
+                "max_reference": self.max_reference,
+                "max_dims": self.max_dims,
+                "reference_fraction": self.reference_fraction,
+                "n_threads": self.n_threads,
+                "seed": self.seed,
+            },
+            "meta": meta_info,
+            "threshold": self.threshold_,
+            "n_classes": self.n_classes_,
+            "dims": self.dims_,
+        }
+        return arrays, info
+
+    @classmethod
+    def from_state(cls, arrays: dict[str, Any], info: dict[str, Any]) -> BaselineSelector:
+        """Rebuild from :meth:`state` (outlier models refitted on the stored rows: same scores)."""
+        if info.get("kind") != "BaselineSelector" or info.get("version") != STATE_VERSION:
+            msg = (
+                f"not a BaselineSelector state of version {STATE_VERSION}: "
+                f"kind={info.get('kind')!r}, version={info.get('version')!r}"
+            )
+            raise ValueError(msg)
+        out = cls(**info["params"])
+        if info["meta"] is not None:
+            out._meta = MetaFeatures.from_state(arrays, info["meta"])
+        out.n_classes_ = int(info["n_classes"])
+        out.dims_ = None if info["dims"] is None else int(info["dims"])
+        out.threshold_ = float(info["threshold"])
+        return out
 
     def _scores(self, probs: FloatArray, E: Float32Array | None) -> FloatArray:
         if self.method == "full":
@@ -581,6 +631,7 @@ class SelectiveCalibrator(_Selector):
         SelectiveCalibrator
             ``self``, fitted.
         """
+        self._prepare()
         with limit_threads(self.n_threads):
             return self._fit(P, y, embeddings, groups, reference)
 
@@ -761,6 +812,9 @@ class SelectiveCalibrator(_Selector):
         return float(np.sort(errors)[-k:].mean())
 
     # ------------------------------------------------------------------ scores
+    def _prepare(self) -> None:
+        import torch  # noqa: F401 - imported before limit_threads, so that its threads are limited
+
     def features(self, P: Any, *, embeddings: Any = None) -> FloatArray:
         """The standardised meta features ``φ_meta`` the network sees, ``(n, len(feature_names_))``."""
         probs, E = self._inputs(P, embeddings)

@@ -101,20 +101,19 @@ def _check_int(value: Any, name: str, minimum: int) -> int:
 def limit_threads(n_threads: int | None) -> Iterator[None]:
     """Run the block with at most ``n_threads`` threads in BLAS, OpenMP (faiss) and torch.
 
-    ``None`` changes nothing. The previous settings are restored on exit. The selector's
-    matrices are small: on a shared 2-core machine one thread was 7× faster than two for a
-    training step (56 vs 403 ms, load average 8).
+    ``None`` changes nothing. torch is limited only when it is already imported (import it
+    before entering the block when the block uses it). The previous settings are restored on
+    exit. The selector's matrices are small: on a shared 2-core machine one thread was 7×
+    faster than two for a training step (56 vs 403 ms, load average 8).
     """
     if n_threads is None:
         yield
         return
-    import importlib.util
+    import sys
 
     from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
-    torch: Any = None
-    if importlib.util.find_spec("torch") is not None:
-        import torch
+    torch: Any = sys.modules.get("torch")  # only if already imported: importing it costs seconds
     previous = None if torch is None else torch.get_num_threads()
     if torch is not None:
         torch.set_num_threads(n_threads)
