@@ -12,6 +12,7 @@ from calwatch.engine.calibration_metrics import (
     calibration_error,
     coverage_threshold,
     default_bins,
+    equal_mass_bin_index,
     keep_count,
     reduce_probabilities,
     selective_auc,
@@ -21,7 +22,7 @@ from calwatch.engine.calibration_metrics import (
 )
 from calwatch.engine.metrics import selective_calibration_error as reexported
 
-# Seven rows, three bins by rank: bin of rank i is ⌊3i/7⌋ -> sizes 3, 2, 2.
+# Seven rows, three bins by rank, as numpy.array_split cuts 7 into 3: sizes 3, 2, 2.
 #   sorted r: .10 .20 .30 | .50 .60 | .80 .90
 #   outcome:   0   1   0  |  1   0  |  1   1
 #   ȳ_k:        1/3       |   1/2   |   1
@@ -46,6 +47,14 @@ def test_binned_error_hand_computed_three_norms():
     assert binned_calibration_error(R7, Y7, norm="l1", bins=50) == pytest.approx(
         np.mean(np.abs(Y7 - R7)), abs=1e-15
     )
+
+
+def test_bin_sizes_follow_array_split():
+    for n, m in ((7, 3), (10, 4), (30, 15), (1000, 15), (5, 5)):
+        expected = np.concatenate(
+            [np.full(p.shape[0], k) for k, p in enumerate(np.array_split(np.arange(n), m))]
+        )
+        np.testing.assert_array_equal(equal_mass_bin_index(n, m), expected)
 
 
 def test_default_bin_count_is_min_15_and_n_over_25():

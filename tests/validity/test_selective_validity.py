@@ -11,11 +11,11 @@ Checks:
   evaluated rows, 002 §5.2) is below the full model's on each of 5 disjoint sets of 3,000
   women (a paired sign test: if the selector did no better than keeping everything, all five
   would be lower with probability ≤ 1/32), and lower by at least 25% on average (002 reports
-  18-25% over the best baseline; over the full model we measured AUC ratios .49-.77, mean
-  .60, seed 0).
+  18-25% over the best baseline; over the full model we measured AUC ratios .51-.80, mean
+  .63, seed 0).
 - The threshold of Eq. 16 tuned on n unlabelled rows keeps at least ξ of them (always) and
   at least ξ − ε of new rows except with probability ≤ exp(−2nε²) (002 Prop. 4.8), over
-  R = 400 random tuning sets (measured: 0.5% of draws below ξ − ε = .75; bound 8.2%).
+  R = 400 random tuning sets (measured: 0.75% of draws at or below ξ − ε = .75; bound 8.2%).
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def test_smmce_beats_the_full_model_on_every_disjoint_test_set(fitted):
         ratios.append(selective_auc(xi, smmce) / selective_auc(xi, full))
     # every set improves (sign test, p = 1/32 under "no better than full") …
     assert max(ratios) < 1.0, ratios
-    # … and by ≥ 25% on average (observed .60: 40%; the ratios' sd across sets is ≈ .1, so the
-    # mean of 5 has sd ≈ .045 and .75 is > 3 sd above what we measured)
+    # … and by ≥ 25% on average: the effect size asked of the method (observed mean .63; the
+    # five ratios .51-.80 have sd .11, so their mean has sd ≈ .05 and .75 is 2.4 sd above it;
+    # a selector no better than full would sit near 1, 5 sd above the bar)
     assert np.mean(ratios) <= 0.75, ratios
 
 

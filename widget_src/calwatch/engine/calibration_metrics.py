@@ -16,12 +16,13 @@ The one implementation calwatch uses to *measure* classification calibration:
   ``ξ ∈ [0.05, 1]`` (thresholds tuned on the evaluated rows themselves, labels unused, as in
   002 §5.2) and the area under it.
 
-Equal-mass bins here split the rows *by rank*: sorted by confidence (stable, so ties keep the
-input order), the row of rank ``i`` (0-based) goes to bin ``⌊i·m/n⌋``; bin sizes differ by at
-most one. Tied confidences can straddle a bin boundary. This is the estimator of 002 App. B.1
-(and Kumar et al. 2019). :func:`calwatch.engine.binning.equal_mass_edges` answers another
-question (edges of a calibration *map*, midpoints between ranks, ties never split) and is not
-used for measurement.
+Equal-mass bins here split the rows *by rank* (:func:`equal_mass_bin_index`): sorted by
+confidence (stable, so ties keep the input order), the first ``n mod m`` bins hold ``⌈n/m⌉``
+rows and the others ``⌊n/m⌋`` (the split of ``numpy.array_split``, also used by the
+dashboard's reliability bins). Tied confidences can straddle a bin boundary. This is the
+estimator of 002 App. B.1 (and Kumar et al. 2019).
+:func:`calwatch.engine.binning.equal_mass_edges` answers another question (edges of a
+calibration *map*, midpoints between ranks, ties never split) and is not used for measurement.
 """
 
 from __future__ import annotations
@@ -176,11 +177,26 @@ def binned_calibration_error(
     return _binned_error(r, o, norm, m)
 
 
+def equal_mass_bin_index(n: int, m: int) -> IntArray:
+    """Bin of each rank ``0..n-1`` for ``m ≤ n`` equal-mass bins, as ``numpy.array_split`` cuts.
+
+    Examples
+    --------
+    >>> equal_mass_bin_index(7, 3).tolist()  # sizes 3, 2, 2
+    [0, 0, 0, 1, 1, 2, 2]
+    """
+    small, extra = divmod(n, m)
+    sizes = np.full(m, small, dtype=np.intp)
+    sizes[:extra] += 1
+    index: IntArray = np.repeat(np.arange(m, dtype=np.intp), sizes)
+    return index
+
+
 def _binned_error(r: FloatArray, o: FloatArray, norm: Norm, m: int) -> float:
     """:func:`binned_calibration_error` without validation (``m ≤ n``)."""
     n = r.shape[0]
     order = np.argsort(r, kind="stable")
-    index = (np.arange(n) * m) // n  # bin of each rank
+    index = equal_mass_bin_index(n, m)  # bin of each rank
     counts = np.bincount(index, minlength=m).astype(np.float64)
     gap = np.abs(
         np.bincount(index, weights=o[order], minlength=m) - np.bincount(index, weights=r[order], minlength=m)
@@ -485,6 +501,7 @@ __all__ = [
     "check_coverage",
     "coverage_threshold",
     "default_bins",
+    "equal_mass_bin_index",
     "keep_count",
     "reduce_probabilities",
     "selective_auc",
