@@ -184,6 +184,8 @@ def run_task(spec: TaskSpec, *, epochs: int) -> tuple[str, list[dict[str, Any]]]
                         {"task": spec.key, "test": test_name, "kappa": kappa, "by": by, **r}
                         for r in frame.iter_rows(named=True)
                     ]
+                if not results["local_conf"].admitted.any():
+                    print(_local_conf_note(va, split_data.E))
     return text.getvalue(), records
 
 
@@ -205,6 +207,28 @@ def _table2(task: EmbeddingTask, va: VennAdmit) -> str:
         f"localizer agreement {va.localizer_agreement_:.3f}; D_ca includes the D_knn rows)"
     )
     return "\n".join(lines)
+
+
+def _local_conf_note(va: VennAdmit, E: np.ndarray) -> str:
+    """Why Local-conf admits nothing: the kernel mass of the calibration rows around a test row.
+
+    Local-conf puts class ``c`` in the set unless the kernel mass of calibration scores below
+    ``1 − π_c`` reaches ``(1 − α)(Σ_j K_j + 1)`` (the test row's own weight is ``K = 1``). With
+    ``Σ_j K_j < (1 − α)/α`` that can never happen: every set is full.
+    """
+    rows = np.random.default_rng(SEED).choice(E.shape[0], size=min(1_000, E.shape[0]), replace=False)
+    cal = va.calibration_embeddings_[va.calibration_split_ != SPLIT_KNN].astype(np.float64)
+    Q = E[rows].astype(np.float64)
+    sq = (Q**2).sum(axis=1)[:, None] + (cal**2).sum(axis=1)[None, :] - 2.0 * Q @ cal.T
+    mass = np.exp(-np.sqrt(np.maximum(sq, 0.0)) / va.localizer_eta_).sum(axis=1)
+    need = (1 - ALPHA) / ALPHA
+    q10, q50, q90 = np.quantile(mass, [0.1, 0.5, 0.9])
+    return (
+        f"note: Local-conf admitted no row. Its kernel exp(-d/η') with η' = {va.localizer_eta_:.4g} puts a "
+        f"mass Σ_j K_j of {q10:.3g} / {q50:.3g} / {q90:.3g} (10/50/90%, {rows.size} test rows) on the "
+        f"calibration rows, against the test row's own weight 1; a singleton needs Σ_j K_j ≥ (1-α)/α = "
+        f"{need:.0f} (reached by {np.mean(mass >= need):.1%} of rows)."
+    )
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:

@@ -5,8 +5,9 @@ into a reference (training) set ``D_tr``, a calibration set and two test sets, o
 the calibration set and one under a natural shift:
 
 - :func:`rotten_tomatoes_task`: Rotten Tomatoes review snippets (fresh or rotten) with a
-  TF-IDF + logistic-regression model; the embedding is a TruncatedSVD of the TF-IDF. The shift
-  is a group shift: whole movies never seen in training or calibration.
+  TF-IDF torch MLP whose hidden layer is the embedding (``model="logistic"``: TF-IDF + logistic
+  regression with a TruncatedSVD of the TF-IDF as the embedding, a weak-embedding contrast).
+  The shift is a group shift: whole movies never seen in training or calibration.
 - :func:`flights_mlp_task`: NYC flights 2013, late arrival (``arr_delay > 15``) with a torch
   MLP; the embedding is its last hidden layer. Training and calibration come from
   January-June; the shifted test set is October-December.
