@@ -30,8 +30,12 @@ Outputs under ``benchmarks/results/``: ``selective_table.csv`` (one row per task
 chart of the error-vs-coverage curves, a Vega-Lite spec with its data; ``--html`` also writes
 ``selective_curves.html``, offline, ~1 MB).
 
+``--ablation`` adds two S-MMCE variants: without perturbations (bootstrap samples of the clean
+rows, 002 App. C's "without T") and ranking the κ-worst at ξ = 0.8 as Alg. 1 is written.
+
 Run: ``python benchmarks/selective_table.py [--seeds 5] [--resamples 5] [--n-fit 4000]
-[--n-test 5000] [--tasks adult-sex flights-month] [--html]``.
+[--n-test 5000] [--tasks adult-sex flights-month] [--html] [--ablation]`` (about 7 minutes
+on a shared 2-core machine, 15 with ``--ablation``).
 """
 
 from __future__ import annotations
@@ -54,26 +58,32 @@ from calwatch.engine.selective import BaselineSelector, SelectiveCalibrator
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("S-MMCE", "full", "confidence", "isolation_forest", "one_class_svm", "knn")
+#: ``--ablation``: S-MMCE without perturbations, and ranking datasets at ξ = 0.8 as Alg. 1 does.
+ABLATIONS = ("S-MMCE no perturbations", "S-MMCE rank at ξ=0.8")
 METRICS = {"S-BCE2": ("calibration", "l2"), "S-BCEinf": ("calibration", "linf"), "S-Brier": ("brier", "l2")}
 
 
 def make_selector(method: str, seed: int, head: Any) -> Any:
     if method == "S-MMCE":
         return SelectiveCalibrator(coverage=0.8, rank_by="auc", head=head, progress=False, seed=seed)
+    if method == "S-MMCE no perturbations":
+        return SelectiveCalibrator(coverage=0.8, rank_by="auc", perturbations=[], progress=False, seed=seed)
+    if method == "S-MMCE rank at ξ=0.8":
+        return SelectiveCalibrator(coverage=0.8, rank_by="coverage", head=head, progress=False, seed=seed)
     return BaselineSelector(method, coverage=0.8, seed=seed)  # type: ignore[arg-type]
 
 
 def run_task(
-    name: str, seeds: int, resamples: int, n_fit: int, n_test: int
+    name: str, methods: Sequence[str], seeds: int, resamples: int, n_fit: int, n_test: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     task = shift_task(name)
     fit = task.source.subsample(n_fit, 0)
     tests = [task.target.subsample(n_test, 1000 + r, replace_rows=True) for r in range(resamples)]
     aucs: dict[tuple[str, str], list[float]] = {}
     curves: dict[tuple[str, str], list[np.ndarray]] = {}
-    timings: dict[str, list[float]] = {m: [] for m in METHODS}
-    score_times: dict[str, list[float]] = {m: [] for m in METHODS}
-    for method in METHODS:
+    timings: dict[str, list[float]] = {m: [] for m in methods}
+    score_times: dict[str, list[float]] = {m: [] for m in methods}
+    for method in methods:
         for seed in range(seeds):
             start = time.perf_counter()
             selector = make_selector(method, seed, task.head).fit(
@@ -89,12 +99,12 @@ def run_task(
                     aucs.setdefault((method, metric), []).append(selective_auc(xi, values))
                     curves.setdefault((method, metric), []).append(values)
         print(
-            f"  {name:<14} {method:<17} fit {np.median(timings[method]):6.2f} s (median of {seeds}), "
+            f"  {name:<14} {method:<24} fit {np.median(timings[method]):6.2f} s (median of {seeds}), "
             f"score {n_test} rows {1000 * np.median(score_times[method]):7.1f} ms",
             flush=True,
         )
     rows, curve_rows = [], []
-    for method in METHODS:
+    for method in methods:
         row: dict[str, Any] = {"task": name, "method": method}
         for metric in METRICS:
             values = np.asarray(aucs[(method, metric)])
@@ -124,7 +134,7 @@ def run_task(
 def print_table(table: pl.DataFrame) -> None:
     print("\nAUC over coverage 0.05-1 (mean ± sd over trials; lower is better; best per column *)")
     header = (
-        f"{'task':<14} {'method':<17} " + " ".join(f"{m + ' AUC':>19}" for m in METRICS) + f" {'fit s':>7}"
+        f"{'task':<14} {'method':<24} " + " ".join(f"{m + ' AUC':>19}" for m in METRICS) + f" {'fit s':>7}"
     )
     print(header)
     print("-" * len(header))
@@ -137,7 +147,7 @@ def print_table(table: pl.DataFrame) -> None:
                 mark = "*" if row[f"{m}_auc_mean"] == best[m] else " "
                 cells.append(f"{row[f'{m}_auc_mean']:.4f} ± {row[f'{m}_auc_sd']:.4f}{mark}")
             print(
-                f"{task:<14} {row['method']:<17} "
+                f"{task:<14} {row['method']:<24} "
                 + " ".join(f"{c:>19}" for c in cells)
                 + f" {row['fit_seconds_median']:7.2f}"
             )
@@ -156,7 +166,7 @@ def save_chart(curves: pl.DataFrame, out_dir: Path, *, html: bool) -> list[Path]
     data = curves.with_columns(lo=pl.col("mean") - pl.col("sd"), hi=pl.col("mean") + pl.col("sd")).to_pandas()
     base = alt.Chart(data).encode(
         x=alt.X("coverage:Q", title="coverage ξ", scale=alt.Scale(domain=[0.05, 1])),
-        color=alt.Color("method:N", sort=list(METHODS)),
+        color=alt.Color("method:N", sort=list(METHODS + ABLATIONS)),
     )
     band = base.mark_area(opacity=0.12).encode(y="lo:Q", y2="hi:Q")
     line = base.mark_line(point=True).encode(
@@ -189,6 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n-test", type=int, default=5_000, help="rows per test resample (default 5000)")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"output folder (default {RESULTS})")
     parser.add_argument("--html", action="store_true", help="also write the chart as offline HTML (~1 MB)")
+    parser.add_argument(
+        "--ablation", action="store_true", help="add S-MMCE without perturbations / ranked at ξ"
+    )
     args = parser.parse_args(argv)
     if args.seeds < 2 or args.resamples < 1:
         parser.error("--seeds must be ≥ 2 and --resamples ≥ 1")
@@ -202,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     curve_rows: list[dict[str, Any]] = []
     for name in args.tasks:
-        r, c = run_task(name, args.seeds, args.resamples, args.n_fit, args.n_test)
+        methods = METHODS + (ABLATIONS if args.ablation else ())
+        r, c = run_task(name, methods, args.seeds, args.resamples, args.n_fit, args.n_test)
         rows += r
         curve_rows += c
     table, curves = pl.DataFrame(rows), pl.DataFrame(curve_rows)
