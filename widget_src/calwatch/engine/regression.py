@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import ndtr
 
 from calwatch.engine.conformal import NotFittedError
 from calwatch.engine.regression_interpolation import (
@@ -52,11 +53,17 @@ FloatArray = npt.NDArray[np.float64]
 
 #: Version of :meth:`ModularConformalCalibrator.state`'s layout.
 STATE_VERSION = 1
-#: Gauss-Legendre nodes on (0, 1) for the mean and variance by quadrature (ensembles, callable CDFs).
-MOMENT_NODES = 96
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(MOMENT_NODES)
-_GL_P = 0.5 * (_GL_X + 1.0)
-_GL_WEIGHTS = 0.5 * _GL_W
+#: Nodes of the mean and variance by quadrature (ensembles, callable CDFs): the trapezoid rule
+#: for ``E[Y^k] = ∫ F⁻¹(Φ(t))^k φ(t) dt`` on a uniform grid of ``t ∈ [−7, 7]`` (the mass beyond is
+#: 2.6e-12). The substitution ``p = Φ(t)`` reaches far into both tails, where a grid in ``p`` stops
+#: short; a dense uniform grid (not Gauss-Legendre) because a linear interpolation's ``F⁻¹`` has a
+#: kink at every calibration score.
+MOMENT_NODES = 513
+_MOMENT_T = np.linspace(-7.0, 7.0, MOMENT_NODES)
+_MOMENT_P = np.asarray(ndtr(_MOMENT_T), dtype=np.float64)
+_MOMENT_W = np.exp(-0.5 * _MOMENT_T**2)
+_MOMENT_W[[0, -1]] *= 0.5
+_MOMENT_W /= _MOMENT_W.sum()
 
 
 def _check_probability_levels(p: FloatArray, name: str) -> None:
@@ -223,25 +230,22 @@ class CalibratedCDF:
             d = alpha - mean[:, None]
             var = (d * d) @ P + 2.0 * (d * beta) @ M1 + (beta * beta) @ M2
             return mean, np.maximum(var, 0.0)
-        # quadrature over probability levels: E[Y^k] = ∫ F⁻¹(p)^k dp, in blocks of rows
-        means, variances = [], []
-        block = max(1, 500_000 // MOMENT_NODES)
-        for start in range(0, self.n_rows, block):
-            part = self[start : start + block]
-            y = part.ppf(_GL_P[None, :])
-            mean = y @ _GL_WEIGHTS
-            d = y - mean[:, None]
-            means.append(mean)
-            variances.append((d * d) @ _GL_WEIGHTS)
-        return np.concatenate(means), np.concatenate(variances)
+        # quadrature over probability levels: E[Y^k] = ∫ F⁻¹(p)^k dp, a few levels at a time
+        y = np.empty((self.n_rows, MOMENT_NODES))
+        block = max(1, 500_000 // self.n_rows)
+        for start in range(0, MOMENT_NODES, block):
+            y[:, start : start + block] = self.ppf(_MOMENT_P[None, start : start + block])
+        mean = y @ _MOMENT_W
+        d = y - mean[:, None]
+        return mean, (d * d) @ _MOMENT_W
 
     def mean(self) -> FloatArray:
         """The mean per row.
 
         Exact for point, interval, quantile and Gaussian predictions (from the interpolated score
-        law's partial moments, computed once for all rows); by 96-node Gauss-Legendre quadrature
-        over ``F⁻¹`` for ensembles and callable CDFs. Improper CDFs (naive, random): ``+inf`` with
-        mass only at ``+∞``, ``nan`` with mass at both ends.
+        law's partial moments, computed once for all rows); by the trapezoid rule over
+        ``F⁻¹(Φ(t))``, 513 points of ``|t| ≤ 7``, for ensembles and callable CDFs. Improper CDFs
+        (naive, random): ``+inf`` with mass only at ``+∞``, ``nan`` with mass at both ends.
         """
         lower, upper = self._improper()
         if self._q.proper:

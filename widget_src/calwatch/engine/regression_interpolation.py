@@ -403,7 +403,13 @@ class NAFInterpolation(Interpolation):
 
     def _s_of_t(self, t: FloatArray) -> FloatArray:
         g = self.center + self.scale * t
-        return np.asarray(expit(g), dtype=np.float64) if self.logit else g
+        if not self.logit:
+            return g
+        # expit rounds to 1.0 beyond g ≈ 37: keep finite t strictly inside (0, 1)
+        s = np.asarray(expit(g), dtype=np.float64)
+        inside = np.clip(s, np.finfo(np.float64).smallest_subnormal, 1.0 - np.finfo(np.float64).epsneg)
+        out: FloatArray = np.where(np.isfinite(g), inside, s)
+        return out
 
     def _dt_ds(self, s: FloatArray) -> FloatArray:
         if self.logit:
@@ -463,7 +469,7 @@ class NAFInterpolation(Interpolation):
             omega = torch.zeros(units, dtype=torch.float64, requires_grad=True)
             tt = torch.tensor(t, dtype=torch.float64)[:, None]
             target = torch.tensor(level, dtype=torch.float64)
-            opt = torch.optim.Adam([c, log_a, omega], lr=learning_rate)
+            opt = torch.optim.Adam([c, log_a, omega], lr=learning_rate, foreach=False)
             sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(epochs, 1))
             loss_value = math.nan
             bar = tqdm(range(epochs), desc="NAF interpolation", disable=not progress, leave=False)
@@ -515,7 +521,15 @@ class NAFInterpolation(Interpolation):
         p = np.asarray(p, dtype=np.float64)
         flat = p.ravel()
         j = np.clip(np.searchsorted(self._table_q, flat, side="left"), 1, self._table_t.shape[0] - 1)
-        t = solve_increasing(self._q_of_t, flat, self._table_t[j - 1], self._table_t[j])
+        guess = np.interp(flat, self._table_q, self._table_t)  # Newton from the table's estimate
+        t = solve_increasing(
+            self._q_of_t,
+            flat,
+            self._table_t[j - 1],
+            self._table_t[j],
+            fprime=lambda x: self._q_of_t(x, derivative=True),
+            start=guess,
+        )
         t = np.where(flat <= 0.0, -math.inf, np.where(flat >= 1.0, math.inf, t))
         return self._s_of_t(t).reshape(p.shape)
 

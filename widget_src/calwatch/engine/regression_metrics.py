@@ -53,13 +53,13 @@ def negative_log_likelihood(F: CalibratedCDF, y: Any) -> FloatArray:
     return -F.logpdf(_labels(F, y))
 
 
-def crps(F: CalibratedCDF, y: Any, *, n_levels: int = CRPS_LEVELS, block_rows: int = 2_048) -> FloatArray:
+def crps(F: CalibratedCDF, y: Any, *, n_levels: int = CRPS_LEVELS, block_size: int = 4_000_000) -> FloatArray:
     """CRPS per row, ``(2/K) Σ_k ρ_{p_k}(y − F⁻¹(p_k))`` with ``p_k = (k − ½)/K``.
 
     ``ρ_p(e) = e·(p − 1{e < 0})``. Quantiles of improper CDFs (naive and random interpolation put
     mass ``≤ 1/(n+1)`` at ``±∞``) are clipped to :meth:`CalibratedCDF.support`, i.e. the tail mass
     sits at the extreme calibration score: the integral over all labels would be infinite.
-    Rows are processed in blocks, so memory stays at ``block_rows × K`` floats.
+    Levels are processed a few at a time, so memory stays near ``block_size`` floats.
 
     Examples
     --------
@@ -73,17 +73,17 @@ def crps(F: CalibratedCDF, y: Any, *, n_levels: int = CRPS_LEVELS, block_rows: i
         msg = f"n_levels must be an integer ≥ 2; got {n_levels!r}"
         raise ValueError(msg)
     p = (np.arange(int(n_levels), dtype=np.float64) + 0.5) / n_levels
-    out = np.empty(F.n_rows)
-    for start in range(0, F.n_rows, block_rows):
-        stop = min(start + block_rows, F.n_rows)
-        part = F[start:stop] if stop - start < F.n_rows else F
-        Q = part.ppf(p[None, :])
-        if not part.proper:
-            bounds = part.support()
+    bounds = None if F.proper else F.support()
+    out = np.zeros(F.n_rows)
+    for start in range(0, p.shape[0], max(1, block_size // F.n_rows)):
+        levels = p[start : start + max(1, block_size // F.n_rows)]
+        Q = F.ppf(levels[None, :])
+        if bounds is not None:
             Q = np.clip(Q, bounds[:, :1], bounds[:, 1:])
-        err = labels[start:stop, None] - Q
-        out[start:stop] = (2.0 / n_levels) * np.sum(err * (p - (err < 0)), axis=1)
-    return out
+        err = labels[:, None] - Q
+        out += np.sum(err * (levels - (err < 0)), axis=1)
+    result: FloatArray = (2.0 / n_levels) * out
+    return result
 
 
 def pit_calibration_error(pit: Any, *, n_levels: int = PIT_LEVELS, debiased: bool = False) -> float:
