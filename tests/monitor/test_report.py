@@ -32,7 +32,10 @@ def test_report_holds_every_panel_and_the_logs(monitor):
     page = render_report(monitor)
     state = _embedded(page, "calwatch-state")
     assert state["model"]["_chart_order"] == cw.charts.chart_kinds(monitor)
-    assert set(state["datasets"]) == set(cw.charts.DATASETS)
+    from calwatch import dashboard
+
+    assert set(state["datasets"]) == {*cw.charts.DATASETS, *dashboard.DATASETS}
+    assert len(state["datasets"]["overview"]) == len(monitor.calibrators)  # one card each
     assert len(state["datasets"]["batches"]) == len(monitor.summary())
     assert len(state["model"]["_warnings"]) == len(monitor.warnings()) > 0
     for heading in ("Warnings", "Notes", "Coverage by calibrator", "Configuration", "Provenance"):

@@ -10,6 +10,15 @@ from calwatch.widget import MonitorWidget
 
 from ..synthetic import softmax_data
 
+# charts of other calibrator kinds or tasks (tested with their monitors), absent from this one
+OTHER_TASKS = (
+    *charts.RISK_CHARTS,
+    *charts.ADMIT_CHARTS,
+    *charts.SELECTIVE_CHARTS,
+    *charts.REGRESSION_CHARTS,
+    "aci",
+)
+
 
 @pytest.fixture
 def mon():
@@ -37,11 +46,7 @@ def test_one_widget_per_monitor_with_traits(mon):
     assert w is mon.widget() and isinstance(w, MonitorWidget)
     assert w._title == "unit"
     assert w._calibrators == ["aps", "lac"]
-    assert (
-        w._chart_order
-        == charts.chart_kinds(mon)
-        == [k for k in charts.CHARTS if k not in (*charts.RISK_CHARTS, *charts.ADMIT_CHARTS, "aci")]
-    )
+    assert w._chart_order == charts.chart_kinds(mon) == [k for k in charts.CHARTS if k not in OTHER_TASKS]
     assert set(w._specs) == {*w._chart_order, *dashboard.panels_for(mon), "timeline"}
     assert [s["name"] for s in w._sections] == ["Overview", "Coverage", "Calibration", "Sets", "Shift"]
     for name, spec in w._specs.items():
@@ -114,7 +119,7 @@ def test_pause_and_resume_are_trait_changes(mon):
     assert not w.paused
 
 
-@pytest.mark.parametrize("kind", [k for k in charts.CHARTS if k not in (*charts.RISK_CHARTS, "aci")])
+@pytest.mark.parametrize("kind", [k for k in charts.CHARTS if k not in OTHER_TASKS])
 def test_static_charts_render_to_svg_offline(mon, kind):
     vl_convert = pytest.importorskip("vl_convert", reason="installed by `make test`")
     for b in range(3):

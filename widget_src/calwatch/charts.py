@@ -63,7 +63,10 @@ def datasets(monitor: Monitor, batches: tuple[int, ...] | None = None) -> dict[s
     }  # fmt: skip
     shift = pl.DataFrame(looks, schema=shift_schema)
     admit_class = _admit_class(monitor, batches)
+    empty = pl.DataFrame(schema={"key": pl.String})
     return {
+        "pit": empty,
+        "fan": empty,
         "admit_class": admit_class.with_columns(key=key("batch", "calibrator", "class", separator="|")),
         "admit_features": _admit_features(monitor),
         **_selective_datasets(monitor),

@@ -67,7 +67,7 @@ def render_report(monitor: Monitor, *, snapshot: dict[str, Any] | None = None) -
     from calwatch.widget import _bundle, view_datasets, view_state
 
     state = view_state(monitor) | {"_selected": "", "_paused": False, "_error": ""}
-    payload = {"model": state, "datasets": view_datasets(monitor)}
+    payload = {"model": state, "datasets": view_datasets(monitor, dashboard_data=True)}
     bundle = base64.b64encode(_bundle().read_bytes()).decode("ascii")
     generated = datetime.now(UTC).isoformat(timespec="seconds")
     sections = [
