@@ -9,6 +9,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from calwatch.compare import compare
 from calwatch.engine.adaptive import Adaptive
 from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
 from calwatch.engine.pac import PACConfidenceSets
@@ -55,5 +56,6 @@ __all__ = [
     "SplitConformalClassifier",
     "VennAdmit",
     "__version__",
+    "compare",
     "wrap",
 ]

@@ -1,0 +1,149 @@
+"""Compare two runs: overlay two monitors (or snapshots) on the same panels.
+
+``cw.compare(a, b)`` builds a read-only :class:`~calwatch.monitor.Monitor` whose calibrators
+are both runs' calibrators, renamed ``"<run>: <name>"``, and whose batches hold both runs'
+per-batch statistics side by side (batch ``i`` of one run next to batch ``i`` of the other).
+Every per-batch panel (coverage, sets, class coverage, risk, admitted and kept shares, shift
+statistics) then draws the two runs as separate series, and the warning logs are merged. Raw
+rows are not merged (they belong to different models or calibration sets), so panels that read
+the raw-row window (reliability, what-if) are empty in a comparison.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from typing import Any
+
+import numpy as np
+
+from calwatch.monitor import Monitor
+from calwatch.shift_watch import ShiftWatch
+from calwatch.stream import BatchRecord, StreamState
+
+
+def _as_monitor(run: Monitor | str | os.PathLike[str]) -> Monitor:
+    if isinstance(run, Monitor):
+        return run
+    return Monitor.load(run)
+
+
+def compare(
+    a: Monitor | str | os.PathLike[str],
+    b: Monitor | str | os.PathLike[str],
+    *,
+    names: tuple[str, str] = ("A", "B"),
+    show: bool = True,
+) -> Monitor:
+    """Overlay two runs on the same panels (and display the widget).
+
+    Parameters
+    ----------
+    a, b : Monitor or path-like
+        Live monitors, or snapshot folders written by :meth:`Monitor.save`. Both must watch
+        the same classes (e.g. two models, or two calibration sets, on the same task).
+    names : tuple of two str
+        Run names, prefixed to calibrator and detector names (``"A: lac"``).
+    show : bool
+        Display the comparison widget (in a notebook).
+
+    Returns
+    -------
+    Monitor
+        A read-only monitor holding both runs (``observe`` and ``label`` refuse).
+    """
+    runs = [_as_monitor(a), _as_monitor(b)]
+    if len(names) != 2 or names[0] == names[1] or not all(isinstance(n, str) and n for n in names):
+        msg = f"names must be two different non-empty strings; got {names!r}"
+        raise ValueError(msg)
+    for run in runs:
+        if run.calibration_ is None:
+            msg = f"{run.name!r} is not calibrated: there is nothing to compare"
+            raise ValueError(msg)
+        if getattr(run, "task", "classification") == "regression":
+            msg = "compare() supports classification monitors (regression monitors have no snapshots yet)"
+            raise ValueError(msg)
+    classes = [run.classes_.tolist() for run in runs]
+    if classes[0] != classes[1]:
+        msg = f"the runs watch different classes: {classes[0]} vs {classes[1]}"
+        raise ValueError(msg)
+    merged = copy.copy(runs[0])
+    merged.name = f"{names[0]}: {runs[0].name} vs {names[1]}: {runs[1].name}"
+    merged._calibrators = {
+        f"{name}: {key}": cal
+        for name, run in zip(names, runs, strict=True)
+        for key, cal in run.calibrators.items()
+    }
+    merged._adapter = None
+    merged._listeners = []
+    merged._widget = None
+    merged._notes = []
+    merged.provenance = {
+        f"{name}: {key}": value
+        for name, run in zip(names, runs, strict=True)
+        for key, value in {"monitor": run.name, "model": run.model_description, **run.provenance}.items()
+    }
+    merged.model_description = (
+        f"{names[0]}: {runs[0].model_description}; {names[1]}: {runs[1].model_description}"
+    )
+    merged._stream = _merged_stream(runs, names)
+    merged._shift = _merged_shift(runs, names)
+    merged._shift_spec = None
+    merged.observe = _read_only  # type: ignore[method-assign]
+    merged.label = _read_only  # type: ignore[method-assign]
+    merged.calibrate = _read_only  # type: ignore[method-assign]
+    if show:
+        merged.show()
+    return merged
+
+
+def _read_only(*args: Any, **kwargs: Any) -> Any:
+    msg = "a comparison is read-only: stream into the monitors it compares instead"
+    raise TypeError(msg)
+
+
+def _merged_stream(runs: list[Monitor], names: tuple[str, str]) -> StreamState:
+    stream = StreamState(max(run.window for run in runs))
+    n = max(run.n_batches for run in runs)
+    for index in range(n):
+        stats: dict[str, Any] = {}
+        first: BatchRecord | None = None
+        for name, run in zip(names, runs, strict=True):
+            if index < run.n_batches:
+                record = run._stream.batches[index]
+                first = first or record
+                stats |= {f"{name}: {key}": value for key, value in record.stats.items()}
+        assert first is not None
+        stream.batches.append(
+            BatchRecord(
+                index=index, name=first.name, observed_at=first.observed_at, n_rows=first.n_rows, stats=stats
+            )
+        )
+    for counter in ("rows_seen", "rows_labelled", "labels_unmatched", "rows_expired"):
+        setattr(stream, counter, int(np.sum([getattr(run._stream, counter) for run in runs])))
+    return stream
+
+
+def _merged_shift(runs: list[Monitor], names: tuple[str, str]) -> ShiftWatch | None:
+    watches = [(name, run.shift_watch) for name, run in zip(names, runs, strict=True) if run.shift_watch]
+    if not watches:
+        return None
+    merged = ShiftWatch([])
+    episode = 0
+    for name, watch in watches:
+        assert watch is not None
+        for (detector, batch), look in watch.looks.items():
+            renamed = dict(look, detector=f"{name}: {detector}")
+            if look.get("calibrator"):
+                renamed["calibrator"] = f"{name}: {look['calibrator']}"
+            merged.looks[(renamed["detector"], batch)] = renamed
+        for warning in watch.tracker.warnings_:
+            merged.tracker._warnings.append(
+                dataclasses.replace(warning, name=f"{name}: {warning.name}", episode=episode)
+            )
+            ack = watch.acknowledgements.get(warning.episode)
+            if ack is not None:
+                merged.acknowledgements[episode] = ack
+            episode += 1
+    return merged
