@@ -500,6 +500,13 @@ class SelectiveCalibrator(_Selector):
     sample_size`` rows and ``kappa`` kernels of ``sample_size²`` entries. Meta features are
     computed once per variant at fit time. Interrupting ``fit`` leaves the object as it was.
 
+    What to expect (``benchmarks/selective_table.py``; 4,000 fit rows, 25 trials): on UCI
+    Adult (network trained on men, judged on women) the ℓ2 selective calibration error AUC is
+    .0136 against .0247 for keeping every row and .025-.031 for the outlier baselines, but
+    ``max p`` (the confidence baseline) does better still (.0103); on NYC flights
+    (January-March → June-July) .0258 against .0301 (full) and .0249 (confidence). S-MMCE_u
+    bounds calibration by ``|y − r|^q``, noise included, so it too prefers confident rows.
+
     Examples
     --------
     >>> rng = np.random.default_rng(0)
