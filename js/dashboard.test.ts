@@ -1,10 +1,11 @@
 import { describe, expect, it } from "vitest";
 import { cardLines, cardStatus } from "./cards";
 import { brushRange, escapeHtml } from "./charts";
-import { formatAlphaInfo, formatRange } from "./dashcontrols";
+import { createDashControls, formatAlphaInfo, formatRange } from "./dashcontrols";
 import { noteHeading } from "./notes";
 import { cellText } from "./rowtable";
 import { RowStore } from "./stream";
+import { FakeModel } from "./test-utils";
 import { itemOrder } from "./widget";
 
 describe("tombstones", () => {
@@ -86,5 +87,28 @@ describe("escaping and formatting", () => {
       "calwatch-card-error",
       "estimated error 0.200; observed: no labels yet",
     ]);
+  });
+});
+
+describe("kept-share slider", () => {
+  it("shows only with selective calibrators, writes _kept_share on change, and hides when read-only", () => {
+    const model = new FakeModel({ _selectives: [] });
+    const controls = createDashControls(model, document);
+    const row = controls.el.querySelector<HTMLElement>(".calwatch-kept-row");
+    const slider = controls.el.querySelector<HTMLInputElement>("input.calwatch-kept");
+    if (row === null || slider === null) throw new Error("no kept-share slider");
+    expect(row.hidden).toBe(true);
+    model.set("_selectives", ["s-mmce"]);
+    expect(row.hidden).toBe(false);
+    expect(row.textContent).toContain("as fitted (s-mmce)");
+    slider.value = "0.6";
+    slider.dispatchEvent(new Event("change"));
+    expect(model.get("_kept_share")).toBe(0.6);
+    expect(model.saves).toBe(1);
+    expect(row.textContent).toContain("keep ξ = 0.60 of rows");
+    model.set("_readonly", true);
+    model.set("_kept_share", 0.5);
+    expect(row.hidden).toBe(true);
+    controls.dispose();
   });
 });

@@ -1,9 +1,9 @@
 // Dashboard controls under the header: the what-if α slider (and the window it applies to), the
 // class filter, the window size, and the brushed batch range with its "clear" button.
 //
-// Kernel-synced state read and written here: _alpha, _class_filter, _window_rows, _batch_range
+// Kernel-synced state read and written here: _alpha, _kept_share, _class_filter, _window_rows, _batch_range
 // (model.set + save_changes; the kernel recomputes and sends the result to every view); read
-// only: _alpha_info, _classes, _readonly. Browser-only: the slider's position while dragging.
+// only: _alpha_info, _classes, _selectives, _readonly. Browser-only: the slider's position while dragging.
 
 import type { AnyModel } from "@anywidget/types";
 import type { AlphaInfo, WidgetModel } from "./model";
@@ -58,6 +58,19 @@ export function createDashControls(model: AnyModel<WidgetModel>, doc: Document =
   const alphaInfo = part("div", "calwatch-alpha-info");
   alphaRow.append(alphaLabel, alphaReset, alphaInfo);
 
+  // kept-share slider of selective calibrators (re-tunes their thresholds on the window)
+  const keptRow = part("div", "calwatch-kept-row");
+  const keptLabel = part("label", "calwatch-kept-label");
+  const keptText = part("span", "calwatch-kept-text");
+  const kept = part("input", "calwatch-kept");
+  kept.type = "range";
+  kept.min = "0.05";
+  kept.max = "1";
+  kept.step = "0.05";
+  kept.setAttribute("aria-label", "Share of rows the selective calibrators keep");
+  keptLabel.append(keptText, kept);
+  keptRow.append(keptLabel);
+
   // filters
   const filterRow = part("div", "calwatch-filter-row");
   const classes = part("select", "calwatch-class-filter");
@@ -70,7 +83,7 @@ export function createDashControls(model: AnyModel<WidgetModel>, doc: Document =
   rangeClear.textContent = "clear";
   rangeClear.setAttribute("aria-label", "Clear the batch range");
   filterRow.append(classes, windowRows, range, rangeClear);
-  el.append(alphaRow, filterRow);
+  el.append(alphaRow, keptRow, filterRow);
 
   const readonly = () => Boolean(model.get("_readonly"));
 
@@ -93,6 +106,18 @@ export function createDashControls(model: AnyModel<WidgetModel>, doc: Document =
     else alphaText.textContent = "what-if α: off (move to recompute) ";
     alphaReset.hidden = !active;
     alphaInfo.textContent = formatAlphaInfo(info);
+  };
+  const showKept = (value: number) => {
+    keptText.textContent = `keep ξ = ${value.toFixed(2)} of rows (selector threshold re-tuned on the window) `;
+  };
+  const drawKept = () => {
+    const names = model.get("_selectives") ?? [];
+    keptRow.hidden = readonly() || names.length === 0;
+    const value = model.get("_kept_share");
+    if (typeof value === "number") {
+      kept.value = String(value);
+      showKept(value);
+    } else keptText.textContent = `keep ξ: as fitted (${names.join(", ")}) `;
   };
   const drawClasses = () => {
     const names = model.get("_classes") ?? [];
@@ -149,6 +174,11 @@ export function createDashControls(model: AnyModel<WidgetModel>, doc: Document =
     model.set("_alpha", null);
     save();
   };
+  const onKeptInput = () => showKept(Number(kept.value));
+  const onKeptChange = () => {
+    model.set("_kept_share", Number(kept.value));
+    save();
+  };
   const onClass = () => {
     model.set("_class_filter", classes.value);
     save();
@@ -167,6 +197,8 @@ export function createDashControls(model: AnyModel<WidgetModel>, doc: Document =
   classes.addEventListener("change", onClass);
   windowRows.addEventListener("change", onWindow);
   rangeClear.addEventListener("click", onClear);
+  kept.addEventListener("input", onKeptInput);
+  kept.addEventListener("change", onKeptChange);
   const listeners: [string, () => void][] = [
     ["change:_alpha", drawAlpha],
     ["change:_alpha_info", drawAlpha],
@@ -175,12 +207,15 @@ export function createDashControls(model: AnyModel<WidgetModel>, doc: Document =
     ["change:_classes", drawClasses],
     ["change:_class_filter", drawClasses],
     ["change:_batch_range", drawRange],
+    ["change:_selectives", drawKept],
+    ["change:_kept_share", drawKept],
   ];
   for (const [event, fn] of listeners) model.on(event, fn);
   drawAlpha();
   drawClasses();
   drawWindow();
   drawRange();
+  drawKept();
 
   return {
     el,
@@ -192,6 +227,8 @@ export function createDashControls(model: AnyModel<WidgetModel>, doc: Document =
       classes.removeEventListener("change", onClass);
       windowRows.removeEventListener("change", onWindow);
       rangeClear.removeEventListener("click", onClear);
+      kept.removeEventListener("input", onKeptInput);
+      kept.removeEventListener("change", onKeptChange);
     },
   };
 }

@@ -81,6 +81,10 @@ export interface WidgetModel {
   _class_filter?: string;
   /** What-if level α, null = off. Written by the browser (α slider) and by the kernel. */
   _alpha?: number | null;
+  /** Selective calibrators, for the kept-share slider (optional: none without them). */
+  _selectives?: string[];
+  /** Target share ξ of rows kept (null = as fitted). Written by the kept-share slider. */
+  _kept_share?: number | null;
   /** What the α control applies to. */
   _alpha_info?: AlphaInfo;
   /** Rows of the window used by the window panels, most recent first (0 = all). Browser-written. */

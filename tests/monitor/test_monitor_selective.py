@@ -105,3 +105,16 @@ def test_selective_panels(streamed):
     assert conf.filter(pl.col("group") == "all rows")["count"].sum() == 1200
     only = cw.Monitor(calibrators={"sel": mon.calibrators["sel"]})
     assert not set(charts.SET_CHARTS) & set(charts.chart_kinds(only))
+
+
+def test_the_widgets_kept_share_slider_retunes_on_the_window(streamed):
+    mon, _ = streamed
+    widget = mon.widget()
+    assert widget._selectives == ["sel"]
+    widget._kept_share = 0.3
+    assert mon.calibrators["sel"].coverage == 0.3
+    share = mon.summary().filter(pl.col("calibrator") == "sel")["kept_share"].mean()
+    assert share == pytest.approx(0.3, abs=0.02)
+    widget._kept_share = 1.5
+    assert widget._error.startswith("kept share: coverage must be a number in (0, 1]")
+    assert mon.calibrators["sel"].coverage == 0.3

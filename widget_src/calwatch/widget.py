@@ -62,7 +62,7 @@ def _classes(monitor: Monitor) -> list[str]:
 
 def view_state(monitor: Monitor) -> dict[str, Any]:
     """The synced traits a view of ``monitor`` starts from (also what a static report renders)."""
-    from calwatch.monitor import default_author
+    from calwatch.monitor import default_author, is_selective
 
     kinds = charts.chart_kinds(monitor)
     panels = dashboard.panels_for(monitor) if monitor.calibration_ is not None else []
@@ -78,6 +78,7 @@ def view_state(monitor: Monitor) -> dict[str, Any]:
         "_warnings": warning_rows(monitor),
         "_default_author": default_author(),
         "_alpha_info": dashboard.what_if_info(monitor, None),
+        "_selectives": [key for key, cal in monitor.calibrators.items() if is_selective(cal)],
     }
 
 
@@ -147,6 +148,11 @@ class MonitorWidget(anywidget.AnyWidget):
     """What-if level α (None = off); written by the α slider in the browser."""
     _alpha_info = traitlets.Dict().tag(sync=True)
     """What the α control applies to (see :func:`calwatch.dashboard.what_if_info`)."""
+    _selectives = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    """Selective calibrators (``cw.SelectiveCalibrator``), for the kept-share slider."""
+    _kept_share = traitlets.Float(None, allow_none=True).tag(sync=True)
+    """Target share ξ of rows the selective calibrators keep (None = as fitted); written by the
+    kept-share slider: the kernel re-tunes their thresholds on the window (``Monitor.retune``)."""
     _window_rows = traitlets.Int(0).tag(sync=True)
     """Rows of the window the window panels use, most recent first (0 = all kept rows)."""
     _batch_range = traitlets.List(traitlets.Int()).tag(sync=True)
@@ -183,6 +189,7 @@ class MonitorWidget(anywidget.AnyWidget):
         self._unsubscribe = monitor.subscribe(self._on_batches)
         self.on_msg(self._on_custom_message)
         self.observe(self._on_control, names=["_alpha", "_class_filter", "_window_rows", "_batch_range"])
+        self.observe(self._on_kept_share, names=["_kept_share"])
 
     # ----------------------------------------------------------------- public
     @property
@@ -384,6 +391,19 @@ class MonitorWidget(anywidget.AnyWidget):
                 self._error = ""
         except Exception as err:  # draw the error in the widget instead of losing it
             self._error = f"{type(err).__name__}: {err}"
+
+    def _on_kept_share(self, change: Any) -> None:
+        """Re-tune every selective calibrator's threshold on the window at the chosen share."""
+        if change["new"] is None:
+            return
+        value = float(change["new"])
+        try:
+            for key in self._selectives:
+                self._monitor.retune(value, key)  # notifies: the panels of the window batches update
+            if self._error.startswith("kept share"):
+                self._error = ""
+        except (ValueError, TypeError) as err:
+            self._error = f"kept share: {err}"
 
     def _on_custom_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if not isinstance(content, dict):
