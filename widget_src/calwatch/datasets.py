@@ -15,6 +15,13 @@ content changes and old files are simply ignored.
 - :func:`classification_pool`: the same kind of pool for several real tasks (diamonds cut,
   Chem97 A-level score, flights late arrival, CCES 2016 Trump vote) and model types (logistic
   regression, random forest, gradient boosting), for risk-estimate tests and benchmarks.
+
+Tasks with real models and embeddings live in their own modules and are re-exported here
+(imported on first use, since they need torch): :mod:`calwatch.data_embeddings` (Rotten
+Tomatoes and NYC flights MLPs for Venn-ADMIT), :mod:`calwatch.data_digits` (an MNIST CNN,
+then upsampled scikit-learn digits), :mod:`calwatch.data_shift` (UCI Adult and flights with
+a natural shift, for selective classification) and :mod:`calwatch.data_regression` (real
+regression tasks and the hotel-prices stream).
 """
 
 from __future__ import annotations
@@ -623,6 +630,28 @@ def classification_pool(
         n_train=int(frame["n_train"][0]),
         seed=seed,
     )
+
+
+#: Names re-exported from the task modules that need torch, imported on first use.
+_TASK_MODULES = {
+    "EmbeddingTask": "data_embeddings", "Split": "data_embeddings", "FlightsEncoder": "data_embeddings",
+    "rotten_tomatoes_task": "data_embeddings", "rotten_tomatoes_mlp": "data_embeddings",
+    "flights_mlp_task": "data_embeddings", "flights_mlp": "data_embeddings",
+    "digits_task": "data_digits", "load_digit_cnn": "data_digits",
+    "ShiftTask": "data_shift", "shift_task": "data_shift", "load_adult": "data_shift",
+    "RegressionData": "data_regression", "load_regression": "data_regression",
+    "regression_pool": "data_regression", "hotel_rates_task": "data_regression",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    module = _TASK_MODULES.get(name)
+    if module is None:
+        msg = f"module 'calwatch.datasets' has no attribute {name!r}"
+        raise AttributeError(msg)
+    from importlib import import_module
+
+    return getattr(import_module(f"calwatch.{module}"), name)
 
 
 __all__ = [
