@@ -29,7 +29,7 @@ import numpy.typing as npt
 from _common import fmt_ms, machine_line, median, parse_size_args, size_parser, timed
 from calwatch.engine.calibration_metrics import DEFAULT_COVERAGES, calibration_error, selective_curve
 from calwatch.engine.selective import BaselineSelector, SelectiveCalibrator
-from calwatch.engine.selective_features import EMBEDDING_FEATURES, MetaFeatures
+from calwatch.engine.selective_features import EMBEDDING_FEATURES, MetaFeatures, limit_threads
 
 FloatArray = npt.NDArray[np.float64]
 TARGET_VS_NUMPY = 2.0
@@ -117,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         score_times["confidence scores"].append(timed(lambda: confidence.scores(rows.probs))[0])
         for name, meta in singles.items():
-            t = timed(lambda meta=meta: meta.transform(rows.probs, rows.embeddings))[0]
+            with limit_threads(1):  # as the selector scores (its n_threads default)
+                t = timed(lambda meta=meta: meta.transform(rows.probs, rows.embeddings))[0]
             score_times[f"  meta feature {name}"].append(t)
     print(
         f"\nscoring {args.n_cal:,} rows (Adult network, 64-d embeddings, "
