@@ -294,6 +294,13 @@ def test_thresholds_tuning_and_selection_agree():
     np.testing.assert_array_equal(s.select(P[:50], embeddings=E[:50]), other)
     with pytest.raises(ValueError, match="tune_on must be"):
         s.select(Pt, embeddings=Et, tune_on="window")
+    # re-tuning at another coverage on a window's scores (the Monitor's retune)
+    s.tune_scores(scores, coverage=0.25)
+    assert s.coverage == 0.25 and s.select_scores(scores).mean() >= 0.25
+    assert s.select_scores(scores).sum() == math.ceil(0.25 * 300)  # continuous scores: no ties
+    with pytest.raises(ValueError, match="coverage must be in"):
+        s.tune_scores(scores, coverage=1.2)
+    assert s.coverage == 0.25
 
 
 def test_seeded_and_state_round_trip():

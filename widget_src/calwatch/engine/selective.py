@@ -159,25 +159,29 @@ class _Selector:
         with limit_threads(self.n_threads):
             return self._scores(probs, E)
 
-    def tune_scores(self, scores: Any) -> float:
+    def tune_scores(self, scores: Any, *, coverage: float | None = None) -> float:
         """Set ``threshold_`` from scores of unlabelled rows (Eq. 16) and return it. Cheap.
 
         Parameters
         ----------
         scores : array-like of shape (n,)
             Output of :meth:`scores` on the rows to tune on (e.g. the current stream window).
+        coverage : float, optional
+            A new target coverage ``ξ`` (stored in ``coverage``); default: keep the current one.
         """
         self._check_fitted()
+        xi = self.coverage if coverage is None else check_coverage(coverage)
         s = np.asarray(scores, dtype=np.float64)
         if s.ndim != 1 or s.shape[0] == 0 or not np.isfinite(s).all():
             msg = f"scores must be a non-empty 1-D finite array; got shape {s.shape}"
             raise ValueError(msg)
-        self.threshold_ = _threshold(s, self.coverage)
+        self.threshold_ = _threshold(s, xi)
+        self.coverage = xi
         return self.threshold_
 
-    def tune(self, P: Any, *, embeddings: Any = None) -> float:
-        """Set ``threshold_`` from unlabelled rows (Eq. 16) and return it."""
-        return self.tune_scores(self.scores(P, embeddings=embeddings))
+    def tune(self, P: Any, *, embeddings: Any = None, coverage: float | None = None) -> float:
+        """Set ``threshold_`` from unlabelled rows (Eq. 16), optionally at a new ``coverage``."""
+        return self.tune_scores(self.scores(P, embeddings=embeddings), coverage=coverage)
 
     def select_scores(self, scores: Any) -> BoolArray:
         """``scores ≥ threshold_``: the rows to keep."""
