@@ -29,7 +29,11 @@ class CalwatchWarning(UserWarning):
 
 
 # Calibrators whose engines import torch or faiss load on first use, so `import calwatch` stays fast.
-_LAZY = {"VennAdmit": "calwatch.engine.venn_admit", "SelectiveCalibrator": "calwatch.engine.selective"}
+_LAZY = {
+    "VennAdmit": "calwatch.engine.venn_admit",
+    "SelectiveCalibrator": "calwatch.engine.selective",
+    "BaselineSelector": "calwatch.engine.selective",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -43,6 +47,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Adaptive",
+    "BaselineSelector",
     "CalwatchWarning",
     "LabelReport",
     "ModelOutputs",
