@@ -53,8 +53,8 @@ DEFAULT_BATCH_SIZE = 50
 TEMPERATURE_GRID: tuple[float, ...] = tuple(2.0**e for e in range(-8, 3))
 #: Lower bound on the scaled temperature η̃ (η = s₀·η̃) after each optimiser step.
 MIN_SCALED_TEMPERATURE = 1e-6
-#: A dense localizer's training distances are computed once up to this many (rows × support).
-_DENSE_PRECOMPUTE = 1 << 24
+#: A dense localizer's training distances are kept (float32) up to this many rows × support rows.
+_DENSE_PRECOMPUTE = 1 << 26
 #: Rows evaluated per block by the numpy forward passes (bounds the (rows, K, C) temporaries).
 _BLOCK_ELEMENTS = 1 << 22
 
@@ -331,24 +331,24 @@ def fit_localizer(
 
     ``E`` are the ``D_knn`` rows' embeddings, ``support_logits`` the ``f_tr^KNN`` logits of the
     support rows, ``targets`` the ``f_tr^KNN`` logits of the ``D_knn`` rows. A top-k support's
-    neighbours are searched once; a dense support's distances too, up to 2²⁴ (rows × support
-    rows, 128 MB), else per mini-batch.
+    neighbours are searched once; a dense support's distances too (float32), up to 2²⁶ rows ×
+    support rows (256 MB), else per mini-batch.
     """
     import torch
 
     values_t = torch.as_tensor(support_logits, dtype=torch.float64)
     if support.k is None and E.shape[0] * support.n <= _DENSE_PRECOMPUTE:
-        dense = torch.as_tensor(np.concatenate([d for _, d, _ in support.blocks(E)]))
+        dense = torch.as_tensor(np.concatenate([d.astype(np.float32) for _, d, _ in support.blocks(E)]))
 
         def distances(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            return dense[rows], None
+            return dense[rows].to(torch.float64), None
 
     elif support.k is None:
-        E_t = torch.as_tensor(E, dtype=torch.float64)
-        support_emb = torch.as_tensor(support.embeddings, dtype=torch.float64)
+        E_t = torch.as_tensor(E)
+        support_emb = torch.as_tensor(support.embeddings)
 
         def distances(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            return torch.cdist(E_t[rows], support_emb), None
+            return torch.cdist(E_t[rows], support_emb).to(torch.float64), None
 
     else:
         dist_np, idx_np = support.neighbours(E)
