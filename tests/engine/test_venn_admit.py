@@ -6,6 +6,7 @@ the real-data preparation in ``tests/validity``.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -168,18 +169,39 @@ def test_local_conformal_sets_top_k_matches_definition() -> None:
     scores = rng.uniform(size=40).round(1)  # ties between scores
     E = rng.normal(size=(15, 3)).astype(np.float32)
     probs = rng.dirichlet(np.ones(4), size=15)
-    for k in (None, 10):
-        sets = local_conformal_sets(LocalizerSupport(support_emb, k=k), 0.8, scores, E, probs, alpha=0.2)
-        D = np.sqrt(((E[:, None, :].astype(np.float64) - support_emb[None].astype(np.float64)) ** 2).sum(-1))
+    D = np.sqrt(((E[:, None, :].astype(np.float64) - support_emb[None].astype(np.float64)) ** 2).sum(-1))
+    for k, weight in itertools.product((None, 10), ("kernel", "ess")):
+        sup = LocalizerSupport(support_emb, k=k)
+        sets = local_conformal_sets(sup, 0.8, scores, E, probs, alpha=0.2, test_weight=weight)
         kernel = np.exp(-D / 0.8)
         if k is not None:  # only the k nearest support rows carry weight
             far = np.argsort(D, axis=1, kind="stable")[:, k:]
             np.put_along_axis(kernel, far, 0.0, axis=1)
         for i in range(15):
-            target = 0.8 * (kernel[i].sum() + 1.0)
+            atom = 1.0 if weight == "kernel" else (kernel[i] ** 2).sum() / kernel[i].sum()
+            target = 0.8 * (kernel[i].sum() + atom)
             for c in range(4):
                 below = kernel[i][scores < 1.0 - probs[i, c]].sum()
-                assert sets[i, c] == (below < target)
+                assert sets[i, c] == (below < target * (1 + 1e-12)) or abs(below - target) < 1e-12 * target
+
+
+def test_local_conformal_test_atom_hand_computed() -> None:
+    # Two support rows at distances 2 and 2 + ln 3 (η' = 1), scores 0.1 and 0.3; α = 0.5.
+    # Guan ("kernel"): K = e^-2, e^-2/3 (sum 0.180), atom 1: target 0.5·1.180 = 0.590 > any mass:
+    # every class is in. "ess": ψ ∝ 1, 1/3 (sum 4/3), atom (1 + 1/9)/(4/3) = 5/6, target
+    # 0.5·(4/3 + 5/6) = 13/12: a score of 0.2 (mass 1 below) is in, 0.35 (mass 4/3) is out.
+    emb = np.array([[2.0], [2.0 + math.log(3.0)]], np.float32)
+    probs = np.array([[0.8, 0.2], [0.65, 0.35]])  # test scores 0.2, 0.8 and 0.35, 0.65
+    sup = LocalizerSupport(emb, k=None)
+    args = (sup, 1.0, np.array([0.1, 0.3]), np.zeros((2, 1), np.float32), probs)
+    assert local_conformal_sets(*args, alpha=0.5, test_weight="kernel").tolist() == [
+        [True, True],
+        [True, True],
+    ]
+    assert local_conformal_sets(*args, alpha=0.5, test_weight="ess").tolist() == [
+        [True, False],
+        [False, False],
+    ]
 
 
 # ------------------------------------------------------------------------ fitted object

@@ -20,6 +20,8 @@ method                        what it is (calibration rows)
                               ``+∞``; class ``c`` is in the set iff the kernel mass of scores
                               below ``1 − π_c`` is ``< (1 − α)(Σ_j K_j + 1)``. With a top-k
                               localizer the kernel is summed over the k nearest rows only
+``local_conf_ess``            the same with the test row's atom ``Σ K_j²/Σ K_j`` (weighted like
+                              an average calibration row; see :func:`local_conformal_sets`)
 ``admit``                     ADMIT sets (Alg. 2)
 ``venn_admit`` …              the Venn-ADMIT selective classifiers (weighted, ``_qk``, and the
                               paper's "-w" variants without test-point weighting, ``_unweighted``):
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -46,6 +48,7 @@ from calwatch.engine.venn_admit import SPLIT_KNN, VennAdmit
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.intp]
+TestWeight = Literal["kernel", "ess"]
 
 #: Every method :func:`compare_methods` knows, in the paper's table order.
 METHODS: tuple[str, ...] = (
@@ -54,6 +57,7 @@ METHODS: tuple[str, ...] = (
     "raps_size",
     "aps",
     "local_conf",
+    "local_conf_ess",
     "admit",
     "venn_admit_unweighted",
     "venn_admit_qk_unweighted",
@@ -67,6 +71,7 @@ PAPER_NAMES: dict[str, str] = {
     "raps_size": "RAPS-size",
     "aps": "APS",
     "local_conf": "Local-conf",
+    "local_conf_ess": "Local-conf (ESS)",
     "admit": "ADMIT",
     "venn_admit_unweighted": "Venn-ADMIT-w",
     "venn_admit_qk_unweighted": "Venn-ADMIT_qK-w",
@@ -126,11 +131,24 @@ def local_conformal_sets(
     E: Any,
     probs: FloatArray,
     alpha: float,
+    *,
+    test_weight: TestWeight = "kernel",
 ) -> BoolArray:
-    """Localized conformal sets (Guan 2022) with the kernel ``exp(−‖r_t − r_j‖/η')``.
+    """Localized conformal sets (Guan 2022) with the kernel ``K_j = exp(−‖r_t − r_j‖/η')``.
 
-    For each row, class ``c`` is in the set iff ``Σ_{j : s_j < 1 − π_c} K_j < (1 − α)(Σ_j K_j + 1)``:
-    the ``(1 − α)`` quantile of ``Σ_j K_j δ_{s_j} + 1·δ_{+∞}`` (normalised) is then ``≥ 1 − π_c``.
+    For each row, class ``c`` is in the set iff ``Σ_{j : s_j < 1 − π_c} K_j < (1 − α)(Σ_j K_j + a)``:
+    the ``(1 − α)`` quantile of ``Σ_j K_j δ_{s_j} + a·δ_{+∞}`` (normalised) is then ``≥ 1 − π_c``.
+    The test row's own atom ``a``:
+
+    - ``"kernel"``: ``a = K(x, x) = exp(0) = 1``, Guan's LCP. With a narrow kernel (small
+      ``η'`` relative to the distances) the calibration mass ``Σ_j K_j`` is far below 1 and
+      every set is full: LCP's honest answer when there is no calibration data nearby.
+    - ``"ess"``: ``a = Σ_j K_j² / Σ_j K_j``, the test row weighted like an average calibration
+      row (``Σ K / a`` is Kish's effective sample size): split conformal for a flat kernel,
+      a full set when one row carries all the mass. Invariant to rescaling the kernel, so the
+      softmax ``ψ`` (shifted by the nearest distance) is used. Our choice: paper 000 does not
+      say how its Local-conf treats the test row.
+
     Computed per block from the kernel sorted by score and its cumulative sums (dense
     support: one shared order; top-k support: each row's neighbours ranked by score).
 
@@ -150,9 +168,16 @@ def local_conformal_sets(
     sorted_scores = support_scores[order]
     rank_of_row = np.searchsorted(sorted_scores, support_scores, side="left")
     for rows, dist, idx in support.blocks(E):
-        kernel = np.exp(-dist / eta)
-        b = kernel.shape[0]
-        target = (1.0 - alpha) * (kernel.sum(axis=1) + 1.0)
+        b = dist.shape[0]
+        if test_weight == "kernel":
+            kernel = np.exp(-dist / eta)
+            total = kernel.sum(axis=1)
+            atom = np.ones(b)
+        else:
+            kernel = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / eta)
+            total = kernel.sum(axis=1)
+            atom = np.einsum("mk,mk->m", kernel, kernel) / total
+        target = (1.0 - alpha) * (total + atom)
         x = 1.0 - probs[rows]  # (b, C) test scores
         below_rank = np.searchsorted(sorted_scores, x, side="left")  # scores < x have rank < this
         if idx is None:
@@ -235,13 +260,16 @@ def compare_methods(
             clf.fit(ts.transform(va.calibration_logits_), y_ca)
             P = ts.transform(Lv)
             out[method] = _result(method, clf.predict_sets(P), argmax_lowest(P))
-        else:  # local_conf
+        else:  # local_conf, local_conf_ess
             rows = np.flatnonzero(cal)
             support = LocalizerSupport(
                 va.calibration_embeddings_[rows], k=va.localizer_k, kind=va.index, seed=va.seed
             )
             scores = 1.0 - va.calibration_probs_knn_[rows, y_ca[rows]]
-            sets = local_conformal_sets(support, va.localizer_eta_, scores, Ev, base.probs, va.alpha)
+            weight: TestWeight = "kernel" if method == "local_conf" else "ess"
+            sets = local_conformal_sets(
+                support, va.localizer_eta_, scores, Ev, base.probs, va.alpha, test_weight=weight
+            )
             out[method] = _result(method, sets, base.y_hat)
     return out
 
