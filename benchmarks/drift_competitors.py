@@ -19,17 +19,18 @@ Configuration (each tool's defaults unless stated):
   preset's dataset-level verdict (share of drifted columns ≥ its ``drift_share`` = 0.5), and, as a
   more sensitive reading, "any column drifted".
 - alibi-detect 0.13.0, ERT = 1,000 rows, window W = 100, reference = 1,000 calibration rows drawn
-  at random; threshold simulations: 10,000 for CVM (its default), 2,000 for MMD (its default 1,000
-  cannot estimate the 1 − 1/ERT quantile; 10,000 took ~7 min per stream here). The same reference
-  rows for all three (alibi's online detectors hold n × n reference matrices):
-  ``CVMDriftOnline`` on the numeric model inputs (per-feature tests, alibi's correction for several features) and on the model's ``1 − max p``; ``MMDDriftOnline``
-  (PyTorch backend on the CPU, Gaussian RBF kernel with alibi's median-heuristic bandwidth) on
-  the embedding. Rows are fed one at a time; after each detection the detector is reset
-  (``reset_state``) and continues. On a stream with a change point it stops at its first
-  detection after the change (its time is then for that stretch only). CVM thresholds are
-  distribution-free (they depend on the reference size, the windows, the ERT and the number of
-  features only), so each (features, reference size) configuration is simulated once and reused
-  on the other streams with their own reference rows (``_configure_ref``, alibi's own step).
+  at random, the same rows for all three (alibi's online detectors hold n × n reference
+  matrices); threshold simulations: 10,000 for CVM (its default), 2,000 for MMD (its default
+  1,000 cannot estimate the 1 − 1/ERT quantile; 10,000 took ~7 min per stream here).
+  ``CVMDriftOnline`` on the numeric model inputs (per-feature tests, alibi's correction for
+  several features) and on the model's ``1 − max p``; ``MMDDriftOnline`` (PyTorch backend on
+  the CPU, Gaussian RBF kernel with alibi's median-heuristic bandwidth) on the embedding. Rows
+  are fed one at a time; after each detection the detector is reset (``reset_state``) and
+  continues. On a stream with a change point it stops at its first detection after the change
+  (its time is then for that stretch only). CVM thresholds are distribution-free (they depend
+  on the reference size, the windows, the ERT and the number of features only), so each
+  (features, reference size) configuration is simulated once and reused on the other streams
+  with their own reference rows (``_configure_ref``, alibi's own step).
 """
 
 from __future__ import annotations

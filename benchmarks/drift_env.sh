@@ -6,9 +6,11 @@
 #
 # The lock below is the full closure pip resolved for
 #   nannyml==0.13.1 evidently==0.7.23 alibi-detect[torch]==0.13.0 torch==2.13.0
-# installed with --no-deps, with one substitution: FLAML's AutoML extra (which NannyML imports at
+# installed with --no-deps, with two changes. FLAML's AutoML extra (which NannyML imports at
 # import time) declares xgboost, whose Linux wheel declares the CUDA library nvidia-nccl-cu12
 # (~300 MB); xgboost-cpu 2.1.4 ships the same `xgboost` module for the CPU alone and needs neither.
+# And pyarrow is pinned to 21.0.0: the resolver's pyarrow 26 declares no numpy requirement but
+# refuses numpy < 2 at import, and alibi-detect 0.13.0 needs numpy < 2.
 #
 # Usage: bash benchmarks/drift_env.sh   (idempotent: a stamp holding the lock skips a rebuild)
 set -euo pipefail
@@ -41,7 +43,7 @@ mdurl==0.1.2 mpmath==1.3.0 msgspec==0.22.0 multidict==7.2.1 multipart==2.0.1 myp
 nannyml==0.13.1 narwhals==2.29.0 networkx==3.6.1 nltk==3.10.4 numba==0.59.1 numpy==1.26.4
 oauthlib==4.0.1 opencv-python==4.11.0.86 opentelemetry-api==1.45.2 opentelemetry-proto==1.45.2
 packaging==26.3 pandas==2.3.3 patsy==1.0.3 pillow==10.4.0 plotly==5.24.1 polyfactory==3.5.0
-propcache==0.5.4 proto-plus==1.29.0 protobuf==7.36.2 pyarrow==26.0.1 pyasn1==0.6.5
+propcache==0.5.4 proto-plus==1.29.0 protobuf==7.36.2 pyarrow==21.0.0 pyasn1==0.6.5
 pyasn1_modules==0.4.2 pycparser==3.12 pydantic==2.14.3 pydantic_core==2.50.4 pyfiglet==0.8.post1
 Pygments==2.21.0 PyJWT==2.15.1 pyparsing==3.3.3 python-dateutil==2.9.0.post0 python-dotenv==1.2.4
 pytz==2026.6 PyYAML==6.0.3 regex==2026.11.15 requests==2.34.2 requests-oauthlib==2.0.0 rich==15.0.0
@@ -75,6 +77,11 @@ fi
 { "$VENV/bin/python" -m pip check || true; } 2>&1 | quiet
 "$VENV/bin/python" - <<'EOF'
 import importlib.metadata as md
+import warnings
+
+warnings.filterwarnings("ignore")
+import alibi_detect.cd, evidently.presets, nannyml, pyarrow, torch  # noqa: E401,F401 - fail here, not later
+
 print(", ".join(f"{n} {md.version(n)}" for n in ("nannyml", "evidently", "alibi-detect", "torch", "numpy", "pandas")))
 EOF
 printf '%s' "$LOCK" >"$STAMP"
