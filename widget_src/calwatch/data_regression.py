@@ -508,7 +508,10 @@ class BoostedRegressor:
 
     def predict(self, X: Any) -> FloatArray:
         """Base predictions for a frame with the :data:`HOTEL_FEATURES` columns."""
-        out = np.column_stack([np.asarray(p.predict(X), dtype=np.float64) for p in self.pipelines])
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
+        with threadpool_limits(limits=1, user_api="openmp"):
+            out = np.column_stack([np.asarray(p.predict(X), dtype=np.float64) for p in self.pipelines])
         if not self.quantile_levels:
             return np.ascontiguousarray(out[:, 0])
         return rearrange_quantiles(out, min_gap=0.01)
@@ -564,8 +567,8 @@ def hotel_rates_task(
     A ``HistGradientBoostingRegressor`` per quantile level (:data:`HOTEL_QUANTILE_LEVELS`,
     pinball loss) or one with squared error (``prediction="point"``), categories ordinal-encoded
     (unseen ones become missing), trained on the 6,471 bookings arriving July-December 2016
-    (about 1-3 s per model on 2 cores; retrained on each call, since storing a scikit-learn
-    model would need pickle). January 2017 (1,064 bookings) is the calibration month; February
+    (under a second per model on one OpenMP thread; retrained on each call, since storing a
+    scikit-learn model would need pickle). January 2017 (1,064 bookings) is the calibration month; February
     to August 2017 (about 1,100 a month) form the stream. Prices rise into the summer, so a
     calibration made in January drifts.
 
@@ -584,6 +587,7 @@ def hotel_rates_task(
     from sklearn.ensemble import HistGradientBoostingRegressor
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import OrdinalEncoder
+    from threadpoolctl import threadpool_limits
 
     if prediction not in ("quantile", "point"):
         msg = f"prediction must be 'quantile' or 'point'; got {prediction!r}"
@@ -619,7 +623,9 @@ def hotel_rates_task(
     start = time.perf_counter()
     X_train = train.select(HOTEL_FEATURES)
     y_train = train["avg_price_per_room"].to_numpy()
-    pipelines = [pipeline(loss).fit(X_train, y_train) for loss in losses]
+    # one OpenMP thread: on small data, busy shared machines run 10× slower with more (42 s vs 3.6 s)
+    with threadpool_limits(limits=1, user_api="openmp"):
+        pipelines = [pipeline(loss).fit(X_train, y_train) for loss in losses]
     fit_seconds = time.perf_counter() - start
     model = BoostedRegressor(pipelines, levels)
 

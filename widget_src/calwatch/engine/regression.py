@@ -207,8 +207,9 @@ class CalibratedCDF:
     def support(self) -> FloatArray:
         """Labels ``(lo, hi)`` per row between which the finite part of the distribution lies, ``(m, 2)``.
 
-        Linear: the end knots; naive and random: the extreme calibration scores (their improper
-        tails put mass ``≤ 1/(n+1)`` at ``±∞``); NAF: the score's range (``±inf`` labels).
+        Linear: the end knots; naive and random: the extreme calibration scores strictly inside
+        the score's range (their improper tails put mass ``≤ 1/(n+1)`` at ``±∞``); NAF: the
+        score's range (``±inf`` labels).
         """
         lo, hi = self._q.support()
         return self._out(self._map.inverse(np.array([[lo, hi]])), False)

@@ -101,8 +101,16 @@ class Interpolation(ABC):
         return 0.0, 0.0
 
     def support(self) -> tuple[float, float]:
-        """Smallest and largest score of the finite part of the distribution."""
-        return float(self.sorted_scores[0]), float(self.sorted_scores[-1])
+        """Smallest and largest score of the finite part of the distribution.
+
+        For the step interpolations: the extreme calibration scores strictly inside the score's
+        range (a ``cdf`` score that rounded to 0 or 1 maps to an infinite label).
+        """
+        s = self.sorted_scores
+        inside = s[(s > self.score_range[0]) & (s < self.score_range[1])]
+        if inside.shape[0] == 0:
+            return self.score_range
+        return float(inside[0]), float(inside[-1])
 
     def partial_moments(
         self, breaks: tuple[float, ...], transform: TransformName
@@ -456,7 +464,7 @@ class NAFInterpolation(Interpolation):
         # start: H logistic units centred at quantiles of the knots, widths from their spacing
         centres = np.interp((np.arange(units) + 0.5) / units, level, t)
         spacing = np.gradient(centres) if units > 1 else np.array([1.0])
-        width = np.maximum(np.abs(spacing) * 1.5, 1e-3 * max(float(np.ptp(t)), 1e-12))
+        width = np.maximum(np.abs(spacing) * 1.5, 1e-3)  # t is standardised: an outlier must not set it
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # tiny model: extra threads only contend (2-core machines slow 50×)
         try:

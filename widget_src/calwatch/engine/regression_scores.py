@@ -210,11 +210,13 @@ def solve_increasing(
             hi = np.where(active & up, x, hi)
             lo = np.where(active & ~up, x, lo)
             newton = x - fx / fprime(x)
-            ok = np.isfinite(newton) & (newton > lo) & (newton < hi)
-            x_new = np.where(ok, newton, lo + 0.5 * (hi - lo))
             tol = np.maximum(rtol * np.abs(x), 1e-13 * width0)
-            done = (np.abs(x_new - x) <= tol) | ((hi - lo) <= tol)
-            x = np.where(active, x_new, x)
+            converged = np.isfinite(newton) & (np.abs(newton - x) <= tol)  # Newton stays put
+            # a step onto or past an end of the bracket bisects instead (it could cycle between them)
+            inside = np.isfinite(newton) & (newton > lo) & (newton < hi)
+            x_new = np.where(inside, newton, lo + 0.5 * (hi - lo))
+            done = converged | ((hi - lo) <= tol) | (fx == 0)
+            x = np.where(active & ~done, x_new, x)
             active &= ~done
     return x
 
