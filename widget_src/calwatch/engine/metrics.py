@@ -35,3 +35,4 @@ def clopper_pearson(
 
 
 from calwatch.engine.calibration_metrics import *  # noqa: E402, F403 - re-export: the classification calibration metrics
+from calwatch.engine.regression_metrics import *  # noqa: E402, F403 - re-export: the regression (MCC) metrics
