@@ -22,9 +22,12 @@ whose expected value under exact calibration E0 is printed with each table. ``ra
 uncalibrated Gaussian. The last table compares split conformal intervals at 90% (absolute
 residual on the point predictor, normalised residual on the Gaussian, CQR on the interval) with
 MCC's central 90% credible intervals of the same base predictors (paper 001 §5.1, Fig. 2).
-Average ranks across datasets summarise Tables 2 and 3 as the paper does.
+Average ranks across datasets (values rounded to 3 significant digits, ties share a rank)
+summarise Tables 2 and 3 as the paper does. About 1-5 minutes on 2 busy cores once the base
+predictions are cached (the first run trains 12 networks per dataset, about a minute each).
 
-Output: printed, and a CSV under ``benchmarks/results/mcc_table.csv``.
+Output: printed, and saved under ``benchmarks/results/``: ``mcc_table.csv`` (one row per
+dataset, split and recalibrator) and ``mcc_table.txt`` (the printed tables).
 
 Run: ``python benchmarks/mcc_table.py [--datasets ...] [--splits S] [--naf-epochs E] [--out PATH]``.
 """
@@ -43,6 +46,7 @@ from typing import Any
 
 import numpy as np
 from scipy.special import ndtr
+from scipy.stats import rankdata
 
 from calwatch.data_regression import REGRESSION_DATASETS, regression_pool
 from calwatch.engine.conformal_regression import SplitConformalRegressor
@@ -163,9 +167,11 @@ def ranks(table: dict[str, dict[str, dict[str, float]]], keys: list[str]) -> dic
             values = {k: per_key[k][metric] for k in keys if math.isfinite(per_key[k][metric])}
             if metric == "ece_debiased":
                 values = {k: abs(v) for k, v in values.items()}
-            order = sorted(values, key=values.__getitem__)
-            for rank, k in enumerate(order, start=1):
-                out[k][metric].append(rank)
+            # 3 significant digits: near-ties (random vs linear CRPS differ in the 5th) share a rank
+            names = list(values)
+            rounded = [float(f"{values[k]:.3g}") for k in names]
+            for k, rank in zip(names, rankdata(rounded, method="average"), strict=True):
+                out[k][metric].append(float(rank))
     return {k: {m: float(np.mean(v)) if v else math.nan for m, v in d.items()} for k, d in out.items()}
 
 
@@ -181,7 +187,30 @@ def print_ranks(title: str, avg: dict[str, dict[str, float]]) -> None:
         )
 
 
+class Tee:
+    """Write to the console and keep a copy (saved next to the CSV)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.parts = stream, []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    tee = Tee(sys.stdout)
+    sys.stdout = tee
+    try:
+        return run(argv, tee)
+    finally:
+        sys.stdout = tee.stream
+
+
+def run(argv: Sequence[str] | None, tee: Tee) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
         "--datasets", nargs="+", default=list(REGRESSION_DATASETS), choices=REGRESSION_DATASETS
@@ -296,6 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in rows:
             writer.writerow(asdict(r))
     print(f"\nwrote {len(rows)} rows to {args.out}; total {time.perf_counter() - start_all:.0f} s")
+    args.out.with_suffix(".txt").write_text("".join(tee.parts))
     return 0
 
 

@@ -251,6 +251,14 @@ def test_callable_cdf_prediction_with_linear_interpolation():
         F[0]
 
 
+def test_naf_on_the_five_point_example_fits_the_knots_within_its_epsilon():
+    q = NAFInterpolation(S5, REAL, units=20, epochs=500, progress=False)
+    err = np.abs(q.cdf(S5) - np.arange(1, 6) / 6)
+    assert err.max() == pytest.approx(q.epsilon_) and q.epsilon_ < 0.02
+    assert np.all(np.diff(q.cdf(np.linspace(-10, 15, 501))) >= 0)
+    np.testing.assert_allclose(q.ppf(np.arange(1, 6) / 6), S5, atol=0.25)  # within ε / min density
+
+
 def test_naf_fits_the_knots_and_is_a_smooth_proper_cdf():
     rng = np.random.default_rng(3)
     s = np.sort(rng.gamma(2.0, size=500))
