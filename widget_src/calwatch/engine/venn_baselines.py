@@ -167,7 +167,8 @@ def local_conformal_sets(
     order = np.argsort(support_scores, kind="stable")
     sorted_scores = support_scores[order]
     rank_of_row = np.searchsorted(sorted_scores, support_scores, side="left")
-    for rows, dist, idx in support.blocks(E):
+    for rows, block_dist, idx in support.blocks(E):
+        dist = block_dist.astype(np.float64, copy=False)
         b = dist.shape[0]
         if test_weight == "kernel":
             kernel = np.exp(-dist / eta)
