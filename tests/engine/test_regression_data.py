@@ -31,6 +31,7 @@ def test_load_regression_subsamples_and_is_finite():
         load_regression("boston")
 
 
+@pytest.mark.slow  # five gradient-boosting fits: 3-5 s
 def test_hotel_rates_task_is_time_ordered_with_sorted_quantiles():
     task = hotel_rates_task()
     assert task.n_train == 6_471 and len(task.y_cal) == 1_064
