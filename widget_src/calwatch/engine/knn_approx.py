@@ -191,7 +191,7 @@ def train_to_agree(
     parameters as numpy arrays (in the order of ``params``), which are also copied back into
     the tensors.
     """
-    import torch
+    torch = _torch()
     from tqdm.auto import tqdm
 
     start_time = time.perf_counter()
@@ -226,7 +226,7 @@ def train_to_agree(
                     out, rows = out[keep], rows[keep]
                 loss = torch.nn.functional.binary_cross_entropy_with_logits(out, soft[rows])
                 optimiser.zero_grad()
-                loss.backward()  # type: ignore[no-untyped-call]
+                loss.backward()
                 optimiser.step()
                 with torch.no_grad():
                     project()
@@ -254,6 +254,16 @@ def train_to_agree(
     return result, [t.detach().numpy().astype(np.float64).copy() for t in best_state]
 
 
+def _torch() -> Any:
+    """torch, imported on use, or an ImportError that says how to get it."""
+    try:
+        import torch
+    except ImportError as err:  # pragma: no cover - torch is installed in the test environment
+        msg = "training the KNN approximation and localizer needs torch (CPU): pip install 'calwatch[torch]'"
+        raise ImportError(msg) from err
+    return torch
+
+
 def _mean_scale(dist: FloatArray) -> float:
     scale = float(dist.mean()) if dist.size else 0.0
     return scale if math.isfinite(scale) and scale > 0 else 1.0
@@ -278,7 +288,7 @@ def fit_approximation(
     ``dist``/``idx`` (n, K) are the neighbours in the reference set of the ``n`` rows of
     ``D_knn``; ``fit_rows`` and ``dev_rows`` split those rows in two halves.
     """
-    import torch
+    torch = _torch()
 
     C = tanh_ref.shape[1]
     scale = _mean_scale(dist[fit_rows])
@@ -289,7 +299,7 @@ def fit_approximation(
     gamma = torch.zeros(C, dtype=torch.float64, requires_grad=True)
     eta_scaled = torch.ones((), dtype=torch.float64, requires_grad=True)
 
-    def forward(rows: torch.Tensor) -> torch.Tensor:
+    def forward(rows: Any) -> Any:
         d = dist_t[rows]
         w = torch.softmax(-(d - d.min(dim=1, keepdim=True).values) / (scale * eta_scaled), dim=1)
         mean_tanh = torch.einsum("mk,mkc->mc", w, tanh_t[rows])
@@ -336,27 +346,27 @@ def fit_localizer(
     neighbours are searched once; a dense support's distances too (float32), up to 2²⁶ rows ×
     support rows (256 MB), else per mini-batch.
     """
-    import torch
+    torch = _torch()
 
     values_t = torch.as_tensor(support_logits, dtype=torch.float64)
     if support.k is None and E.shape[0] * support.n <= _DENSE_PRECOMPUTE:
         dense = torch.as_tensor(np.concatenate([d.astype(np.float32) for _, d, _ in support.blocks(E)]))
 
-        def distances(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        def distances(rows: Any) -> tuple[Any, Any]:
             return dense[rows].to(torch.float64), None
 
     elif support.k is None:
         E_t = torch.as_tensor(E)
         support_emb = torch.as_tensor(support.embeddings)
 
-        def distances(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        def distances(rows: Any) -> tuple[Any, Any]:
             return torch.cdist(E_t[rows], support_emb).to(torch.float64), None
 
     else:
         dist_np, idx_np = support.neighbours(E)
         dist_all, idx_all = torch.as_tensor(dist_np), torch.as_tensor(idx_np, dtype=torch.long)
 
-        def distances(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        def distances(rows: Any) -> tuple[Any, Any]:
             return dist_all[rows], idx_all[rows]
 
     fit_t = torch.as_tensor(fit_rows, dtype=torch.long)
@@ -364,7 +374,7 @@ def fit_localizer(
         scale = _mean_scale(distances(fit_t)[0].numpy())
     eta_scaled = torch.ones((), dtype=torch.float64, requires_grad=True)
 
-    def forward(rows: torch.Tensor) -> torch.Tensor:
+    def forward(rows: Any) -> Any:
         d, idx = distances(rows)
         psi = torch.softmax(-(d - d.min(dim=1, keepdim=True).values) / (scale * eta_scaled), dim=1)
         if idx is None:
@@ -395,7 +405,7 @@ def _start_on_grid(
     forward: Callable[[Any], Any], eta_scaled: Any, targets: FloatArray, fit_rows: IntArray
 ) -> float:
     """Set the scaled temperature to the grid point with the lowest loss on the fit rows."""
-    import torch
+    torch = _torch()
 
     rows = torch.as_tensor(fit_rows, dtype=torch.long)
     soft = torch.sigmoid(torch.as_tensor(targets, dtype=torch.float64)[rows])
