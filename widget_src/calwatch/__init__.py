@@ -33,6 +33,8 @@ _LAZY = {
     "VennAdmit": "calwatch.engine.venn_admit",
     "SelectiveCalibrator": "calwatch.engine.selective",
     "BaselineSelector": "calwatch.engine.selective",
+    "ModularConformalCalibrator": "calwatch.engine.regression",
+    "SplitConformalRegressor": "calwatch.engine.conformal_regression",
 }
 
 
@@ -51,6 +53,7 @@ __all__ = [
     "CalwatchWarning",
     "LabelReport",
     "ModelOutputs",
+    "ModularConformalCalibrator",
     "Monitor",
     "NotFittedError",
     "Note",
@@ -59,6 +62,7 @@ __all__ = [
     "SelectiveCalibrator",
     "SnapshotError",
     "SplitConformalClassifier",
+    "SplitConformalRegressor",
     "VennAdmit",
     "__version__",
     "compare",
