@@ -118,3 +118,21 @@ def test_the_widgets_kept_share_slider_retunes_on_the_window(streamed):
     widget._kept_share = 1.5
     assert widget._error.startswith("kept share: coverage must be a number in (0, 1]")
     assert mon.calibrators["sel"].coverage == 0.3
+
+
+def test_baseline_selectors_with_outlier_models_round_trip(tmp_path):
+    from calwatch.engine.selective import BaselineSelector
+
+    rng = np.random.default_rng(3)
+    P, y = softmax_data(800, K=3, seed=3)
+    E = rng.normal(size=(800, 4)).astype(np.float32)
+    mon = cw.Monitor(calibrators={"iforest": BaselineSelector("isolation_forest", coverage=0.7)}, shift=None)
+    mon.calibrate(probs=P, y=y, embeddings=E)
+    mon.observe(probs=P[:100], embeddings=E[:100])
+    mon.save(tmp_path / "s")
+    loaded = cw.Monitor.load(tmp_path / "s")
+    assert_frame_equal(loaded.rows(), mon.rows())
+    np.testing.assert_allclose(
+        loaded.calibrators["iforest"].scores(P[100:200], embeddings=E[100:200]),
+        mon.calibrators["iforest"].scores(P[100:200], embeddings=E[100:200]),
+    )

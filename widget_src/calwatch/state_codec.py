@@ -34,7 +34,9 @@ _BIT_GENERATORS = {"PCG64": np.random.PCG64, "PCG64DXSM": np.random.PCG64DXSM, "
 _TAG = "$"
 #: Fitted objects saved through their own ``state() -> (arrays, info)`` and restored by the
 #: classmethod ``from_state(arrays, info)`` (they hold torch or scikit-learn models inside).
-VIA_STATE = frozenset({"calwatch.engine.selective:SelectiveCalibrator"})
+VIA_STATE = frozenset(
+    {"calwatch.engine.selective:SelectiveCalibrator", "calwatch.engine.selective:BaselineSelector"}
+)
 
 
 class SnapshotError(ValueError):
