@@ -22,7 +22,11 @@ if TYPE_CHECKING:
     from .conftest import LabServer
 
 # every chart of a monitor with set calibrators, a risk estimator and the default shift detectors
-CHART_NAMES = [name for name in charts.CHARTS if name != "aci"]
+CHART_NAMES = [
+    name
+    for name in charts.CHARTS
+    if name not in ("aci", *charts.ADMIT_CHARTS, *charts.SELECTIVE_CHARTS, *charts.REGRESSION_CHARTS)
+]
 SET_CHART_NAMES = [name for name in CHART_NAMES if name not in charts.RISK_CHARTS]
 TIMEOUT_MS = 60_000
 
