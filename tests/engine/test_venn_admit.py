@@ -405,3 +405,14 @@ def test_fit_and_predict_validation(fitted) -> None:
         va.predict(np.where(np.arange(8) == 2, np.inf, E[:3]), logits[:3])
     with pytest.raises(ValueError, match="format"):
         VennAdmit.from_state({"format": "something else"})
+
+
+def test_hnsw_reference_index_matches_flat_on_small_data(fitted) -> None:
+    # 1,500 reference rows, efSearch 128: the graph search finds the exact 10 neighbours of every
+    # test row here (deterministic: single-threaded build), so every per-row result is the same.
+    va, (E, logits, _) = fitted
+    hnsw = VennAdmit(alpha=0.1, k=10, kappa=20, progress=False, epochs=5, localizer_k=200, index="hnsw")
+    hnsw.fit(train=_world(1, 1500), calibration=_world(2, 3000))
+    a, b = va.predict_arrays(E, logits), hnsw.predict_arrays(E, logits)
+    assert np.array_equal(a.q, b.q) and np.array_equal(a.d, b.d) and np.array_equal(a.sets, b.sets)
+    assert np.array_equal(a.admitted, b.admitted)

@@ -46,7 +46,7 @@ exact rank queries (:mod:`calwatch.engine.venn_bands`).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -81,6 +81,9 @@ from calwatch.engine.venn_results import (
     training_from_json,
     training_to_json,
 )
+
+if TYPE_CHECKING:
+    import polars as pl
 
 FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]
@@ -502,7 +505,7 @@ class VennAdmit:
             for only_qk in (False, True)
         }
 
-    def predict(self, E: Any, logits: Any) -> Any:
+    def predict(self, E: Any, logits: Any) -> pl.DataFrame:
         """Per-row results as a polars DataFrame, one row per input.
 
         Columns: ``y_hat`` (ŷ^KNN), ``q``, ``d``, ``admit_set`` (list of class indices),

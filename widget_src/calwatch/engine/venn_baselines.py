@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,9 @@ from calwatch.engine.calibration import TemperatureScaling
 from calwatch.engine.conformal import SplitConformalClassifier, TuneName
 from calwatch.engine.knn_approx import LocalizerSupport, argmax_lowest
 from calwatch.engine.venn_admit import SPLIT_KNN, VennAdmit
+
+if TYPE_CHECKING:
+    import polars as pl
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -275,7 +278,7 @@ def compare_methods(
     return out
 
 
-def admitted_accuracy(results: dict[str, MethodResult], y: Any, *, by: str = "label") -> Any:
+def admitted_accuracy(results: dict[str, MethodResult], y: Any, *, by: str = "label") -> pl.DataFrame:
     """Per-class admitted accuracy and share, one row per (method, class) (paper Tables 4-5).
 
     ``by="label"`` (the paper's tables): for true class ``c``, among admitted rows with

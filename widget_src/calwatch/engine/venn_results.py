@@ -10,12 +10,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine.knn_approx import TrainingResult
+
+if TYPE_CHECKING:
+    import polars as pl
 
 FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]
@@ -103,7 +106,7 @@ def training_to_json(result: TrainingResult) -> dict[str, Any]:
     }
 
 
-def result_frame(res: VennAdmitResult) -> Any:
+def result_frame(res: VennAdmitResult) -> pl.DataFrame:
     """The polars frame of ``VennAdmit.predict``: one row per input.
 
     Columns ``y_hat``, ``q``, ``category_size`` (Int64), ``d``, ``p_lower``, ``p_upper``
