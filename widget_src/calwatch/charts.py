@@ -426,23 +426,33 @@ def set_sizes_chart(set_sizes: Source = None) -> ChartSpec:
     )
 
 
-def class_coverage_chart(class_coverage: Source = None) -> ChartSpec:
-    """Coverage by true class over the stream, with a 95% Wilson interval and the target."""
+def _rate_by_class_chart(
+    source: Source,
+    dataset: str,
+    *,
+    count: str,
+    hits: str,
+    rate: str,
+    axis_title: str,
+    count_title: str,
+    title: str,
+) -> ChartSpec:
+    """A rate per calibrator and true class over the stream: bars, a 95% Wilson interval, the target.
+
+    ``count`` and ``hits`` are the dataset's per-batch count columns (summed over batches);
+    ``rate`` names the computed ``hits / count``.
+    """
     z = 1.959964
+    sums: dict[str, Any] = {count: f"sum({count})", hits: f"sum({hits})"}
     base = (
-        _base(class_coverage, "class_coverage")
-        .transform_aggregate(
-            n_labelled="sum(n_labelled)",
-            n_covered="sum(n_covered)",
-            target="mean(target)",
-            groupby=["calibrator", "class"],
-        )
+        _base(source, dataset)
+        .transform_aggregate(**sums, target="mean(target)", groupby=["calibrator", "class"])
         .transform_calculate(
-            coverage="datum.n_covered / datum.n_labelled",
-            centre=f"(datum.coverage + {z**2} / (2 * datum.n_labelled)) / (1 + {z**2} / datum.n_labelled)",
+            **{rate: f"datum.{hits} / datum.{count}"},
+            centre=f"(datum.{rate} + {z**2} / (2 * datum.{count})) / (1 + {z**2} / datum.{count})",
             half=(
-                f"{z} / (1 + {z**2} / datum.n_labelled) * sqrt(datum.coverage * (1 - datum.coverage)"
-                f" / datum.n_labelled + {z**2} / (4 * datum.n_labelled * datum.n_labelled))"
+                f"{z} / (1 + {z**2} / datum.{count}) * sqrt(datum.{rate} * (1 - datum.{rate})"
+                f" / datum.{count} + {z**2} / (4 * datum.{count} * datum.{count}))"
             ),
             lo="datum.centre - datum.half",
             hi="datum.centre + datum.half",
@@ -452,22 +462,30 @@ def class_coverage_chart(class_coverage: Source = None) -> ChartSpec:
     tooltip = [
         alt.Tooltip("calibrator:N"),
         alt.Tooltip("class:N"),
-        alt.Tooltip("coverage:Q", format=".3f"),
+        alt.Tooltip(f"{rate}:Q", format=".3f", title=axis_title),
         alt.Tooltip("lo:Q", format=".3f", title="95% low"),
         alt.Tooltip("hi:Q", format=".3f", title="95% high"),
-        alt.Tooltip("n_labelled:Q", title="labelled"),
+        alt.Tooltip(f"{count}:Q", title=count_title),
         alt.Tooltip("target:Q", format=".3f"),
     ]
     bars = base.mark_bar(opacity=0.85).encode(
         x=x,
         xOffset="calibrator:N",
-        y=alt.Y("coverage:Q", title="coverage", scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y(f"{rate}:Q", title=axis_title, scale=alt.Scale(domain=[0, 1])),
         color=_color(),
         tooltip=tooltip,
     )
     errors = base.mark_rule().encode(x=x, xOffset="calibrator:N", y="lo:Q", y2="hi:Q")
     target = base.mark_rule(strokeDash=[5, 4], color="#444").encode(y="mean(target):Q")
-    return _finish(alt.layer(bars, errors, target), "Coverage by class")
+    return _finish(alt.layer(bars, errors, target), title)
+
+
+def class_coverage_chart(class_coverage: Source = None) -> ChartSpec:
+    """Coverage by true class over the stream, with a 95% Wilson interval and the target."""
+    return _rate_by_class_chart(
+        class_coverage, "class_coverage", count="n_labelled", hits="n_covered", rate="coverage",
+        axis_title="coverage", count_title="labelled", title="Coverage by class",
+    )  # fmt: skip
 
 
 def labels_chart(batches: Source = None) -> ChartSpec:
@@ -632,43 +650,11 @@ def admitted_chart(batches: Source = None) -> ChartSpec:
 
 def admitted_accuracy_chart(admit_class: Source = None) -> ChartSpec:
     """Venn-ADMIT: accuracy of admitted predictions by true class (labelled rows), 95% Wilson, 1−α."""
-    z = 1.959964
-    base = (
-        _base(admit_class, "admit_class")
-        .transform_aggregate(
-            n_admitted="sum(n_admitted)",
-            n_correct="sum(n_correct)",
-            target="mean(target)",
-            groupby=["calibrator", "class"],
-        )
-        .transform_calculate(
-            accuracy="datum.n_correct / datum.n_admitted",
-            centre=f"(datum.accuracy + {z**2} / (2 * datum.n_admitted)) / (1 + {z**2} / datum.n_admitted)",
-            half=(
-                f"{z} / (1 + {z**2} / datum.n_admitted) * sqrt(datum.accuracy * (1 - datum.accuracy)"
-                f" / datum.n_admitted + {z**2} / (4 * datum.n_admitted * datum.n_admitted))"
-            ),
-            lo="datum.centre - datum.half",
-            hi="datum.centre + datum.half",
-        )
-    )
-    x = alt.X("class:N", title="true class", axis=alt.Axis(labelAngle=0, labelLimit=80))
-    tooltip = [
-        alt.Tooltip("calibrator:N"),
-        alt.Tooltip("class:N"),
-        alt.Tooltip("accuracy:Q", format=".3f", title="admitted accuracy"),
-        alt.Tooltip("lo:Q", format=".3f", title="95% low"),
-        alt.Tooltip("hi:Q", format=".3f", title="95% high"),
-        alt.Tooltip("n_admitted:Q", title="labelled admitted rows"),
-        alt.Tooltip("target:Q", format=".3f"),
-    ]
-    bars = base.mark_bar(opacity=0.85).encode(
-        x=x, xOffset="calibrator:N", color=_color(), tooltip=tooltip,
-        y=alt.Y("accuracy:Q", title="admitted accuracy", scale=alt.Scale(domain=[0, 1])),
+    return _rate_by_class_chart(
+        admit_class, "admit_class", count="n_admitted", hits="n_correct", rate="accuracy",
+        axis_title="admitted accuracy", count_title="labelled admitted rows",
+        title="Admitted accuracy by class vs 1−α (dashed)",
     )  # fmt: skip
-    errors = base.mark_rule().encode(x=x, xOffset="calibrator:N", y="lo:Q", y2="hi:Q")
-    target = base.mark_rule(strokeDash=[5, 4], color="#444").encode(y="mean(target):Q")
-    return _finish(alt.layer(bars, errors, target), "Admitted accuracy by class vs 1−α (dashed)")
 
 
 def _admit_feature_chart(admit_features: Source, feature: str, title: str, axis_title: str) -> ChartSpec:
