@@ -96,7 +96,7 @@ def _martingale_guarantee(statistic: StatisticName, threshold: float) -> str:
 
 
 class _MartingaleDetector:
-    """Shared bookkeeping of the two conformal-test-martingale detectors."""
+    """Shared options and bookkeeping of the conformal-test-martingale detectors."""
 
     name: str
     needs_labels: bool
@@ -104,7 +104,13 @@ class _MartingaleDetector:
     action: str
 
     def __init__(
-        self, *, statistic: StatisticName, threshold: float, jump: float, resolution: float | None, seed: int
+        self,
+        *,
+        statistic: StatisticName = "cusum",
+        threshold: float = DEFAULT_CUSUM_THRESHOLD,
+        jump: float = 0.01,
+        resolution: float | None = DEFAULT_RESOLUTION,
+        seed: int = 0,
     ) -> None:
         self.statistic: StatisticName = statistic
         self.threshold = float(threshold)
@@ -167,22 +173,9 @@ class ConfidenceMartingale(_MartingaleDetector):
     """
 
     needs_labels = False
+    name = "confidence martingale"
     threatens = "every guarantee shown (they assume the stream is exchangeable with calibration)"
     action = "collect labels for recent rows to check coverage; recalibrate if it has dropped"
-
-    def __init__(
-        self,
-        *,
-        statistic: StatisticName = "cusum",
-        threshold: float = DEFAULT_CUSUM_THRESHOLD,
-        jump: float = 0.01,
-        resolution: float | None = DEFAULT_RESOLUTION,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(
-            statistic=statistic, threshold=threshold, jump=jump, resolution=resolution, seed=seed
-        )
-        self.name = "confidence martingale"
 
     def calibrate(self, data: CalibrationData) -> None:
         """Fit on the calibration rows' confidence scores."""
@@ -216,22 +209,12 @@ class ReferenceDistanceMartingale(_MartingaleDetector):
 
     needs_labels = False
     needs_embeddings = True
+    name = "reference distance martingale"
     threatens = "every guarantee shown: new rows lie farther from the calibration data than it does itself"
     action = "inspect the rows far from the reference (new kinds of inputs?); recalibrate on recent data"
 
-    def __init__(
-        self,
-        *,
-        statistic: StatisticName = "cusum",
-        threshold: float = DEFAULT_CUSUM_THRESHOLD,
-        jump: float = 0.01,
-        resolution: float | None = DEFAULT_RESOLUTION,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(
-            statistic=statistic, threshold=threshold, jump=jump, resolution=resolution, seed=seed
-        )
-        self.name = "reference distance martingale"
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         self.index_: Any = None
         self.scale_ = 1.0
 
@@ -283,19 +266,8 @@ class LabelMartingale(_MartingaleDetector):
     needs_labels = True
     action = "recalibrate on recent labelled data; if the alarm keeps recurring, retrain the model"
 
-    def __init__(
-        self,
-        calibrator: str,
-        *,
-        statistic: StatisticName = "cusum",
-        threshold: float = DEFAULT_CUSUM_THRESHOLD,
-        jump: float = 0.01,
-        resolution: float | None = DEFAULT_RESOLUTION,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(
-            statistic=statistic, threshold=threshold, jump=jump, resolution=resolution, seed=seed
-        )
+    def __init__(self, calibrator: str, **options: Any) -> None:
+        super().__init__(**options)
         self.calibrator = calibrator
         self.name = f"{calibrator}: conformity martingale"
         self.threatens = f"the coverage of {calibrator}'s prediction sets"
