@@ -48,13 +48,8 @@ import numpy.typing as npt
 
 from _common import machine_line, median, parse_size_args, size_parser, timed
 from calwatch.engine.knn import KNNIndex
-from calwatch.engine.knn_approx import (
-    LocalizerSupport,
-    approximation_logits,
-    category_mass,
-    fit_approximation,
-    fit_localizer,
-)
+from calwatch.engine.knn_approx import approximation_logits, fit_approximation
+from calwatch.engine.knn_localizer import LocalizerSupport, category_mass, fit_localizer
 from calwatch.engine.venn_admit import VennAdmit
 
 FloatArray = npt.NDArray[np.float64]

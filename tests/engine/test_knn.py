@@ -9,15 +9,8 @@ import pytest
 
 from calwatch.engine.conformal import NotFittedError
 from calwatch.engine.knn import KNNIndex, check_embeddings
-from calwatch.engine.knn_approx import (
-    ApproximationParams,
-    LocalizerSupport,
-    approximation_logits,
-    category_mass,
-    fit_approximation,
-    fit_localizer,
-    localizer_logits,
-)
+from calwatch.engine.knn_approx import ApproximationParams, approximation_logits, fit_approximation
+from calwatch.engine.knn_localizer import LocalizerSupport, category_mass, fit_localizer, localizer_logits
 
 
 def brute_force(ref: np.ndarray, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

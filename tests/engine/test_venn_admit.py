@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.knn_approx import LocalizerSupport, category_mass
+from calwatch.engine.knn_localizer import LocalizerSupport, category_mass
 from calwatch.engine.quantiles import conformal_quantile
 from calwatch.engine.venn_admit import SPLIT_MC, SPLIT_VP, VennAdmit
 from calwatch.engine.venn_bands import (

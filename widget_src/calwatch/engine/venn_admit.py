@@ -59,14 +59,11 @@ from calwatch.engine.knn_approx import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_EPOCHS,
     ApproximationParams,
-    LocalizerSupport,
     approximation_logits,
     argmax_lowest,
-    category_mass,
     fit_approximation,
-    fit_localizer,
-    localizer_logits,
 )
+from calwatch.engine.knn_localizer import LocalizerSupport, category_mass, fit_localizer, localizer_logits
 from calwatch.engine.venn_bands import (
     AdmitCalibration,
     VennCategories,

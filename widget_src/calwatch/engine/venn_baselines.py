@@ -42,7 +42,8 @@ import numpy.typing as npt
 
 from calwatch.engine.calibration import TemperatureScaling
 from calwatch.engine.conformal import SplitConformalClassifier, TuneName
-from calwatch.engine.knn_approx import LocalizerSupport, argmax_lowest
+from calwatch.engine.knn_approx import argmax_lowest
+from calwatch.engine.knn_localizer import LocalizerSupport
 from calwatch.engine.venn_admit import SPLIT_KNN, VennAdmit
 
 if TYPE_CHECKING:
