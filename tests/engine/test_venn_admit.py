@@ -416,3 +416,15 @@ def test_hnsw_reference_index_matches_flat_on_small_data(fitted) -> None:
     a, b = va.predict_arrays(E, logits), hnsw.predict_arrays(E, logits)
     assert np.array_equal(a.q, b.q) and np.array_equal(a.d, b.d) and np.array_equal(a.sets, b.sets)
     assert np.array_equal(a.admitted, b.admitted)
+
+
+def test_from_state_rejects_damaged_arrays(fitted) -> None:
+    va, _ = fitted
+    state = va.state()
+    arrays = dict(state["arrays"])
+    arrays["calibration_q"] = arrays["calibration_q"][:-1]
+    with pytest.raises(ValueError, match="calibration_q has 2999 rows but calibration_embeddings has 3000"):
+        VennAdmit.from_state({**state, "arrays": arrays})
+    arrays = dict(state["arrays"], beta=np.zeros(2))
+    with pytest.raises(ValueError, match=r"beta, gamma of shape \(3,\)"):
+        VennAdmit.from_state({**state, "arrays": arrays})

@@ -74,6 +74,7 @@ from calwatch.engine.venn_bands import (
 from calwatch.engine.venn_results import (
     VennAdmitResult,
     VennBatch,
+    decode_state,
     result_frame,
     training_from_json,
     training_to_json,
@@ -549,38 +550,19 @@ class VennAdmit:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> VennAdmit:
-        """Rebuild a fitted :class:`VennAdmit` from :meth:`state` (no training, no pickle)."""
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            msg = f"state must be a dict from VennAdmit.state() with format {STATE_FORMAT!r}"
-            raise ValueError(msg)
-        options = dict(state["options"])
-        options["split"] = tuple(options["split"])
-        va = cls(**options)
-        arrays, scalars = state["arrays"], state["scalars"]
-        params = ApproximationParams(
-            beta=np.asarray(arrays["beta"], dtype=np.float64),
-            gamma=np.asarray(arrays["gamma"], dtype=np.float64),
-            eta=float(scalars["eta"]),
-        )
-        E_tr = check_embeddings(arrays["reference_embeddings"], "reference_embeddings")
-        L_tr = check_logits(arrays["reference_logits"], "reference_logits")
-        y_tr = check_labels(
-            arrays["reference_labels"], L_tr.shape[1], "reference_labels", n_rows=E_tr.shape[0]
-        )
-        va._set_reference(KNNIndex(kind=va.index, seed=va.seed).fit(E_tr), L_tr, y_tr, params)
-        C = L_tr.shape[1]
-        E_ca = check_embeddings(arrays["calibration_embeddings"], "calibration_embeddings", dim=E_tr.shape[1])
-        L_ca = check_logits(arrays["calibration_logits"], "calibration_logits", n_classes=C)
-        y_ca = check_labels(arrays["calibration_labels"], C, "calibration_labels", n_rows=E_ca.shape[0])
-        va._set_calibration(
-            E_ca,
-            L_ca,
-            y_ca,
-            np.asarray(arrays["calibration_split"], dtype=np.int8),
-            np.asarray(arrays["calibration_logits_knn"], dtype=np.float64),
-            np.asarray(arrays["calibration_q"], dtype=np.intp),
-            np.asarray(arrays["calibration_d"], dtype=np.float64),
-        )
+        """Rebuild a fitted :class:`VennAdmit` from :meth:`state` (no training, no pickle).
+
+        Raises
+        ------
+        ValueError
+            Not a VennAdmit state, or arrays of the wrong shape or content.
+        """
+        decoded = decode_state(state, STATE_FORMAT)
+        va = cls(**decoded.options)
+        E_tr, L_tr, y_tr = decoded.reference
+        va._set_reference(KNNIndex(kind=va.index, seed=va.seed).fit(E_tr), L_tr, y_tr, decoded.params)
+        va._set_calibration(*decoded.calibration)
+        scalars = decoded.scalars
         va.agreement_ = float(scalars["agreement"])
         va.localizer_agreement_ = float(scalars["localizer_agreement"])
         va.training_ = training_from_json(scalars["training"])

@@ -4,7 +4,7 @@
   them into the polars frame of ``predict``.
 - :class:`VennBatch`: what the Venn-ADMIT variants of one batch share (one neighbour search).
 - :func:`training_to_json` / :func:`training_from_json`: a training record as JSON values
-  (snapshots never pickle).
+  (snapshots never pickle); :func:`decode_state` validates a ``VennAdmit.state()`` dict.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.engine.knn_approx import TrainingResult
+from calwatch.engine._validation import check_labels
+from calwatch.engine.calibration import check_logits
+from calwatch.engine.knn import check_embeddings
+from calwatch.engine.knn_approx import ApproximationParams, TrainingResult
 
 if TYPE_CHECKING:
     import polars as pl
@@ -141,4 +144,64 @@ def training_from_json(value: dict[str, Any]) -> TrainingResult:
         dev_disagreements=[int(v) for v in value["dev_disagreements"]],
         masked=[bool(v) for v in value["masked"]],
         seconds=float(value["seconds"]),
+    )
+
+
+@dataclass(frozen=True)
+class DecodedState:
+    """A validated ``VennAdmit.state()``: constructor options, parameters and arrays."""
+
+    options: dict[str, Any]
+    params: ApproximationParams
+    reference: tuple[Float32Array, FloatArray, IntArray]
+    calibration: tuple[
+        Float32Array, FloatArray, IntArray, npt.NDArray[np.int8], FloatArray, IntArray, FloatArray
+    ]
+    scalars: dict[str, Any]
+
+
+def decode_state(state: Any, expected_format: str) -> DecodedState:
+    """Check a state dict's format, shapes and values; return its parts as typed arrays."""
+    if not isinstance(state, dict) or state.get("format") != expected_format:
+        msg = f"state must be a dict from VennAdmit.state() with format {expected_format!r}"
+        raise ValueError(msg)
+    options = dict(state["options"])
+    options["split"] = tuple(options["split"])
+    arrays, scalars = state["arrays"], state["scalars"]
+    E_tr = check_embeddings(arrays["reference_embeddings"], "reference_embeddings")
+    L_tr = check_logits(arrays["reference_logits"], "reference_logits")
+    y_tr = check_labels(arrays["reference_labels"], L_tr.shape[1], "reference_labels", n_rows=E_tr.shape[0])
+    C = L_tr.shape[1]
+    E_ca = check_embeddings(arrays["calibration_embeddings"], "calibration_embeddings", dim=E_tr.shape[1])
+    n = E_ca.shape[0]
+    L_ca = check_logits(arrays["calibration_logits"], "calibration_logits", n_classes=C)
+    y_ca = check_labels(arrays["calibration_labels"], C, "calibration_labels", n_rows=n)
+    a_ca = check_logits(arrays["calibration_logits_knn"], "calibration_logits_knn", n_classes=C)
+    split = np.asarray(arrays["calibration_split"], dtype=np.int8)
+    q = np.asarray(arrays["calibration_q"], dtype=np.intp)
+    d = np.asarray(arrays["calibration_d"], dtype=np.float64)
+    per_row: dict[str, npt.NDArray[Any]] = {"calibration_logits": L_ca, "calibration_logits_knn": a_ca}
+    per_row |= {"calibration_split": split}
+    per_row |= {"calibration_q": q, "calibration_d": d}
+    for name, arr in per_row.items():
+        if arr.shape[0] != n:
+            msg = f"state array {name} has {arr.shape[0]} rows but calibration_embeddings has {n}"
+            raise ValueError(msg)
+    if not np.isin(split, (0, 1, 2)).all() or not np.isfinite(d).all() or (q < 0).any():
+        msg = "state arrays calibration_split (0/1/2), calibration_q (≥ 0) or calibration_d (finite) invalid"
+        raise ValueError(msg)
+    params = ApproximationParams(
+        beta=np.asarray(arrays["beta"], dtype=np.float64),
+        gamma=np.asarray(arrays["gamma"], dtype=np.float64),
+        eta=float(scalars["eta"]),
+    )
+    if params.beta.shape != (C,) or params.gamma.shape != (C,) or not params.eta > 0:
+        msg = f"state parameters must be beta, gamma of shape ({C},) and eta > 0"
+        raise ValueError(msg)
+    return DecodedState(
+        options=options,
+        params=params,
+        reference=(E_tr, L_tr, y_tr),
+        calibration=(E_ca, L_ca, y_ca, split, a_ca, q, d),
+        scalars=dict(scalars),
     )
