@@ -126,7 +126,17 @@ def wait_attr(page: Any, selector: str, name: str, value: str | None = None) -> 
 
 
 def wait_seq(page: Any, selector: str, seq: int) -> None:
-    wait_attr(page, selector, "data-applied-seq", str(seq))
+    """Wait until the view has applied update ``seq`` (or a later one).
+
+    At least, not exactly: the kernel may send one more update of the window panels when it
+    goes idle, after the test read ``seq``.
+    """
+    page.wait_for_function(
+        "([sel, seq]) => { const el = document.querySelector(sel);"
+        " return el !== null && Number(el.getAttribute('data-applied-seq') ?? '-Infinity') >= seq; }",
+        arg=[selector, seq],
+        timeout=TIMEOUT_MS,
+    )
 
 
 def chart_report(page: Any, root: str) -> list[dict[str, Any]]:
