@@ -33,8 +33,8 @@ labels) and one labelled calibration set, which it splits 10% / 45% / 45% (seede
    (same key, ``d`` in the band) of that row. This costs one product with ``D_ca^vp`` per
    singleton test row, less than a faiss top-1,000 search over the same rows (which keeps a
    1,000-entry heap per query): in ``benchmarks/bench_venn_admit.py`` (100k reference rows,
-   d = 256, 9,000 ``D_ca^vp`` rows, 100k test rows) 0.22× vs 0.60× the main ``K = 25`` search
-   when every row needs it, and ``predict`` took 1.28× vs 1.80× the bare search. ``localizer_k=1000``
+   d = 256, 9,000 ``D_ca^vp`` rows, 100k test rows) 0.20× vs 0.80× the main ``K = 25`` search
+   when every row needs it, and ``predict`` took 1.18× vs 1.62× the bare search. ``localizer_k=1000``
    (ALGORITHMS.md's choice for large ``D_ca``, useful with ``index="hnsw"``): the 1,000 nearest
    ``D_ca^vp`` rows by faiss, the rest taken as 0, in training and prediction alike; the mass
    left out is at most ``(n − k)·exp(−(d_(k) − d_(1))/η')`` times the nearest row's weight.
