@@ -655,17 +655,10 @@ class Monitor:
         encoder = self._require_encoder()
         id_list = _as_id_list(ids)
         labels = encoder.encode(y, "y", n_rows=len(id_list))
-        if len(set(id_list)) != len(id_list):
-            msg = "ids must be distinct within one label() call"
-            raise ValueError(msg)
-        positions = list(map(self._stream.id_index.get, id_list))
-        found = np.fromiter((p is not None for p in positions), dtype=bool, count=len(positions))
-        matched = [p for p in positions if p is not None]
+        found, where = self._locate(id_list)
         unmatched = int((~found).sum())
-        self._stream.labels_unmatched += unmatched
-        if not matched:
+        if not found.any():
             return LabelReport(0, unmatched, 0, ())
-        where = np.asarray(matched, dtype=np.intp)
         batch_of, row_of, label_of = where[:, 0], where[:, 1], labels[found]
         by_index = {record.index: record for record in self._stream.window_batches()}
         relabelled = 0
@@ -677,7 +670,21 @@ class Monitor:
             groups.append((by_index[batch_index], row_of[mask], label_of[mask]))
         self._feed_labels(groups)
         self._notify(tuple(touched))
-        return LabelReport(len(matched), unmatched, relabelled, tuple(touched))
+        return LabelReport(where.shape[0], unmatched, relabelled, tuple(touched))
+
+    def _locate(self, id_list: list[Hashable]) -> tuple[npt.NDArray[np.bool_], IntArray]:
+        """Which ids are in the window, and the ``(batch, row)`` of each one that is.
+
+        Labels for the others are counted as unmatched (``status()``). Raises if ids repeat.
+        """
+        if len(set(id_list)) != len(id_list):
+            msg = "ids must be distinct within one label() call"
+            raise ValueError(msg)
+        positions = list(map(self._stream.id_index.get, id_list))
+        found = np.fromiter((p is not None for p in positions), dtype=bool, count=len(positions))
+        self._stream.labels_unmatched += int((~found).sum())
+        where = np.asarray([p for p in positions if p is not None], dtype=np.intp).reshape(-1, 2)
+        return found, where
 
     def _apply_labels(self, record: BatchRecord, rows: IntArray, labels: IntArray) -> int:
         """Set labels of rows of one batch and update its counts; return how many were relabels."""

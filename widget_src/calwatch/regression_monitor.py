@@ -13,7 +13,7 @@ stay for a window so late labels are scored with exactly the CDF the row was sho
 from __future__ import annotations
 
 import copy
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +23,7 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.engine.metrics import clopper_pearson
-from calwatch.monitor import DEFAULT_WINDOW, LabelReport, Listener, Monitor, Note
+from calwatch.monitor import DEFAULT_WINDOW, LabelReport, Listener, Monitor, Note, _describe
 from calwatch.stream import BatchRecord, BatchRows, StreamState
 
 FloatArray = npt.NDArray[np.float64]
@@ -302,16 +302,10 @@ class RegressionMonitor(Monitor):
         if not np.isfinite(values).all():
             msg = "y contains NaN or inf: true values must be finite numbers"
             raise ValueError(msg)
-        if len(set(id_list)) != len(id_list):
-            msg = "ids must be distinct within one label() call"
-            raise ValueError(msg)
-        positions = [self._stream.id_index.get(i) for i in id_list]
-        found = np.array([p is not None for p in positions], dtype=bool)
+        found, where = self._locate(id_list)
         unmatched = int((~found).sum())
-        self._stream.labels_unmatched += unmatched
         if not found.any():
             return LabelReport(0, unmatched, 0, ())
-        where = np.array([p for p in positions if p is not None], dtype=np.intp)
         by_index = {r.index: r for r in self._stream.window_batches()}
         relabelled = 0
         touched = np.unique(where[:, 0]).tolist()
@@ -465,15 +459,7 @@ class RegressionMonitor(Monitor):
         msg = "snapshots of regression monitors are not supported yet; use report(path) to keep what you saw"
         raise NotImplementedError(msg)
 
-    def _batch_ids(self, ids: Any, m: int) -> list[Hashable]:
-        return super()._batch_ids(ids, m)
-
 
 def _regression_stats(record: BatchRecord) -> dict[str, RegressionBatchStats]:
     out: dict[str, Any] = record.stats
     return out
-
-
-def _describe(model: Any) -> str:
-    cls = type(model)
-    return f"{cls.__module__}.{cls.__qualname__}"
