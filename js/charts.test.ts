@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { Chart, calibratorSignalValue, datasetNames, prepareSpec } from "./charts";
+import { brushPixels, brushRange, Chart, calibratorSignalValue, datasetNames, prepareSpec, type XScale } from "./charts";
 import type { KeyedRow, VegaLiteSpec } from "./model";
 import { RowStore } from "./stream";
 
@@ -231,6 +231,178 @@ describe("Chart", () => {
     chart.finalize();
     await chart.apply(new RowStore().apply({ kind: "upsert", seq: 1, data: { set_sizes: [{ key: "a" }] } }));
     expect(chart.view).toBeNull();
+    expect(errorsOf(chart)).toEqual([]);
+  });
+});
+
+// Shaped like calwatch.dashboard.timeline_spec(): a layered area + line of rows per batch, the
+// `brush` interval selection (x) on the area layer.
+const timelineSpec: VegaLiteSpec = {
+  params: [{ name: "brush", select: { type: "interval", encodings: ["x"] }, views: ["timeline_area"] }],
+  layer: [
+    {
+      name: "timeline_area",
+      data: { name: "batches" },
+      mark: { type: "area", interpolate: "step-after" },
+      encoding: {
+        x: { field: "batch", type: "quantitative", scale: { nice: false } },
+        y: { field: "n_rows", type: "quantitative" },
+      },
+    },
+    {
+      data: { name: "batches" },
+      mark: { type: "line", interpolate: "step-after" },
+      encoding: { x: { field: "batch", type: "quantitative", scale: { nice: false } }, y: { field: "n_rows", type: "quantitative" } },
+    },
+  ],
+  height: 48,
+};
+
+function batches(first: number, last: number): KeyedRow[] {
+  const rows: KeyedRow[] = [];
+  for (let b = first; b <= last; b++) rows.push({ key: String(b), batch: b, n_rows: 100 });
+  return rows;
+}
+
+describe("brushPixels", () => {
+  // x = 10 * batch + 5 px, like a linear Vega scale of domain [0, 10] onto [5, 105]
+  const linear = (domain: unknown[]): XScale => Object.assign((v: number) => 10 * v + 5, { domain: () => domain });
+
+  it("covers whole batches with half a batch each side, also a single batch", () => {
+    expect(brushPixels(linear([0, 10]), [3, 6])).toEqual([30, 70]);
+    expect(brushPixels(linear([0, 10]), [6, 3])).toEqual([30, 70]);
+    expect(brushPixels(linear([0, 10]), [4, 4])).toEqual([40, 50]);
+    // an end outside the domain is placed all the same (the rectangle is clipped to the plot)
+    expect(brushPixels(linear([0, 10]), [0, 10])).toEqual([0, 110]);
+  });
+
+  it("inverts back to the same batches despite float error", () => {
+    const x = (v: number) => (v * 7) / 3 + 0.1;
+    const invert = (px: number) => ((px - 0.1) * 3) / 7;
+    for (let lo = 0; lo < 30; lo++) {
+      for (const hi of [lo, lo + 1, lo + 17]) {
+        const px = brushPixels(Object.assign(x, { domain: () => [0, 50] }), [lo, hi]);
+        if (px === null) throw new Error("not placed");
+        expect(brushRange({ batch: px.map(invert) })).toEqual([lo, hi]);
+      }
+    }
+  });
+
+  it("waits for a domain: none without data", () => {
+    expect(brushPixels(linear([]), [3, 6])).toBeNull();
+    expect(brushPixels(linear([Number.NaN, Number.NaN]), [3, 6])).toBeNull();
+    expect(brushPixels(linear([2, 2]), [2, 2])).toBeNull();
+    expect(brushPixels((v: number) => v, [3, 6])).toBeNull();
+  });
+});
+
+describe("Chart.setBrush", () => {
+  function timeline(onBrush: (r: [number, number] | null) => void, width = 400): Chart {
+    const el = document.createElement("div");
+    document.body.append(el);
+    const chart = new Chart(el, timelineSpec, { renderer: "svg", timings: [], onBrush, onError: (e) => errors.push(e) });
+    charts.push(chart);
+    if (width > 0) void chart.resize(width); // happy-dom lays nothing out: no container width
+    return chart;
+  }
+  const errors: unknown[] = [];
+  afterEach(() => {
+    errors.splice(0);
+  });
+  function viewOf(chart: Chart) {
+    const view = chart.view;
+    if (view === null) throw new Error("not embedded");
+    return view;
+  }
+  /** The brush rectangle's pixel extent [x, x + width] as drawn, null when none is drawn. */
+  function drawnRect(chart: Chart): [number, number] | null {
+    type Item = { name?: string; items?: { x: number; width: number }[] };
+    const root = (viewOf(chart).scenegraph() as unknown as { root: { items: { items?: Item[] }[] } }).root;
+    const mark = (root.items[0]?.items ?? []).find((m) => m.name === "brush_brush_bg");
+    const rect = mark?.items?.[0];
+    if (rect === undefined || !(rect.width > 0)) return null;
+    return [rect.x, rect.x + rect.width];
+  }
+  function expectOver(chart: Chart, lo: number, hi: number) {
+    const view = viewOf(chart);
+    const x = view.scale("x") as XScale;
+    expect(brushRange(view.signal("brush"))).toEqual([lo, hi]);
+    const rect = drawnRect(chart);
+    if (rect === null) throw new Error("no brush rectangle drawn");
+    expect(rect[0]).toBeCloseTo(x(lo - 0.5), 6);
+    expect(rect[1]).toBeCloseTo(x(hi + 0.5), 6);
+    expect(chart.el.dataset.brush).toBe(`${lo}-${hi}`);
+  }
+
+  it("draws the brush over the batches, keeps it over them as the domain and width change, and clears it", async () => {
+    const reported: unknown[] = [];
+    const chart = timeline((r) => reported.push(r));
+    const store = new RowStore();
+    await chart.apply(store.apply({ kind: "reset", seq: 0, data: { batches: batches(0, 10) } }));
+    await chart.setBrush([3, 6]);
+    expectOver(chart, 3, 6);
+    const before = drawnRect(chart);
+    // new batches extend the x domain: the rectangle moves with batches 3..6
+    await chart.apply(store.apply({ kind: "upsert", seq: 1, data: { batches: batches(11, 20) } }));
+    expectOver(chart, 3, 6);
+    expect(drawnRect(chart)?.[0]).toBeLessThan(before?.[0] ?? 0);
+    // a narrower container: same batches
+    await chart.resize(180);
+    expectOver(chart, 3, 6);
+    // a single batch has a width
+    await chart.setBrush([20, 20]);
+    expectOver(chart, 20, 20);
+    await chart.setBrush(null);
+    expect(brushRange(viewOf(chart).signal("brush"))).toBeNull();
+    expect(drawnRect(chart)).toBeNull();
+    expect(chart.el.dataset.brush).toBe("");
+    // nothing set programmatically is reported as a user's brush
+    expect(reported).toEqual([]);
+    expect(errors).toEqual([]);
+  });
+
+  it("waits for the first data to place a brush asked for before it", async () => {
+    const chart = timeline(() => {});
+    await chart.setBrush([2, 4]);
+    expect(brushRange(viewOf(chart).signal("brush"))).toBeNull();
+    await chart.apply(new RowStore().apply({ kind: "reset", seq: 0, data: { batches: batches(0, 8) } }));
+    expectOver(chart, 2, 4);
+    expect(errors).toEqual([]);
+  });
+
+  it("waits for a width to place a brush (a view laid out at width 0)", async () => {
+    const chart = timeline(() => {}, 0);
+    await chart.apply(new RowStore().apply({ kind: "reset", seq: 0, data: { batches: batches(0, 8) } }));
+    expect(viewOf(chart).width()).toBe(0);
+    await chart.setBrush([5, 7]);
+    expect(brushRange(viewOf(chart).signal("brush"))).toBeNull();
+    await chart.resize(300);
+    expectOver(chart, 5, 7);
+    expect(errors).toEqual([]);
+  });
+
+  it("reports a user's brush, and leaves it as drawn when asked for the range it already shows", async () => {
+    const reported: unknown[] = [];
+    const chart = timeline((r) => reported.push(r));
+    await chart.apply(new RowStore().apply({ kind: "reset", seq: 0, data: { batches: batches(0, 10) } }));
+    const view = viewOf(chart);
+    const x = view.scale("x") as XScale;
+    // what a drag does: the pixel signal of the selection
+    const dragged = [x(1.2), x(4.9)];
+    view.signal("brush_x", dragged);
+    await view.runAsync();
+    expect(reported).toEqual([[2, 4]]);
+    await chart.setBrush([2, 4]); // the kernel's echo: nothing to redraw
+    expect(view.signal("brush_x")).toEqual(dragged);
+    expect(reported).toEqual([[2, 4]]);
+    expect(chart.el.dataset.brush).toBe("2-4");
+  });
+
+  it("ignores setBrush on a chart without a brush", async () => {
+    const chart = makeChart(batchesSpec);
+    await chart.setBrush([1, 2]);
+    expect(chart.view).not.toBeNull();
+    expect(chart.el.dataset.brush).toBeUndefined();
     expect(errorsOf(chart)).toEqual([]);
   });
 });

@@ -120,9 +120,35 @@ export function brushRange(value: unknown): [number, number] | null {
   if (!Array.isArray(extent) || extent.length !== 2) return null;
   const [a, b] = extent.map(Number) as [number, number];
   if (!Number.isFinite(a) || !Number.isFinite(b)) return null;
-  const lo = Math.ceil(Math.min(a, b));
-  const hi = Math.floor(Math.max(a, b));
+  const lo = Math.ceil(Math.min(a, b)) + 0; // + 0: no -0
+  const hi = Math.floor(Math.max(a, b)) + 0;
   return lo <= hi ? [lo, hi] : null;
+}
+
+/** Scale of the x channel as Vega exposes it: a function with its domain. */
+export type XScale = ((value: number) => number) & { domain?: () => unknown[] };
+
+/**
+ * Pixel extent of the `brush` rectangle that shows batches lo..hi on a chart whose x scale is the
+ * batch: half a batch beyond each end, so the rectangle covers whole batches, a single batch
+ * gets a width, and float error in the pixel round trip (Vega inverts the pixels back to data)
+ * cannot move an end across a batch: `brushRange` of the inverted extent is [lo, hi] again.
+ * Null while the scale cannot place it (no data yet: an empty or non-finite domain).
+ */
+export function brushPixels(scale: XScale, range: readonly [number, number]): [number, number] | null {
+  const domain = typeof scale.domain === "function" ? scale.domain().map(Number) : [];
+  if (domain.length < 2 || !domain.every(Number.isFinite) || domain[0] === domain[domain.length - 1]) return null;
+  const lo = Math.min(range[0], range[1]);
+  const hi = Math.max(range[0], range[1]);
+  const x0 = scale(lo - 0.5);
+  const x1 = scale(hi + 0.5);
+  if (!Number.isFinite(x0) || !Number.isFinite(x1) || x0 === x1) return null;
+  return [x0, x1];
+}
+
+/** "3-6" for a brushed range, "" for none (the `data-brush` attribute of a chart's element). */
+export function brushText(range: readonly [number, number] | null): string {
+  return range === null ? "" : `${range[0]}-${range[1]}`;
 }
 
 export interface ChartOptions {
@@ -140,7 +166,10 @@ export interface ChartOptions {
   onBatchClick?: (batch: number) => void;
   /** Clicks anywhere on the plot pick the batch under the pointer (x scale = batch: the timeline). */
   clickByX?: boolean;
-  /** The `brush` interval selection changed (null: cleared). */
+  /**
+   * The user changed the `brush` interval selection (null: cleared). Not called for a brush set
+   * by `setBrush`.
+   */
   onBrush?: (range: [number, number] | null) => void;
   /** Called with every error of embedding or updating (drawn into the widget). */
   onError?: (error: unknown) => void;
@@ -162,6 +191,10 @@ export class Chart {
   private finalized = false;
   private embedFailed = false;
   private lastWidth = 0;
+  /** A brush `setBrush` asked for and not drawn yet (undefined: none; null: clear it). */
+  private brushTarget: [number, number] | null | undefined = undefined;
+  /** True while `setBrush` draws: the brush listener then does not report to `onBrush`. */
+  private brushQuiet = false;
   private readonly observer: ResizeObserver | null = null;
   private readonly onError: (error: unknown) => void;
   private readonly timings: number[];
@@ -286,6 +319,18 @@ export class Chart {
     return this.enqueue(() => this.setSignalsNow(values));
   }
 
+  /**
+   * Draws the `brush` interval selection over batches lo..hi (null: clears it), as if the user
+   * had brushed them, without reporting to `onBrush`. Drawn once the x scale has a domain (after
+   * the first data, if none yet); afterwards Vega-Lite keeps the brush on the same batches when
+   * the scale changes (new batches, a resize). Skipped when the brush already shows that range,
+   * and on charts without a `brush` selection.
+   */
+  setBrush(range: readonly [number, number] | null): Promise<void> {
+    this.brushTarget = range === null ? null : [range[0], range[1]];
+    return this.enqueue(() => this.drawBrush());
+  }
+
   /** Sets the view width in px (from the container; ignored while 0, e.g. when hidden). */
   resize(width: number): Promise<void> {
     return this.enqueue(() => this.setWidth(width));
@@ -333,6 +378,7 @@ export class Chart {
     }
     if (!touched) return;
     await view.runAsync();
+    if (this.brushTarget !== undefined) await this.drawBrush(); // waiting for a domain
     if (!timed) return;
     this.timings.push(performance.now() - start);
     if (this.timings.length > MAX_TIMINGS) this.timings.splice(0, this.timings.length - MAX_TIMINGS);
@@ -350,17 +396,54 @@ export class Chart {
     if (changed) await view.runAsync();
   }
 
+  private async drawBrush(): Promise<void> {
+    const view = this.result?.view;
+    const target = this.brushTarget;
+    if (!view || target === undefined) return;
+    if (!this.signals.has("brush_x") || !this.signals.has("brush")) {
+      this.brushTarget = undefined;
+      return;
+    }
+    if (brushText(brushRange(view.signal("brush"))) === brushText(target)) {
+      this.brushTarget = undefined; // already shown (e.g. brushed here)
+      return;
+    }
+    let pixels: [number, number] | [] = [];
+    if (target !== null) {
+      let scale: XScale;
+      try {
+        scale = view.scale("x") as XScale;
+      } catch {
+        return;
+      }
+      const placed = typeof scale === "function" ? brushPixels(scale, target) : null;
+      if (placed === null) return; // no domain or width yet: drawn after the next data / resize
+      pixels = placed;
+    }
+    this.brushTarget = undefined;
+    this.brushQuiet = true;
+    try {
+      // The pixel signal drives the data signal (brush_batch = invert(brush_x)), the selection
+      // store and the rectangle, as a drag would; [] clears the store.
+      view.signal("brush_x", pixels);
+      await view.runAsync();
+    } finally {
+      this.brushQuiet = false;
+    }
+  }
+
   /** Click and brush listeners (a drag that ends on a mark is not a click). */
   private listen(view: Result["view"], options: ChartOptions): void {
     const { onBatchClick, onBrush } = options;
-    if (onBrush !== undefined && this.signals.has("brush")) {
-      let last = "null";
+    if (this.signals.has("brush")) {
+      let last = brushText(brushRange(view.signal("brush")));
+      this.el.dataset.brush = last;
       view.addSignalListener("brush", (_name: string, value: unknown) => {
-        const range = brushRange(value);
-        const text = JSON.stringify(range);
+        const text = brushText(brushRange(value));
         if (text === last) return;
         last = text;
-        onBrush(range);
+        this.el.dataset.brush = text; // the batches the brush covers, for tests
+        if (!this.brushQuiet) onBrush?.(brushRange(value));
       });
     }
     if (onBatchClick === undefined) return;
@@ -405,5 +488,6 @@ export class Chart {
     if (!view || width <= 0 || width === this.lastWidth || !this.signals.has("width")) return;
     this.lastWidth = width;
     await view.width(width).runAsync();
+    if (this.brushTarget !== undefined) await this.drawBrush(); // waiting for a width
   }
 }

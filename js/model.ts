@@ -241,6 +241,8 @@ export interface RowsMessage {
   rows: unknown[][];
   set_calibrator: string;
   risk_calibrator: string;
+  /** The class filter the rows were picked by (rows predicted as or labelled that class), "" = none. */
+  class_filter?: string;
   error?: string;
 }
 
@@ -263,6 +265,7 @@ export function parseRowsMessage(msg: unknown): RowsMessage | null {
     rows,
     set_calibrator: str(msg.set_calibrator),
     risk_calibrator: str(msg.risk_calibrator),
+    ...(typeof msg.class_filter === "string" ? { class_filter: msg.class_filter } : {}),
     ...(typeof msg.error === "string" ? { error: msg.error } : {}),
   };
 }

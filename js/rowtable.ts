@@ -2,6 +2,10 @@
 // prediction, set, risk, label), fetched page by page from the kernel (`rows-request` ->
 // `rows`). Browser-only UI state (per view): which batch and page is open. Hidden in a read-only
 // report, which has no raw rows. Every text goes through textContent.
+//
+// The kernel picks the rows by the class filter (`_class_filter`: rows predicted as or labelled
+// that class) and names it in its reply (`class_filter`); the caption says so, and a change of
+// the filter re-requests the open batch from its first page (the rows, hence the pages, differ).
 
 import type { AnyModel } from "@anywidget/types";
 import type { RowsMessage, RowsRequest, WidgetModel } from "./model";
@@ -15,6 +19,23 @@ export function cellText(column: string, value: unknown): string {
   if (Array.isArray(value)) return `{${value.map(String).join(", ")}}`;
   if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(4);
   return String(value);
+}
+
+/** "Batch 12 · class cat", or "Batch 12" without a class filter. */
+export function rowsHead(batch: number, classFilter: string | undefined): string {
+  return classFilter ? `Batch ${batch} · class ${classFilter}` : `Batch ${batch}`;
+}
+
+/**
+ * The caption of a page: "Batch 12 · class cat: rows 1–20 of 37" ("Batch 12: …" without a class
+ * filter; "no rows" for none).
+ */
+export function rowsTitle(msg: Pick<RowsMessage, "batch" | "page" | "page_size" | "n_rows" | "class_filter">): string {
+  const head = rowsHead(msg.batch, msg.class_filter);
+  if (msg.n_rows === 0) return `${head}: no rows`;
+  const first = msg.page * msg.page_size + 1;
+  const last = Math.min(msg.n_rows, (msg.page + 1) * msg.page_size);
+  return `${head}: rows ${int.format(first)}–${int.format(last)} of ${int.format(msg.n_rows)}`;
 }
 
 export interface RowTable {
@@ -78,7 +99,7 @@ export function createRowTable(
     const msg: RowsRequest = { kind: "rows-request", view: viewId, batch: b, page: p, page_size: PAGE_SIZE };
     el.dataset.batch = String(b);
     el.dataset.loading = "true";
-    title.textContent = `Batch ${b}: loading rows…`;
+    title.textContent = `${rowsHead(b, model.get("_class_filter"))}: loading rows…`;
     model.send(msg);
   };
 
@@ -93,6 +114,11 @@ export function createRowTable(
     }
   };
   head.addEventListener("click", onClick);
+  // The kernel filters the rows by class: another class means other rows and pages.
+  const onClassFilter = () => {
+    if (batch !== null && !el.hidden) request(batch, 0);
+  };
+  model.on("change:_class_filter", onClassFilter);
 
   return {
     el,
@@ -103,10 +129,13 @@ export function createRowTable(
     },
     receive(msg) {
       if (msg.view !== viewId || msg.batch !== batch) return;
+      // A reply to a request made before the class filter changed is shown until the re-request's
+      // arrives: its caption names the class its rows were picked by, so it never misleads.
       delete el.dataset.loading;
+      el.dataset.classFilter = msg.class_filter ?? "";
       el.dataset.page = String(msg.page);
       if (msg.error !== undefined) {
-        title.textContent = `Batch ${msg.batch}`;
+        title.textContent = rowsHead(msg.batch, msg.class_filter);
         message.textContent = `Its rows cannot be shown: ${msg.error}`;
         message.hidden = false;
         table.replaceChildren();
@@ -115,9 +144,7 @@ export function createRowTable(
       }
       page = msg.page;
       nPages = msg.n_pages;
-      const first = msg.n_rows === 0 ? 0 : msg.page * msg.page_size + 1;
-      const last = Math.min(msg.n_rows, (msg.page + 1) * msg.page_size);
-      title.textContent = `Batch ${msg.batch}: rows ${int.format(first)}–${int.format(last)} of ${int.format(msg.n_rows)}`;
+      title.textContent = rowsTitle(msg);
       const parts = [];
       if (msg.set_calibrator !== "") parts.push(`sets of ${msg.set_calibrator}`);
       if (msg.risk_calibrator !== "") parts.push(`risk of ${msg.risk_calibrator}`);
@@ -148,6 +175,7 @@ export function createRowTable(
     },
     dispose() {
       head.removeEventListener("click", onClick);
+      model.off("change:_class_filter", onClassFilter);
     },
   };
 }

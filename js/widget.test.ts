@@ -348,6 +348,138 @@ describe("renderView", () => {
   });
 });
 
+// Shaped like calwatch.dashboard.timeline_spec(): rows per batch with the `brush` selection.
+const timelineSpec: VegaLiteSpec = {
+  params: [{ name: "brush", select: { type: "interval", encodings: ["x"] }, views: ["area"] }],
+  layer: [
+    {
+      name: "area",
+      data: { name: "batches" },
+      mark: { type: "area", interpolate: "step-after" },
+      encoding: {
+        x: { field: "batch", type: "quantitative", scale: { nice: false } },
+        y: { field: "coverage", type: "quantitative" },
+      },
+    },
+  ],
+  height: 48,
+};
+
+describe("JupyterLab theme", () => {
+  const labelFills = (root: HTMLElement) =>
+    new Set([...root.querySelectorAll('[data-chart="coverage"] g.role-axis-label text')].map((t) => t.getAttribute("fill")));
+  const background = (root: HTMLElement) => root.querySelector<SVGElement>('[data-chart="coverage"] svg')?.style.backgroundColor ?? "";
+
+  it("re-themes the charts, keeping their data, when the theme switches while shown", async () => {
+    const model = newModel();
+    const { root } = mount(model);
+    model.receive({ kind: "replay", view: "v1", seq: 0, data: { batches: [b(0, "aps", 0.9), b(1, "aps", 0.8)] } });
+    await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(2));
+    expect(labelFills(root)).toEqual(new Set(["#000"]));
+    expect(background(root)).toBe("white");
+    document.body.dataset.jpThemeLight = "false"; // what JupyterLab's theme manager sets
+    try {
+      // Vega's dark theme (light text) on the notebook's own background
+      await vi.waitFor(() => expect(labelFills(root)).toEqual(new Set(["#fff"])));
+      expect(background(root)).toBe("transparent");
+      await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(2));
+      document.body.dataset.jpThemeLight = "true";
+      await vi.waitFor(() => expect(labelFills(root)).toEqual(new Set(["#000"])));
+      await vi.waitFor(() => expect(marks(root, "coverage", "symbol")).toBe(2));
+    } finally {
+      delete document.body.dataset.jpThemeLight;
+    }
+  });
+});
+
+describe("the timeline brush across views", () => {
+  /** Every Chart that applied an update, to find a view's timeline (charts are internal). */
+  function trackCharts(): Set<Chart> {
+    const seen = new Set<Chart>();
+    const original = Chart.prototype.apply;
+    const spy = vi.spyOn(Chart.prototype, "apply").mockImplementation(function (this: Chart, update) {
+      seen.add(this);
+      return original.call(this, update);
+    });
+    cleanups.push(() => spy.mockRestore());
+    return seen;
+  }
+  function timelineOf(seen: Set<Chart>, root: HTMLElement): Chart {
+    const target = root.querySelector(".calwatch-timeline .calwatch-vega");
+    const chart = [...seen].reverse().find((c) => c.el === target); // the latest (rebuilds reuse el)
+    if (chart === undefined) throw new Error("no timeline chart");
+    return chart;
+  }
+  function model2() {
+    const model = newModel();
+    model.set("_specs", { coverage: batchesSpec, sizes: setSizesSpec, timeline: timelineSpec });
+    model.set("_batch_range", []);
+    return model;
+  }
+  const data = { batches: Array.from({ length: 11 }, (_, i) => b(i, "aps", 0.9)) };
+  const brushOf = (root: HTMLElement) => root.querySelector<HTMLElement>(".calwatch-timeline .calwatch-vega")?.dataset.brush;
+
+  it("draws a range brushed in one view, or set by the kernel, in the other; clears both; never writes it back", async () => {
+    const seen = trackCharts();
+    const model = model2();
+    const a = mount(model, "va").root;
+    const c = mount(model, "vb").root;
+    model.receive({ kind: "replay", view: "va", seq: 0, data });
+    model.receive({ kind: "replay", view: "vb", seq: 0, data });
+    await appliedSeq(a, 0);
+    await appliedSeq(c, 0);
+    const ta = timelineOf(seen, a);
+    const tb = timelineOf(seen, c);
+    await Promise.all([ta.resize(400), tb.resize(230)]); // different widths, as inline vs sidebar
+    const view = ta.view;
+    if (view === null) throw new Error("not embedded");
+    const x = view.scale("x") as (v: number) => number;
+
+    // a drag in view A (the pixel signal of the selection): A's filters at once, the model later
+    view.signal("brush_x", [x(2.2), x(5.7)]);
+    await view.runAsync();
+    expect(brushOf(a)).toBe("3-5");
+    await vi.waitFor(() => expect(model.get("_batch_range")).toEqual([3, 5]), { timeout: 2000 });
+    expect(model.saves).toBe(1);
+    // view B draws the same batches (it hears the model's change event)
+    await vi.waitFor(() => expect(brushOf(c)).toBe("3-5"));
+    expect(c.dataset.batchRange).toBe("3-5");
+    expect(view.signal("brush_x")).toEqual([x(2.2), x(5.7)]); // A keeps the user's rectangle
+
+    // the kernel (Python's widget.batch_range = (7, 9)): both views draw it
+    model.set("_batch_range", [7, 9]);
+    await vi.waitFor(() => expect([brushOf(a), brushOf(c)]).toEqual(["7-9", "7-9"]));
+    // the clear button
+    c.querySelector<HTMLButtonElement>("button.calwatch-range-clear")?.click();
+    await vi.waitFor(() => expect([brushOf(a), brushOf(c)]).toEqual(["", ""]));
+    expect(model.get("_batch_range")).toEqual([]);
+    await new Promise((r) => setTimeout(r, 300)); // past the brush's debounce
+    expect(model.saves).toBe(2); // the drag and the clear button, nothing echoed back
+    expect(model.get("_batch_range")).toEqual([]);
+  });
+
+  it("draws the range in force on a view opened later, once it has data, and after a theme rebuild", async () => {
+    const seen = trackCharts();
+    const model = model2();
+    model.set("_batch_range", [4, 4]);
+    const { root } = mount(model, "vc");
+    model.receive({ kind: "replay", view: "vc", seq: 0, data });
+    await appliedSeq(root, 0);
+    await timelineOf(seen, root).resize(300);
+    await vi.waitFor(() => expect(brushOf(root)).toBe("4-4"));
+    document.body.dataset.jpThemeLight = "false";
+    try {
+      await vi.waitFor(() => expect(brushOf(root)).toBe("")); // a new timeline, not yet wide
+      const rebuilt = timelineOf(seen, root);
+      await rebuilt.resize(300);
+      await vi.waitFor(() => expect(brushOf(root)).toBe("4-4"));
+      expect(model.saves).toBe(0);
+    } finally {
+      delete document.body.dataset.jpThemeLight;
+    }
+  });
+});
+
 describe("default export", () => {
   it("is an anywidget factory with initialize and render", async () => {
     const def = widget();

@@ -10,7 +10,9 @@
 // panels of the other tabs are hidden and inactive: they take resets at once but defer upserts
 // and signal changes until their tab is shown (then catch up from the RowStore once), so an
 // update costs the visible charts only. The brush sets the signals batch_lo / batch_hi of every
-// chart of this view at once and `_batch_range` (the kernel and other views) once it settles.
+// chart of this view at once and `_batch_range` (the kernel and other views) once it settles; a
+// `_batch_range` set elsewhere (another view, Python, the clear button) is drawn as this view's
+// brush rectangle too, without being written back.
 //
 // Updates reach the charts one apply at a time, in a task after the messages that brought them:
 // everything accepted meanwhile (messages already received, those arriving while an apply is
@@ -171,6 +173,10 @@ export function renderView(
   const reportError = (source: string, prefix = "") => (error: unknown) =>
     controls.setLocalError(source, prefix + message(error));
 
+  const rangePair = (): [number, number] | null => {
+    const [lo, hi] = range;
+    return lo === undefined || hi === undefined ? null : [lo, hi];
+  };
   const allCharts = () => [...(timeline === null ? [] : [timeline]), ...items.map((i) => i.chart)];
   const filterSignals = (): Record<string, unknown> => ({
     batch_lo: range.length === 2 ? range[0] : null,
@@ -229,8 +235,11 @@ export function renderView(
 
   const openRows = (batch: number) => rowTable.open(batch);
   let brushTimer: ReturnType<typeof setTimeout> | null = null;
+  /** The user brushed this view's timeline (a brush drawn from `_batch_range` is not reported). */
   const onBrush = (next: [number, number] | null) => {
-    range = next === null ? [] : [...next];
+    const nextRange = next === null ? [] : [...next];
+    if (JSON.stringify(nextRange) === JSON.stringify(range)) return;
+    range = nextRange;
     for (const item of items) void item.chart.setSignals(filterSignals());
     // The kernel (and the other views) follow once the drag settles.
     if (brushTimer !== null) clearTimeout(brushTimer);
@@ -300,6 +309,8 @@ export function renderView(
         onBrush,
       });
       if (storeSeq !== null) void timeline.apply(store.snapshot(storeSeq));
+      // The brush rectangle of the range in force (brushed elsewhere, or before a rebuild).
+      if (range.length === 2) void timeline.setBrush(rangePair());
     }
     timelineEl.hidden = timelineSpec === undefined;
     tabs.replaceChildren(
@@ -394,8 +405,9 @@ export function renderView(
   const onFilters = () => {
     const next = model.get("_batch_range") ?? [];
     if (JSON.stringify(next) !== JSON.stringify(range)) {
+      // Set elsewhere (another view, the kernel, the clear button): draw it on this timeline.
       range = [...next];
-      if (range.length === 0) void timeline?.setSignals({ brush_x: [] });
+      void timeline?.setBrush(rangePair());
     }
     for (const item of items) void item.chart.setSignals(filterSignals());
     root.dataset.batchRange = range.join("-");
