@@ -17,6 +17,7 @@ timeline's x axis is the batch, from the first batch (left end of the area mark)
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +186,7 @@ def test_brush_is_drawn_in_every_view(lab_server: Any, page: Any, artifacts_dir:
     page.wait_for_function(
         "(s) => document.querySelector(s).dataset.batchRange.includes('-')", arg=INLINE, timeout=TIMEOUT_MS
     )
-    lo, hi = (int(v) for v in attr(page, INLINE, "data-batch-range").split("-"))
+    lo, hi = (int(v) for v in str(attr(page, INLINE, "data-batch-range")).split("-"))
     assert 0 < lo <= hi < N_BATCHES - 1, (lo, hi)
     kernel.wait_for("mon.widget().batch_range", (lo, hi))
     _wait_brush(page, f"{lo}-{hi}")
@@ -317,12 +318,25 @@ def _open_rows_at(page: Any, root: str, batch: int, n_batches: int) -> None:
     page.mouse.click(x, plot["y"] + plot["height"] * 0.5)
 
 
-def _rows_shown(page: Any, table: str, class_filter: str) -> None:
-    page.wait_for_function(
-        "([s, c]) => { const e = document.querySelector(s); return e && !e.hidden && !e.dataset.loading "
-        "&& e.dataset.classFilter === c && e.querySelectorAll('tbody tr').length > 0; }",
-        arg=[table, class_filter],
-        timeout=TIMEOUT_MS,
+ROWS_LOADED_JS = """
+(s) => { const e = document.querySelector(s);
+  return e !== null && !e.hidden && !e.dataset.loading && e.querySelectorAll('tbody tr').length > 0; }
+"""
+
+
+def _rows_shown(page: Any, table: str, class_filter: str, timeout_s: float = 30.0) -> None:
+    """Wait until the row table shows rows of a reply that names ``class_filter``."""
+    page.wait_for_function(ROWS_LOADED_JS, arg=table, timeout=TIMEOUT_MS)
+    deadline = time.monotonic() + timeout_s
+    shown = None
+    while time.monotonic() < deadline:
+        shown = attr(page, table, "data-class-filter")
+        if shown == class_filter and page.evaluate(ROWS_LOADED_JS, table):
+            return
+        time.sleep(0.05)
+    pytest.fail(
+        f"the row table shows rows of class_filter={shown!r}, not {class_filter!r}: the kernel's `rows` "
+        "reply must name the class filter its rows were picked by (dashboard.rows_page(class_filter=...))"
     )
 
 
@@ -343,12 +357,13 @@ def test_row_table_follows_the_class_filter(lab_server: Any, page: Any) -> None:
     title = page.locator(f"{table} .calwatch-rows-title").inner_text()
     assert title == f"Batch {batch} · class cat: rows 1–{min(20, expected)} of {expected}", title
 
-    def rows() -> list[tuple[str, str]]:
-        return page.eval_on_selector_all(
+    def rows() -> list[list[str]]:
+        shown: list[list[str]] = page.eval_on_selector_all(
             f"{table} tbody tr",
             "(trs) => trs.map((tr) => [tr.querySelector('[data-column=prediction]').textContent,"
             " tr.querySelector('[data-column=label]').textContent])",
         )
+        return shown
 
     seen = 0
     while True:  # every page
