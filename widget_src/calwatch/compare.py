@@ -1,12 +1,18 @@
 """Compare two runs: overlay two monitors (or snapshots) on the same panels.
 
-``cw.compare(a, b)`` builds a read-only :class:`~calwatch.monitor.Monitor` whose calibrators
-are both runs' calibrators, renamed ``"<run>: <name>"``, and whose batches hold both runs'
-per-batch statistics side by side (batch ``i`` of one run next to batch ``i`` of the other).
-Every per-batch panel (coverage, sets, class coverage, risk, admitted and kept shares, shift
-statistics) then draws the two runs as separate series, and the warning logs are merged. Raw
-rows are not merged (they belong to different models or calibration sets), so panels that read
-the raw-row window (reliability, what-if) are empty in a comparison.
+``cw.compare(a, b)`` builds a read-only monitor of the runs' task whose calibrators are both
+runs' calibrators, renamed ``"<run>: <name>"``, and whose batches hold both runs' per-batch
+statistics side by side (batch ``i`` of one run next to batch ``i`` of the other). Every
+per-batch panel (coverage, sets, class coverage, risk, admitted and kept shares, shift
+statistics; for regression interval coverage, width and the PIT histogram) then draws the two
+runs as separate series, and the warning logs are merged.
+
+Classification: raw rows are not merged (they belong to different models or calibration sets),
+so panels that read the raw-row window (reliability, what-if) are empty in a comparison.
+Regression: a batch's raw rows are merged when both runs still hold them for the same ids in
+the same order with no conflicting true values (two models or two calibrations watching one
+stream), so the fan of the latest batch overlays both runs' intervals; otherwise the fan is
+empty.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from calwatch.monitor import Monitor
+from calwatch.regression_monitor import RegressionMonitor
 from calwatch.shift_watch import ShiftWatch
-from calwatch.stream import BatchRecord, StreamState
+from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, StreamState
 
 
 def _as_monitor(run: Monitor | str | os.PathLike[str]) -> Monitor:
@@ -42,7 +49,8 @@ def compare(
     ----------
     a, b : Monitor or path-like
         Live monitors, or snapshot folders written by :meth:`Monitor.save`. Both must watch
-        the same classes (e.g. two models, or two calibration sets, on the same task).
+        the same task: classification runs the same classes, regression runs the same interval
+        levels (e.g. two models, or two calibration sets, on the same stream).
     names : tuple of two str
         Run names, prefixed to calibrator and detector names (``"A: lac"``).
     show : bool
@@ -51,7 +59,13 @@ def compare(
     Returns
     -------
     Monitor
-        A read-only monitor holding both runs (``observe`` and ``label`` refuse).
+        A read-only monitor holding both runs (``observe`` and ``label`` refuse); a
+        :class:`~calwatch.regression_monitor.RegressionMonitor` for regression runs.
+
+    Raises
+    ------
+    ValueError
+        If a run is not calibrated, or the runs watch different tasks, classes or levels.
     """
     runs = [_as_monitor(a), _as_monitor(b)]
     if len(names) != 2 or names[0] == names[1] or not all(isinstance(n, str) and n for n in names):
@@ -61,13 +75,24 @@ def compare(
         if run.calibration_ is None:
             msg = f"{run.name!r} is not calibrated: there is nothing to compare"
             raise ValueError(msg)
-        if getattr(run, "task", "classification") == "regression":
-            msg = "compare() supports classification monitors (regression monitors have no snapshots yet)"
-            raise ValueError(msg)
-    classes = [run.classes_.tolist() for run in runs]
-    if classes[0] != classes[1]:
-        msg = f"the runs watch different classes: {classes[0]} vs {classes[1]}"
+    tasks = [getattr(run, "task", "classification") for run in runs]
+    if tasks[0] != tasks[1]:
+        msg = (
+            f"cannot compare a {tasks[0]} run with a {tasks[1]} run: {names[0]} ({runs[0].name!r}) "
+            f"is {tasks[0]}, {names[1]} ({runs[1].name!r}) is {tasks[1]}"
+        )
         raise ValueError(msg)
+    regression = tasks[0] == "regression"
+    if regression:
+        levels = [tuple(getattr(run, "levels", ())) for run in runs]
+        if levels[0] != levels[1]:
+            msg = f"the runs track different interval levels: {list(levels[0])} vs {list(levels[1])}"
+            raise ValueError(msg)
+    else:
+        classes = [run.classes_.tolist() for run in runs]
+        if classes[0] != classes[1]:
+            msg = f"the runs watch different classes: {classes[0]} vs {classes[1]}"
+            raise ValueError(msg)
     merged = copy.copy(runs[0])
     merged.name = f"{names[0]}: {runs[0].name} vs {names[1]}: {runs[1].name}"
     merged._calibrators = {
@@ -88,6 +113,9 @@ def compare(
         f"{names[0]}: {runs[0].model_description}; {names[1]}: {runs[1].model_description}"
     )
     merged._stream = _merged_stream(runs, names)
+    if isinstance(merged, RegressionMonitor):
+        merged._model = None
+        _merge_regression_rows(merged._stream, runs, names)
     merged._shift = _merged_shift(runs, names)
     merged._shift_spec = None
     merged.observe = _read_only  # type: ignore[method-assign]
@@ -123,6 +151,41 @@ def _merged_stream(runs: list[Monitor], names: tuple[str, str]) -> StreamState:
     for counter in ("rows_seen", "rows_labelled", "labels_unmatched", "rows_expired"):
         setattr(stream, counter, int(np.sum([getattr(run._stream, counter) for run in runs])))
     return stream
+
+
+def _merge_regression_rows(stream: StreamState, runs: list[Monitor], names: tuple[str, str]) -> None:
+    """Give each merged batch the raw rows of both runs where they describe the same rows.
+
+    The rows' results are shared with the runs (a comparison is read-only). A true value comes
+    from whichever run has it; batches where the runs hold different ids, or different true
+    values for one id, keep no raw rows.
+    """
+    for record in stream.batches:
+        parts = [run._stream.batches[record.index].rows for run in runs if record.index < run.n_batches]
+        present = [rows for rows in parts if rows is not None]
+        if len(present) != len(runs):
+            continue
+        first, second = present
+        if first.ids != second.ids:
+            continue
+        y_a, y_b = first.regression["y"], second.regression["y"]
+        if np.any(~np.isnan(y_a) & ~np.isnan(y_b) & (y_a != y_b)):
+            continue
+        y = np.where(np.isnan(y_a), y_b, y_a)
+        per_calibrator = {
+            f"{name}: {key}": saved
+            for name, rows in zip(names, present, strict=True)
+            for key, saved in rows.regression["per_calibrator"].items()
+        }
+        record.rows = BatchRows(
+            ids=list(first.ids),
+            probs=np.zeros((len(first.ids), 0)),
+            packed_sets={},
+            labels=np.where(np.isnan(y), NO_LABEL, 0).astype(np.intp),
+            regression={"y": y, "per_calibrator": per_calibrator},
+        )
+        stream._in_window.append(record)
+        stream._rows_in_window += record.n_rows
 
 
 def _merged_shift(runs: list[Monitor], names: tuple[str, str]) -> ShiftWatch | None:

@@ -8,6 +8,11 @@ ensemble) into a calibrated CDF. Per batch the monitor keeps the width of the ce
 intervals; when labels arrive, the rows' PIT values ``F(y | x)``, whether each interval covered
 its label, and the CRPS. Raw rows (base predictions, the random interpolation's draws, labels)
 stay for a window so late labels are scored with exactly the CDF the row was shown.
+
+Regression monitors save and load as snapshots like classification monitors
+(:meth:`~calwatch.monitor.Monitor.save`, :meth:`~calwatch.monitor.Monitor.load`,
+:mod:`calwatch.store`): a loaded copy gives the same views, scores late labels of the window's
+rows exactly as the original would, and keeps streaming.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.engine.metrics import clopper_pearson
-from calwatch.monitor import DEFAULT_WINDOW, LabelReport, Listener, Monitor, Note, _describe
-from calwatch.stream import BatchRecord, BatchRows, StreamState
+from calwatch.monitor import DEFAULT_WINDOW, LabelReport, Monitor, _uniform_scalar_ids
+from calwatch.stream import BatchRecord, BatchRows
 
 FloatArray = npt.NDArray[np.float64]
 #: Central credible levels whose intervals are tracked (the widest is the headline one).
@@ -135,29 +140,18 @@ class RegressionMonitor(Monitor):
         ):
             msg = f"levels must be increasing values in (0, 1); got {levels!r}"
             raise ValueError(msg)
-        if int(window) != window or window < 1:
-            msg = f"window must be a positive integer (rows); got {window!r}"
-            raise ValueError(msg)
-        if model is not None and not (callable(getattr(model, "predict", None)) or callable(model)):
-            msg = f"model must have predict(X) or be callable; got {type(model).__name__}"
-            raise TypeError(msg)
+        check_regressor(model)
+        self._init_state(
+            calibrators,
+            window=window,
+            name=name,
+            model=model,
+            provenance=provenance,
+            without_model="none (precomputed predictions)",
+        )
         self._adapter = None
         self._model = model
-        self.name = str(name)
         self.levels = checked
-        self._calibrators = dict(calibrators)
-        self._fixed_classes = None
-        self._encoder = None
-        self._stream = StreamState(int(window))
-        self._listeners: list[Listener] = []
-        self._widget = None
-        self._next_auto_id = 0
-        self._shift_spec = None
-        self._shift = None
-        self._notes: list[Note] = []
-        self.calibration_: dict[str, Any] | None = None
-        self.model_description = "none (precomputed predictions)" if model is None else _describe(model)
-        self.provenance = {str(k): str(v) for k, v in (provenance or {}).items()}
         self._draws = np.random.default_rng(0)
 
     # ------------------------------------------------------------------ inputs
@@ -168,15 +162,46 @@ class RegressionMonitor(Monitor):
         if pred is not None:
             return pred
         if self._model is None:
-            msg = "X was given but the monitor has no model: pass pred= instead, or Monitor(model, task=...)"
+            msg = (
+                "X was given but the monitor has no model: pass pred= instead, or Monitor(model, "
+                "task='regression'), or Monitor.load(path, model=model) for a saved monitor"
+            )
             raise ValueError(msg)
         predict = getattr(self._model, "predict", None)
         return predict(X) if callable(predict) else self._model(X)
 
+    def _is_ensemble(self, pred: Any) -> bool:
+        """Whether ``pred`` is a list of member predictions (for ensemble calibrators)."""
+        return isinstance(pred, (list, tuple)) and any(
+            getattr(cal, "prediction", None) == "ensemble" for cal in self._regressors().values()
+        )
+
+    def _n_rows(self, pred: Any) -> int:
+        first = pred[0] if self._is_ensemble(pred) and len(pred) else pred
+        n_rows = getattr(first, "n_rows", None)  # a CDFPrediction knows its rows
+        if n_rows is None:
+            shape = np.shape(first)
+            if not shape:
+                msg = f"pred must hold one base prediction per row; got {type(first).__name__}"
+                raise ValueError(msg)
+            n_rows = shape[0]
+        return int(n_rows)
+
+    def _kept(self, pred: Any) -> Any:
+        """The base predictions kept for the window: float64 arrays (a list of them for ensembles).
+
+        Distributions given as a :class:`~calwatch.engine.regression_scores.CDFPrediction` are
+        kept as they are (they are callables: such a monitor cannot be saved).
+        """
+        if self._is_ensemble(pred):
+            return [self._kept_member(p) for p in pred]
+        return self._kept_member(pred)
+
     @staticmethod
-    def _n_rows(pred: Any) -> int:
-        first = pred[0] if isinstance(pred, list) else pred
-        return int(np.shape(first)[0])
+    def _kept_member(pred: Any) -> Any:
+        if callable(getattr(pred, "cdf", None)):
+            return pred
+        return np.array(pred, dtype=np.float64)  # a copy: the caller may reuse its array
 
     @property
     def classes_(self) -> npt.NDArray[Any]:
@@ -256,16 +281,21 @@ class RegressionMonitor(Monitor):
             msg = "the batch is empty: a batch needs at least one row"
             raise ValueError(msg)
         row_ids = self._batch_ids(ids, m)
+        values = None if y is None else _true_values(y, m)
         per_cal: dict[str, dict[str, Any]] = {}
         stats: dict[str, Any] = {}
+        draws = copy.deepcopy(self._draws)  # advanced only once the batch is accepted
         for key, cal in self._regressors().items():
-            u = self._draws.uniform(size=m) if cal.interpolation == "random" else None
+            u = draws.uniform(size=m) if cal.interpolation == "random" else None
             out = cal.predict_rows(base, levels=self.levels, u=u)
             widths = np.array(
                 [(out[f"upper_{_pct(v)}"] - out[f"lower_{_pct(v)}"]).sum() for v in self.levels]
             )
-            per_cal[key] = {"pred": base, "u": u, **out}
+            per_cal[key] = {"u": u} | {name: out[name] for name in row_fields(self.levels)}
             stats[key] = RegressionBatchStats(levels=self.levels, n_rows=m, width_sum=widths)
+        kept = self._kept(base)
+        for saved in per_cal.values():
+            saved["pred"] = kept  # one shared copy of the batch's base predictions
         index = len(self._stream.batches)
         record = BatchRecord(
             index=index,
@@ -283,9 +313,10 @@ class RegressionMonitor(Monitor):
         )
         if ids is None:
             self._next_auto_id += m
+        self._draws = draws
         self._stream.append(record)
-        if y is not None:
-            self._apply_values(record, np.arange(m), np.asarray(y, dtype=np.float64))
+        if values is not None:
+            self._apply_values(record, np.arange(m), values)
         self._notify((index,))
         return index
 
@@ -295,13 +326,7 @@ class RegressionMonitor(Monitor):
         from calwatch.monitor import _as_id_list
 
         id_list = _as_id_list(ids)
-        values = np.asarray(y, dtype=np.float64)
-        if values.ndim != 1 or values.shape[0] != len(id_list):
-            msg = f"y must hold one value per id ({len(id_list)}); got shape {values.shape}"
-            raise ValueError(msg)
-        if not np.isfinite(values).all():
-            msg = "y contains NaN or inf: true values must be finite numbers"
-            raise ValueError(msg)
+        values = _true_values(y, len(id_list), per="id")
         found, where = self._locate(id_list)
         unmatched = int((~found).sum())
         if not found.any():
@@ -335,7 +360,7 @@ class RegressionMonitor(Monitor):
         self, cal: Any, saved: dict[str, Any], rows: npt.NDArray[np.intp], y: FloatArray
     ) -> dict[str, FloatArray]:
         base = saved["pred"]
-        sub = [b[rows] for b in base] if isinstance(base, list) else np.asarray(base)[rows]
+        sub = [b[rows] for b in base] if isinstance(base, list) else base[rows]
         u = None if saved["u"] is None else saved["u"][rows]
         scored: dict[str, FloatArray] = cal.predict_rows(sub, y, levels=self.levels, u=u)
         return scored
@@ -432,9 +457,10 @@ class RegressionMonitor(Monitor):
             assert record.rows is not None
             store = record.rows.regression
             y = store["y"]
+            ids = record.rows.ids
             columns: dict[str, Any] = {
                 "batch": np.full(record.n_rows, record.index),
-                "id": record.rows.ids,
+                "id": ids if _uniform_scalar_ids(ids) else pl.Series("id", ids, dtype=pl.Object),
                 "label": [None if np.isnan(v) else float(v) for v in y],
             }
             labelled = np.flatnonzero(~np.isnan(y))
@@ -454,10 +480,35 @@ class RegressionMonitor(Monitor):
         out = pl.concat(frames, how="vertical_relaxed")
         return out if window is None else out.tail(int(window))
 
-    def save(self, path: Any) -> Any:
-        """Not available yet for regression monitors (snapshots hold classification state)."""
-        msg = "snapshots of regression monitors are not supported yet; use report(path) to keep what you saw"
-        raise NotImplementedError(msg)
+
+def _true_values(y: Any, n: int, per: str = "row") -> FloatArray:
+    """``y`` as finite float64 values, one per row (or id), else a ValueError naming it."""
+    values = np.asarray(y, dtype=np.float64)
+    if values.ndim != 1 or values.shape[0] != n:
+        msg = f"y must hold one true value per {per} ({n}); got shape {values.shape}"
+        raise ValueError(msg)
+    if not np.isfinite(values).all():
+        msg = "y contains NaN or inf: true values must be finite numbers"
+        raise ValueError(msg)
+    return values
+
+
+def row_fields(levels: tuple[float, ...]) -> list[str]:
+    """Per-row results a regression monitor keeps for each calibrator (besides ``pred`` and ``u``).
+
+    Examples
+    --------
+    >>> row_fields((0.5, 0.9))
+    ['median', 'lower_50', 'upper_50', 'lower_90', 'upper_90']
+    """
+    return ["median", *(f"{side}_{_pct(level)}" for level in levels for side in ("lower", "upper"))]
+
+
+def check_regressor(model: Any) -> None:
+    """Raise unless ``model`` is None, has ``predict(X)`` or is callable (what a regression monitor runs)."""
+    if model is not None and not (callable(getattr(model, "predict", None)) or callable(model)):
+        msg = f"model must have predict(X) or be callable; got {type(model).__name__}"
+        raise TypeError(msg)
 
 
 def _regression_stats(record: BatchRecord) -> dict[str, RegressionBatchStats]:

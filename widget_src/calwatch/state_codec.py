@@ -33,10 +33,14 @@ _BIT_GENERATORS = {"PCG64": np.random.PCG64, "PCG64DXSM": np.random.PCG64DXSM, "
                    "Philox": np.random.Philox, "SFC64": np.random.SFC64}  # fmt: skip
 _TAG = "$"
 #: Fitted objects saved through their own ``state() -> (arrays, info)`` and restored by the
-#: classmethod ``from_state(arrays, info)`` (they hold torch or scikit-learn models inside).
-VIA_STATE = frozenset(
-    {"calwatch.engine.selective:SelectiveCalibrator", "calwatch.engine.selective:BaselineSelector"}
-)
+#: classmethod ``from_state(arrays, info)`` (they hold torch or scikit-learn models inside, or
+#: fitted parts rebuilt from plain arrays), with the attribute that marks them fitted (unfitted
+#: ones are saved attribute by attribute).
+VIA_STATE: dict[str, str] = {
+    "calwatch.engine.selective:SelectiveCalibrator": "threshold_",
+    "calwatch.engine.selective:BaselineSelector": "threshold_",
+    "calwatch.engine.regression:ModularConformalCalibrator": "scores_",
+}
 
 
 class SnapshotError(ValueError):
@@ -91,7 +95,7 @@ class StateEncoder:
         if isinstance(value, datetime):
             return {_TAG: "datetime", "value": value.isoformat()}
         if isinstance(value, np.dtype):
-            return {_TAG: "dtype", "value": _check_dtype(value, path).str}
+            return {_TAG: "dtype", "value": check_dtype(value, path).str}
         if isinstance(value, np.random.Generator):
             state = value.bit_generator.state
             return {_TAG: "generator", "state": self.encode(state, f"{path}.bit_generator")}
@@ -106,7 +110,7 @@ class StateEncoder:
                 msg = f"{path}: an object array can be saved only when 1-D and holding plain scalars"
                 raise SnapshotError(msg)
             return {_TAG: "objarray", "items": [self.encode(v, path) for v in items]}
-        _check_dtype(value.dtype, path)
+        check_dtype(value.dtype, path)
         key = f"a{len(self.arrays)}"
         self.arrays[key] = np.ascontiguousarray(value)
         return {_TAG: "array", "key": key}
@@ -126,7 +130,7 @@ class StateEncoder:
         ref = len(self._memo)
         self._memo[id(value)] = ref
         self._keepalive.append(value)
-        if name in VIA_STATE and _is_fitted(value):  # the class's own state(): arrays + JSON
+        if name in VIA_STATE and hasattr(value, VIA_STATE[name]):  # fitted: its own state(), arrays + JSON
             arrays, info = value.state()
             state = {
                 "arrays": self.encode(arrays, f"{path}.state()"),
@@ -228,7 +232,7 @@ class StateDecoder:
 
 
 def _decode_scalar(dec: StateDecoder, tree: dict[str, Any]) -> Any:
-    dtype = _check_dtype(np.dtype(tree["dtype"]), "scalar")
+    dtype = check_dtype(np.dtype(tree["dtype"]), "scalar")
     return dtype.type(dec.decode(tree["value"]))
 
 
@@ -240,7 +244,7 @@ _DECODERS: dict[str, Any] = {
     "frozenset": lambda dec, t: frozenset(_hashable(dec.decode(v)) for v in t["items"]),
     "deque": lambda dec, t: deque((dec.decode(v) for v in t["items"]), maxlen=t["maxlen"]),
     "datetime": lambda dec, t: datetime.fromisoformat(t["value"]),
-    "dtype": lambda dec, t: _check_dtype(np.dtype(t["value"]), "dtype"),
+    "dtype": lambda dec, t: check_dtype(np.dtype(t["value"]), "dtype"),
     "objarray": lambda dec, t: np.array([dec.decode(v) for v in t["items"]], dtype=object),
     "scalar": _decode_scalar,
     "array": StateDecoder._array,
@@ -267,15 +271,30 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-def _check_dtype(dtype: np.dtype[Any], path: str) -> np.dtype[Any]:
+def check_dtype(dtype: np.dtype[Any], path: str) -> np.dtype[Any]:
+    """``dtype`` if a snapshot may hold arrays of it (numbers, booleans, strings, dates), else raise.
+
+    Raises
+    ------
+    SnapshotError
+        For object, void (record) and other dtypes whose bytes are not plain values.
+
+    Examples
+    --------
+    >>> check_dtype(np.dtype("<f8"), "scores").str
+    '<f8'
+    >>> check_dtype(np.dtype("O"), "scores")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    calwatch.state_codec.SnapshotError: scores has dtype '|O', which snapshots never hold ...
+    """
     if dtype.kind not in ARRAY_KINDS or dtype.fields is not None:
-        msg = f"{path}: arrays of dtype {dtype} cannot be saved (numbers, booleans, strings, dates only)"
+        msg = (
+            f"{path} has dtype {dtype.str!r}, which snapshots never hold "
+            "(numbers, booleans, strings and dates only)"
+        )
         raise SnapshotError(msg)
     return dtype
-
-
-def _is_fitted(value: Any) -> bool:
-    return hasattr(value, "threshold_")
 
 
 def _custom_state(cls: type) -> bool:

@@ -4,16 +4,22 @@ Layout of a snapshot folder::
 
     manifest.json     format, versions, when, the model's description, and a size + SHA-256 of
                       every other file (checked before anything is read back)
-    state.json        calibrators, shift detectors, warning log, notes, class encoder (JSON,
-                      via :mod:`calwatch.state_codec`)
+    state.json        the task, calibrators, shift detectors, warning log, notes, class encoder
+                      or regression levels (JSON, via :mod:`calwatch.state_codec`)
     arrays.parquet    the numeric arrays state.json refers to (key, dtype, shape, bytes)
     batches.parquet   per-batch statistics of the whole stream, one row per batch and calibrator
-    rows.parquet      the raw rows still in the window (ids, probabilities, packed sets, labels)
+                      (set counts, risk, admitted and kept rows; for regression interval widths,
+                      coverage per level, PIT counts and the CRPS sum)
+    rows.parquet      the raw rows still in the window: ids, and for classification probabilities,
+                      packed sets and labels; for regression the true values (NaN until
+                      labelled), the base predictions, each calibrator's random-interpolation
+                      draws, median and interval bounds
 
 The folder is written next to its destination under a temporary name and renamed into place,
 so a crash leaves either the old snapshot or the new one, never half of one. Loading verifies
-every checksum first and builds a new :class:`~calwatch.monitor.Monitor`; a corrupted or
-truncated snapshot raises :class:`~calwatch.state_codec.SnapshotError` and changes nothing.
+every checksum first and builds a new :class:`~calwatch.monitor.Monitor` (a
+:class:`~calwatch.regression_monitor.RegressionMonitor` for a regression snapshot); a corrupted
+or truncated snapshot raises :class:`~calwatch.state_codec.SnapshotError` and changes nothing.
 The model itself is not saved (its weights belong to its own framework): pass it again to
 :meth:`Monitor.load <calwatch.monitor.Monitor.load>` to keep streaming inputs ``X``.
 """
@@ -34,7 +40,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder
+from calwatch.regression_monitor import PIT_BINS, RegressionBatchStats, check_regressor, row_fields
+from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder, check_dtype
 from calwatch.stream import (
     NO_LABEL,
     AdmitBatchStats,
@@ -53,8 +60,9 @@ FORMAT = "calwatch-snapshot"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 DATA_FILES = ("state.json", "arrays.parquet", "batches.parquet", "rows.parquet")
-# Monitor attributes that are not state: the model adapter, live views and their listeners.
-_TRANSIENT = frozenset({"_adapter", "_listeners", "_widget", "_stream"})
+TASKS = ("classification", "regression")
+# Monitor attributes that are not state: the model (or its adapter), live views and their listeners.
+_TRANSIENT = frozenset({"_adapter", "_model", "_listeners", "_widget", "_stream"})
 
 
 # ---------------------------------------------------------------------------- save
@@ -76,13 +84,15 @@ def save_monitor(monitor: Monitor, path: str | os.PathLike[str]) -> Path:
     if target.exists() and not _is_replaceable(target):
         msg = f"path {str(target)!r} exists and is not a calwatch snapshot: refusing to overwrite it"
         raise SnapshotError(msg)
+    task = getattr(monitor, "task", "classification")
     encoder = StateEncoder()
     state = {
+        "task": task,
         "monitor": encoder.encode({k: v for k, v in vars(monitor).items() if k not in _TRANSIENT}, "monitor"),
         "stream": _stream_counters(monitor._stream),
     }
     batches = _batches_frame(monitor._stream)
-    rows, row_columns = _rows_frame(monitor._stream)
+    rows, row_columns = (_regression_rows_frame if task == "regression" else _rows_frame)(monitor._stream)
     state["row_columns"] = row_columns
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
@@ -98,6 +108,7 @@ def save_monitor(monitor: Monitor, path: str | os.PathLike[str]) -> Path:
             "calwatch_version": _version(),
             "saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "name": monitor.name,
+            "task": task,
             "model": monitor.model_description,
             "status": monitor.status(),
             "files": {name: _file_facts(staging / name) for name in DATA_FILES},
@@ -176,13 +187,18 @@ _SELECTIVE_SCHEMA: dict[str, Any] = {
     "n_kept": pl.Int64, "threshold": pl.Float64, "n_kept_labelled": pl.Int64, "n_kept_correct": pl.Int64,
     "n_all_correct": pl.Int64,
 }  # fmt: skip
-_BATCH_SCHEMA |= _SELECTIVE_SCHEMA
+_REGRESSION_SCHEMA: dict[str, Any] = {
+    "levels": pl.List(pl.Float64), "width_sum": pl.List(pl.Float64), "covered": pl.List(pl.Int64),
+    "pit_counts": pl.List(pl.Int64), "crps_sum": pl.Float64,
+}  # fmt: skip
+_BATCH_SCHEMA |= _SELECTIVE_SCHEMA | _REGRESSION_SCHEMA
 
 
 def _batches_frame(stream: StreamState) -> pl.DataFrame:
     out: dict[str, list[Any]] = {name: [] for name in _BATCH_SCHEMA}
     for record in stream.batches:
-        for key, stats in record.stats.items():
+        per_calibrator: dict[str, Any] = record.stats  # regression monitors keep RegressionBatchStats
+        for key, stats in per_calibrator.items():
             values: dict[str, Any] = {
                 "batch": record.index, "name": record.name, "observed_at": record.observed_at,
                 "n_rows": record.n_rows, "calibrator": key,
@@ -199,6 +215,12 @@ def _batches_frame(stream: StreamState) -> pl.DataFrame:
             elif isinstance(stats, SelectiveBatchStats):
                 values |= {"kind": "selective", "n_labelled": stats.n_labelled}
                 values |= {name: getattr(stats, name) for name in _SELECTIVE_SCHEMA}
+            elif isinstance(stats, RegressionBatchStats):
+                values |= {
+                    "kind": "regression", "n_labelled": stats.n_labelled, "levels": list(stats.levels),
+                    "width_sum": stats.width_sum.tolist(), "covered": stats.covered.tolist(),
+                    "pit_counts": stats.pit_counts.tolist(), "crps_sum": stats.crps_sum,
+                }  # fmt: skip
             else:
                 values |= {
                     "kind": "risk", "top_k": stats.top_k, "risk_sum": stats.risk_sum,
@@ -261,6 +283,81 @@ def _rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
         "admit_calibrators": admits, "admit_fields": admit_fields, "selective_calibrators": selectives,
     }  # fmt: skip
     return pl.DataFrame(columns), mapping
+
+
+def _regression_rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """A regression monitor's window rows: true values, base predictions, per-calibrator results.
+
+    Base predictions shared by several calibrators (all of one monitor's) are written once:
+    ``pred_<g>`` (or ``pred_<g>_<member>`` for an ensemble's members); calibrator ``i``'s draws
+    and results are ``reg_<i>_u``, ``reg_<i>_median``, ``reg_<i>_lower_<pct>``, ...
+    """
+    records = stream.window_batches()
+    present = [r.rows for r in records if r.rows is not None]
+    ids = [i for rows in present for i in rows.ids]
+    id_kind, id_column = _encode_ids(ids)
+    columns: dict[str, Any] = {
+        "batch": pl.Series([r.index for r in records for _ in range(r.n_rows)], dtype=pl.Int64),
+        "id": id_column,
+    }
+    mapping: dict[str, Any] = {"id_kind": id_kind, "regression_calibrators": [], "regression_fields": []}
+    if not present:
+        return pl.DataFrame(columns), mapping
+    first = present[0].regression["per_calibrator"]
+    keys = list(first)
+    fields = [name for name in next(iter(first.values())) if name not in ("pred", "u")]
+    groups, members, has_u = _pred_layout(present[0].regression, keys)
+    for rows in present:
+        saved = rows.regression["per_calibrator"]
+        if list(saved) != keys or _pred_layout(rows.regression, keys) != (groups, members, has_u):
+            msg = "the window's batches keep different calibrators or base prediction layouts"
+            raise SnapshotError(msg)
+    columns["y"] = pl.Series(np.concatenate([rows.regression["y"] for rows in present]), dtype=pl.Float64)
+    for g, n_members in enumerate(members):
+        owner = keys[groups.index(g)]
+        preds = [rows.regression["per_calibrator"][owner]["pred"] for rows in present]
+        if n_members is None:
+            columns[f"pred_{g}"] = _float_series(preds)
+        else:
+            for j in range(n_members):
+                columns[f"pred_{g}_{j}"] = _float_series([p[j] for p in preds])
+    for i, key in enumerate(keys):
+        saved_rows = [rows.regression["per_calibrator"][key] for rows in present]
+        for name in fields + (["u"] if has_u[i] else []):
+            columns[f"reg_{i}_{name}"] = _float_series([saved[name] for saved in saved_rows])
+    mapping |= {
+        "regression_calibrators": keys, "regression_fields": fields, "regression_u": has_u,
+        "pred_group": groups, "pred_members": members,
+    }  # fmt: skip
+    return pl.DataFrame(columns), mapping
+
+
+def _pred_layout(store: dict[str, Any], keys: list[str]) -> tuple[list[int], list[int | None], list[bool]]:
+    """Which base predictions each calibrator reads (group index), each group's ensemble size, draws."""
+    distinct: list[Any] = []
+    groups = []
+    for key in keys:
+        pred = store["per_calibrator"][key]["pred"]
+        where = next((g for g, p in enumerate(distinct) if p is pred), None)
+        if where is None:
+            distinct.append(pred)
+            where = len(distinct) - 1
+        groups.append(where)
+    members = [len(p) if isinstance(p, list) else None for p in distinct]
+    has_u = [store["per_calibrator"][key]["u"] is not None for key in keys]
+    return groups, members, has_u
+
+
+def _float_series(parts: list[Any]) -> pl.Series:
+    """One float64 column from per-batch arrays of shape (m,) or (m, k) (a fixed-size array column)."""
+    for part in parts:
+        if not (isinstance(part, np.ndarray) and part.dtype.kind in "fiu"):
+            msg = (
+                f"base predictions of type {type(part).__name__} cannot be saved in a snapshot (only "
+                "numeric arrays: a CDFPrediction holds callables)"
+            )
+            raise SnapshotError(msg)
+    return pl.Series(np.concatenate(parts).astype(np.float64, copy=False))
 
 
 def _encode_ids(ids: list[Hashable]) -> tuple[str, pl.Series]:
@@ -364,11 +461,16 @@ def load_monitor(
     """
     from calwatch.models import wrap
     from calwatch.monitor import Monitor
+    from calwatch.regression_monitor import RegressionMonitor
 
     folder = Path(path)
     read_manifest(folder)
     try:
         state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+        task = state.get("task", "classification")  # snapshots from before regression had no task
+        if task not in TASKS:
+            msg = f"snapshot {str(folder)!r} holds a monitor of unknown task {task!r}"
+            raise SnapshotError(msg)
         arrays = _read_arrays(pl.read_parquet(folder / "arrays.parquet"))
         attrs = StateDecoder(arrays).decode(state["monitor"])
         stream = _read_stream(
@@ -376,36 +478,62 @@ def load_monitor(
             state["row_columns"],
             pl.read_parquet(folder / "batches.parquet"),
             pl.read_parquet(folder / "rows.parquet"),
+            task=task,
         )
+        if task == "regression":
+            _check_regression_state(attrs, state["row_columns"])
     except SnapshotError:
         raise
     except Exception as err:  # a malformed file that still matches its checksum: say so, change nothing
         msg = f"snapshot {str(folder)!r} could not be read: {type(err).__name__}: {err}"
         raise SnapshotError(msg) from err
-    monitor = Monitor.__new__(Monitor)
-    monitor.__dict__.update(attrs)
-    monitor._adapter = None if model is None else wrap(model, embedding_layer=embedding_layer)
+    if task == "regression":
+        if embedding_layer is not None:
+            msg = "embedding_layer applies to torch classifiers; this snapshot holds a regression monitor"
+            raise TypeError(msg)
+        check_regressor(model)
+        regression = object.__new__(RegressionMonitor)
+        regression.__dict__.update(attrs)
+        regression._model = model
+        regression._adapter = None
+        monitor: Monitor = regression
+    else:
+        monitor = Monitor.__new__(Monitor)
+        monitor.__dict__.update(attrs)
+        monitor._adapter = None if model is None else wrap(model, embedding_layer=embedding_layer)
     monitor._listeners = []
     monitor._widget = None
     monitor._stream = stream
     return monitor
 
 
-def _read_arrays(frame: pl.DataFrame) -> dict[str, npt.NDArray[Any]]:
-    from calwatch.state_codec import ARRAY_KINDS
+def _check_regression_state(attrs: dict[str, Any], mapping: dict[str, Any]) -> None:
+    """A regression snapshot's levels and window columns agree with its calibrators."""
+    levels = attrs.get("levels")
+    if not (isinstance(levels, tuple) and levels and all(isinstance(v, float) and 0 < v < 1 for v in levels)):
+        msg = f"the snapshot's regression levels are malformed: {levels!r}"
+        raise SnapshotError(msg)
+    saved = mapping["regression_calibrators"]
+    if saved and (saved != list(attrs["_calibrators"]) or mapping["regression_fields"] != row_fields(levels)):
+        msg = "rows.parquet holds other calibrators or interval levels than the monitor it belongs to"
+        raise SnapshotError(msg)
 
+
+def _read_arrays(frame: pl.DataFrame) -> dict[str, npt.NDArray[Any]]:
     arrays: dict[str, npt.NDArray[Any]] = {}
     for key, dtype_str, shape, data in frame.iter_rows():
-        dtype = np.dtype(dtype_str)
-        if dtype.kind not in ARRAY_KINDS or dtype.fields is not None:
-            msg = f"array {key!r} has dtype {dtype_str!r}, which snapshots never hold"
-            raise SnapshotError(msg)
+        dtype = check_dtype(np.dtype(dtype_str), f"array {key!r}")
         arrays[key] = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
     return arrays
 
 
 def _read_stream(
-    counters: dict[str, int], mapping: dict[str, Any], batches: pl.DataFrame, rows: pl.DataFrame
+    counters: dict[str, int],
+    mapping: dict[str, Any],
+    batches: pl.DataFrame,
+    rows: pl.DataFrame,
+    *,
+    task: str = "classification",
 ) -> StreamState:
     stream = StreamState(int(counters["window"]))
     records: dict[int, BatchRecord] = {}
@@ -420,18 +548,22 @@ def _read_stream(
                 stats={},
             )
             records[row["batch"]] = record
-        record.stats[row["calibrator"]] = _stats_from_row(row)
+        stats: dict[str, Any] = record.stats  # regression monitors keep RegressionBatchStats
+        stats[row["calibrator"]] = _stats_from_row(row)
     stream.batches = [records[i] for i in sorted(records)]
     if stream.batches and [r.index for r in stream.batches] != list(range(len(stream.batches))):
         msg = "batches.parquet does not hold consecutive batches 0..n-1"
         raise SnapshotError(msg)
     for index, part in rows.group_by("batch", maintain_order=True):
         record = stream.batches[int(index[0])]
-        record.rows = _batch_rows(part, mapping)
+        record.rows = (_regression_batch_rows if task == "regression" else _batch_rows)(part, mapping)
         if len(record.rows.ids) != record.n_rows:
             msg = (
                 f"rows.parquet holds {len(record.rows.ids)} rows of batch {record.index}, not {record.n_rows}"
             )
+            raise SnapshotError(msg)
+        if task == "regression" and int((record.rows.labels != NO_LABEL).sum()) != record.n_labelled:
+            msg = f"rows.parquet and batches.parquet disagree on the labelled rows of batch {record.index}"
             raise SnapshotError(msg)
         stream._in_window.append(record)
         stream._rows_in_window += record.n_rows
@@ -441,7 +573,11 @@ def _read_stream(
     return stream
 
 
-def _stats_from_row(row: dict[str, Any]) -> CalibratorBatchStats | RiskBatchStats | SelectiveBatchStats:
+def _stats_from_row(
+    row: dict[str, Any],
+) -> CalibratorBatchStats | RiskBatchStats | SelectiveBatchStats | RegressionBatchStats:
+    if row["kind"] == "regression":
+        return _regression_stats_from_row(row)
     if row["kind"] == "selective":
         return SelectiveBatchStats(
             n_rows=row["n_rows"],
@@ -473,12 +609,69 @@ def _stats_from_row(row: dict[str, Any]) -> CalibratorBatchStats | RiskBatchStat
     raise SnapshotError(msg)
 
 
-def _batch_rows(part: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
+def _regression_stats_from_row(row: dict[str, Any]) -> RegressionBatchStats:
+    levels = tuple(float(v) for v in row["levels"])
+    stats = RegressionBatchStats(
+        levels=levels,
+        n_rows=row["n_rows"],
+        width_sum=np.asarray(row["width_sum"], dtype=np.float64),
+        n_labelled=row["n_labelled"],
+        covered=np.asarray(row["covered"], dtype=np.int64),
+        pit_counts=np.asarray(row["pit_counts"], dtype=np.int64),
+        crps_sum=float(row["crps_sum"]),
+    )
+    if (
+        not levels
+        or stats.width_sum.shape != (len(levels),)
+        or stats.covered.shape not in ((0,), (len(levels),))
+        or stats.pit_counts.shape != (PIT_BINS,)
+        or not 0 <= stats.n_labelled <= stats.n_rows
+        or int(stats.pit_counts.sum()) != stats.n_labelled
+    ):
+        msg = f"batches.parquet holds malformed regression statistics for batch {row['batch']}"
+        raise SnapshotError(msg)
+    return stats
+
+
+def _decode_ids(part: pl.DataFrame, mapping: dict[str, Any]) -> list[Hashable]:
     if mapping["id_kind"] == "json":
         decoder = StateDecoder({})
-        ids: list[Hashable] = [decoder.decode(json.loads(text)) for text in part["id"].to_list()]
-    else:
-        ids = part["id"].to_list()
+        return [decoder.decode(json.loads(text)) for text in part["id"].to_list()]
+    return list(part["id"].to_list())
+
+
+def _regression_batch_rows(part: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
+    ids = _decode_ids(part, mapping)
+    m = len(ids)
+    y = _float_column(part, "y")
+    preds: list[Any] = []
+    for g, n_members in enumerate(mapping["pred_members"]):
+        if n_members is None:
+            preds.append(_float_column(part, f"pred_{g}"))
+        else:
+            preds.append([_float_column(part, f"pred_{g}_{j}") for j in range(int(n_members))])
+    per_calibrator: dict[str, dict[str, Any]] = {}
+    for i, key in enumerate(mapping["regression_calibrators"]):
+        saved: dict[str, Any] = {"pred": preds[mapping["pred_group"][i]]}
+        saved["u"] = _float_column(part, f"reg_{i}_u") if mapping["regression_u"][i] else None
+        for name in mapping["regression_fields"]:
+            saved[name] = _float_column(part, f"reg_{i}_{name}")
+        per_calibrator[key] = saved
+    return BatchRows(
+        ids=ids,
+        probs=np.zeros((m, 0)),
+        packed_sets={},
+        labels=np.where(np.isnan(y), NO_LABEL, 0).astype(np.intp),
+        regression={"y": y, "per_calibrator": per_calibrator},
+    )
+
+
+def _float_column(part: pl.DataFrame, name: str) -> npt.NDArray[np.float64]:
+    return np.array(part[name].to_numpy(), dtype=np.float64)  # a writable copy: labels write y
+
+
+def _batch_rows(part: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
+    ids = _decode_ids(part, mapping)
     probs = np.asarray(part["probs"].to_numpy(), dtype=np.float64)
     n_bytes = (probs.shape[1] + 7) // 8
     packed = {
