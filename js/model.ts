@@ -226,6 +226,12 @@ export interface RowsRequest {
   batch: number;
   page: number;
   page_size: number;
+  /**
+   * The view's class filter ("" = none) when it asked: the rows to pick (predicted as or labelled
+   * that class). The kernel's `_class_filter` may not have caught up yet (a busy kernel gets
+   * trait saves late, custom messages at once), so the request names it.
+   */
+  class_filter: string;
 }
 
 /** kernel -> browser: a page of rows (or an error, e.g. the batch left the window). */

@@ -65,12 +65,22 @@ describe("createRowTable with a class filter", () => {
     return { model, table, title, requests };
   }
 
-  it("shows the reply's class filter in the caption and re-requests the open batch when it changes", () => {
+  /** What the class picker does: set the trait, then save it. */
+  function pick(model: FakeModel, cls: string) {
+    model.set("_class_filter", cls);
+    model.save_changes();
+  }
+  const task = () => new Promise((r) => setTimeout(r, 0));
+
+  it("shows the reply's class filter in the caption and re-requests the open batch when it changes", async () => {
     const { model, table, title, requests } = setup();
-    model.set("_class_filter", "cat");
+    pick(model, "cat");
+    await task();
     expect(model.sent).toEqual([]); // nothing open: nothing to request
     table.open(12);
-    expect(model.sent).toEqual([{ kind: "rows-request", view: "v1", batch: 12, page: 0, page_size: PAGE_SIZE }]);
+    expect(model.sent).toEqual([
+      { kind: "rows-request", view: "v1", batch: 12, page: 0, page_size: PAGE_SIZE, class_filter: "cat" },
+    ]);
     expect(title()).toBe("Batch 12 · class cat: loading rows…");
     table.receive(reply(12, 0, 37, "cat"));
     expect(title()).toBe("Batch 12 · class cat: rows 1–20 of 37");
@@ -81,14 +91,26 @@ describe("createRowTable with a class filter", () => {
     expect(title()).toBe("Batch 12 · class cat: rows 21–37 of 37");
     expect(table.el.querySelectorAll("tbody tr")).toHaveLength(17);
 
-    // another class: other rows, so the batch again from its first page
-    model.set("_class_filter", "dog");
+    // another class: other rows, so the batch again from its first page, asked once the picker
+    // has saved the trait (a kernel reading its trait must see the new class first)
+    const saves: number[] = [];
+    const send = model.send.bind(model);
+    model.send = (content: unknown) => {
+      saves.push(model.saves);
+      send(content);
+    };
+    const before = model.saves;
+    pick(model, "dog");
+    expect(table.el.dataset.loading).toBe("true");
+    expect(requests()).toHaveLength(2);
+    await task();
+    expect(saves).toEqual([before + 1]);
     expect(requests()).toEqual([
       [12, 0],
       [12, 1],
       [12, 0],
     ]);
-    expect(table.el.dataset.loading).toBe("true");
+    expect(model.sent[2]).toMatchObject({ class_filter: "dog" });
     expect(title()).toBe("Batch 12 · class dog: loading rows…");
     table.receive(reply(12, 0, 5, "dog"));
     expect(title()).toBe("Batch 12 · class dog: rows 1–5 of 5");
@@ -96,7 +118,9 @@ describe("createRowTable with a class filter", () => {
     expect(table.el.querySelector<HTMLButtonElement>("button.calwatch-rows-next")?.disabled).toBe(true);
 
     // no filter: the caption says nothing of classes
-    model.set("_class_filter", "");
+    pick(model, "");
+    await task();
+    expect(model.sent[3]).toMatchObject({ batch: 12, page: 0, class_filter: "" });
     table.receive(reply(12, 0, 400, ""));
     expect(title()).toBe("Batch 12: rows 1–20 of 400");
     expect(table.el.dataset.classFilter).toBe("");
@@ -104,8 +128,18 @@ describe("createRowTable with a class filter", () => {
     // closed: a filter change requests nothing
     table.el.querySelector<HTMLButtonElement>("button.calwatch-rows-close")?.click();
     const sent = model.sent.length;
-    model.set("_class_filter", "owl");
+    pick(model, "owl");
+    await task();
     expect(model.sent).toHaveLength(sent);
+    // two changes in a row ask once, for the last class
+    table.open(3);
+    pick(model, "cat");
+    pick(model, "yak");
+    await task();
+    expect(model.sent.slice(sent)).toMatchObject([
+      { batch: 3, page: 0, class_filter: "owl" },
+      { batch: 3, page: 0, class_filter: "yak" },
+    ]);
     table.dispose();
     expect(model.listenerCount("change:_class_filter")).toBe(0);
   });

@@ -96,7 +96,14 @@ export function createRowTable(
   const request = (b: number, p: number) => {
     batch = b;
     page = p;
-    const msg: RowsRequest = { kind: "rows-request", view: viewId, batch: b, page: p, page_size: PAGE_SIZE };
+    const msg: RowsRequest = {
+      kind: "rows-request",
+      view: viewId,
+      batch: b,
+      page: p,
+      page_size: PAGE_SIZE,
+      class_filter: model.get("_class_filter") ?? "",
+    };
     el.dataset.batch = String(b);
     el.dataset.loading = "true";
     title.textContent = `${rowsHead(b, model.get("_class_filter"))}: loading rows…`;
@@ -114,9 +121,18 @@ export function createRowTable(
     }
   };
   head.addEventListener("click", onClick);
-  // The kernel filters the rows by class: another class means other rows and pages.
+  // The kernel filters the rows by class: another class means other rows and pages. Asked in a
+  // task of its own, after the code that changed the filter has saved it (the class picker sets
+  // the trait, then saves): a kernel reading the filter off its trait gets the new one first.
+  let refetch: ReturnType<typeof setTimeout> | null = null;
   const onClassFilter = () => {
-    if (batch !== null && !el.hidden) request(batch, 0);
+    if (batch === null || el.hidden) return;
+    el.dataset.loading = "true";
+    if (refetch !== null) clearTimeout(refetch);
+    refetch = setTimeout(() => {
+      refetch = null;
+      if (batch !== null && !el.hidden) request(batch, 0);
+    }, 0);
   };
   model.on("change:_class_filter", onClassFilter);
 
@@ -176,6 +192,7 @@ export function createRowTable(
     dispose() {
       head.removeEventListener("click", onClick);
       model.off("change:_class_filter", onClassFilter);
+      if (refetch !== null) clearTimeout(refetch);
     },
   };
 }
