@@ -114,7 +114,7 @@ def test_risk_rows_in_rows_frame_and_charts(mon):
     data = charts.datasets(mon)
     assert set(data["set_sizes"]["calibrator"].unique()) == {"aps", "margin"}
     spec = mon.chart("risk").to_dict()
-    assert spec["layer"][0]["encoding"]["y"]["field"] == "estimated_error"
+    assert spec["layer"][1]["layer"][0]["encoding"]["y"]["field"] == "estimated_error"  # [0]: the x span
     assert "risk" in mon.widget()._chart_order
 
 

@@ -138,7 +138,7 @@ def test_adaptive_calibrator_moves_its_level_as_labels_arrive():
     plain = mon.summary().filter(pl.col("calibrator") == "plain")
     assert plain["alpha_level"].to_list() == [0.1] * 6
     assert "aci" in charts.chart_kinds(mon)
-    assert mon.chart("aci").to_dict()["encoding"]["y"]["field"] == "alpha_level"
+    assert mon.chart("aci").to_dict()["layer"][1]["encoding"]["y"]["field"] == "alpha_level"  # [0]: x span
 
 
 def test_coverage_drop_warning_reports_the_evidence_that_crossed_the_threshold():

@@ -29,6 +29,8 @@ NOTEBOOK = "dashboard-perf.ipynb"
 ROWS = 10_000
 PRESTREAM = 980
 LIVE = 20  # batches per phase
+RESEND = 5  # batches 1,020..1,024: the last one makes the bucket width double
+BUCKET_ROWS = "len(charts.datasets(mon)['batches'])"
 
 SETUP = f"""
 import time
@@ -36,6 +38,7 @@ import time
 import numpy as np
 
 import calwatch as cw
+from calwatch import charts
 
 K = 5
 rng = np.random.default_rng(0)
@@ -119,7 +122,8 @@ def test_update_cost_at_1000_batches_and_10_million_rows(
     t0 = time.monotonic()
     run_all(page, NOTEBOOK, timeout_s=540)
     wait_attr(page, INLINE, "data-replay-seq")
-    assert attr(page, INLINE, "data-rows-batches") == str(2 * PRESTREAM)
+    # past MAX_POINTS batches the per-batch datasets hold buckets of batches (calwatch.resolution)
+    assert attr(page, INLINE, "data-rows-batches") == str(kernel.eval(BUCKET_ROWS))
     results: dict[str, Any] = {"prestream_s": round(kernel.eval("prestream_s"), 1)}
     start = PRESTREAM
     for section in ("Overview", "Coverage"):
@@ -137,7 +141,19 @@ def test_update_cost_at_1000_batches_and_10_million_rows(
     rows_seen = kernel.eval("mon.status()['rows_seen']")
     batches = kernel.eval("mon.n_batches")
     assert batches == PRESTREAM + 2 * LIVE and rows_seen == batches * ROWS >= 10_000_000
-    assert attr(page, INLINE, "data-rows-batches") == str(2 * batches)
+    assert attr(page, INLINE, "data-rows-batches") == str(kernel.eval(BUCKET_ROWS))
+    # a few more batches cross 1,024: the bucket width doubles and every view gets the
+    # per-batch datasets again (tombstones + rows), once per doubling of the stream
+    page.evaluate(RESET_TIMINGS_JS)
+    width = kernel.eval("mon.widget()._detail.width")
+    kernel.run(LIVE_STREAM.format(start=start, n=RESEND, rows=ROWS))
+    wait_seq(page, INLINE, kernel.eval("mon.widget().seq"))
+    assert kernel.eval("mon.widget()._detail.width") == 2 * width
+    assert attr(page, INLINE, "data-rows-batches") == str(kernel.eval(BUCKET_ROWS))
+    per_update = page.evaluate("() => Array.from(globalThis.__calwatchUpdateTimings)")
+    results["resolution_change"] = {"width": [width, 2 * width], "per_update": _summary(per_update)}
+    rows_seen = kernel.eval("mon.status()['rows_seen']")
+    batches = kernel.eval("mon.n_batches")
     no_widget_error(page, INLINE)
     results |= {"batches": batches, "rows_seen": rows_seen, "test_s": round(time.monotonic() - t0, 1)}
     (artifacts_dir / "dashboard-perf.json").write_text(json.dumps(results, indent=2))
@@ -151,5 +167,10 @@ def test_update_cost_at_1000_batches_and_10_million_rows(
                 f"n={r['per_update']['count']}); per chart p95 {r['per_chart']['p95_ms']} ms "
                 f"(median {r['per_chart']['median_ms']}, n={r['per_chart']['count']})"
             )
+        change = results["resolution_change"]["per_update"]
+        print(
+            f"calwatch dashboard, bucket width {width} -> {2 * width} (per-batch datasets re-sent): "
+            f"updates max {change['max_ms']} ms (median {change['median_ms']}, n={change['count']})"
+        )
     for section in ("Overview", "Coverage"):
         assert results[section]["per_update"]["count"] > 0

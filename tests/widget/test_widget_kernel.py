@@ -2,6 +2,7 @@
 
 import json
 
+import polars as pl
 import pytest
 
 import calwatch as cw
@@ -136,3 +137,32 @@ def test_static_charts_render_to_svg_offline(mon, kind):
 def test_unknown_chart_kind(mon):
     with pytest.raises(ValueError, match="kind must be one of"):
         mon.chart("pie")
+
+
+def test_row_table_keeps_the_rows_of_the_picked_class(monkeypatch):
+    """A rows-request under the class filter: only rows predicted as or labelled that class, counted
+    and paged as such, and the reply names the filter."""
+    from ..synthetic import PET_CLASSES, pets_monitor
+
+    mon = pets_monitor()
+    widget = mon.widget()
+    replies = []
+    monkeypatch.setattr(widget, "send", lambda content, buffers=None: replies.append(content))
+    rows = mon.rows(batch=1)
+    owl = rows.filter((pl.col("prediction") == "owl") | (pl.col("label") == "owl"))
+    assert 0 < owl.height < rows.height
+    widget._on_custom_message(
+        widget,
+        {"kind": "rows-request", "view": "v", "batch": 1, "page": 0, "page_size": 200, "class_filter": "owl"},
+        [],
+    )
+    reply = replies[-1]
+    assert reply["class_filter"] == "owl" and reply["n_rows"] == owl.height
+    assert [r[0] for r in reply["rows"]] == [str(i) for i in owl["id"].to_list()[:200]]
+    assert all(r[1] == "owl" or r[5] == "owl" for r in reply["rows"])
+    widget._class_filter = PET_CLASSES[2]
+    widget._on_custom_message(widget, {"kind": "rows-request", "view": "v", "batch": 1}, [])
+    assert replies[-1]["class_filter"] == PET_CLASSES[2]
+    assert all(PET_CLASSES[2] in (r[1], r[5]) for r in replies[-1]["rows"])
+    unfiltered = dashboard.rows_page(mon, 1, page_size=200)
+    assert unfiltered["n_rows"] == rows.height and unfiltered["class_filter"] == ""

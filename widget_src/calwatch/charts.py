@@ -14,8 +14,11 @@ import altair as alt
 import numpy as np
 import polars as pl
 
+from calwatch.resolution import Resolution, bucket_records
+
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
+    from calwatch.stream import BatchRecord
 
 DATASETS = (
     "batches", "set_sizes", "class_coverage", "shift", "admit_class", "admit_features", "selective_curve",
@@ -37,58 +40,119 @@ Source = pl.DataFrame | None
 ChartSpec = alt.Chart | alt.LayerChart
 
 
-def datasets(monitor: Monitor, batches: tuple[int, ...] | None = None) -> dict[str, pl.DataFrame]:
-    """The chart datasets for some (default all) batches, each row with a unique ``key``."""
+def datasets(
+    monitor: Monitor, batches: tuple[int, ...] | None = None, *, resolution: Resolution | None = None
+) -> dict[str, pl.DataFrame]:
+    """The chart datasets, each row with a unique ``key``.
+
+    Per-batch datasets (``batches``, ``set_sizes``, ``class_coverage``, ``admit_class``,
+    ``shift``, ``pit``) have one row per *bucket* of consecutive batches at ``resolution``
+    (default: the whole stream at most :data:`~calwatch.resolution.MAX_POINTS` buckets; one batch
+    per bucket until then), with ``batch`` (its first batch), ``batch_end`` (its last),
+    ``batch_mid`` (where it is drawn) and ``n_batches``. With ``batches`` given, only the buckets
+    holding those batches are computed (what an update sends). The window datasets
+    (``admit_features``, ``selective_*``, ``fan``) are always whole.
+    """
+    if resolution is None:
+        resolution = Resolution.whole(monitor.n_batches)
+    buckets = bucket_records(monitor._stream.batches, resolution, batches)
+    records = [record for record, _ in buckets]
+    ends = {record.index: end for record, end in buckets}
     if getattr(monitor, "task", None) == "regression":
-        return _regression_datasets(monitor, batches)
+        return _regression_datasets(monitor, records, ends, resolution)
     labels = calibrator_labels(monitor)
-    summary = (
-        monitor.summary(batches)
-        .drop("observed_at")
-        .with_columns(label=pl.col("calibrator").replace_strict(labels, return_dtype=pl.String))
-    )
-    sizes = monitor.set_size_counts(batches)
-    classes = monitor.class_coverage(batches).select(
+    summary = monitor._summary_of(records).drop("observed_at")
+    summary = summary.with_columns(label=pl.col("calibrator").replace_strict(labels, return_dtype=pl.String))
+    sizes = monitor._set_size_counts_of(records)
+    classes = monitor._class_coverage_of(records).select(
         "batch", "calibrator", "class", "n_labelled", "n_covered", "target"
     )
-    key = pl.concat_str
-    watch = monitor.shift_watch
-    latest = monitor.n_batches - 1
-    # label-based detectors look when labels arrive and are charted at the latest batch
-    wanted = None if batches is None else (*batches, latest)
-    looks = [] if watch is None else watch.look_rows(wanted)
-    shift_schema: dict[str, Any] = {
-        "batch": pl.Int64, "detector": pl.String, "calibrator": pl.String,
-        "log10_statistic": pl.Float64, "log10_threshold": pl.Float64, "alarm": pl.Boolean,
-    }  # fmt: skip
-    shift = pl.DataFrame(looks, schema=shift_schema)
-    admit_class = _admit_class(monitor, batches)
-    empty = pl.DataFrame(schema={"key": pl.String})
     return {
-        "pit": empty,
-        "fan": empty,
-        "admit_class": admit_class.with_columns(key=key("batch", "calibrator", "class", separator="|")),
+        "pit": _EMPTY,
+        "fan": _EMPTY,
+        "admit_class": _spans(_admit_class(monitor, records), ends, resolution, "calibrator", "class"),
         "admit_features": _admit_features(monitor),
         **_selective_datasets(monitor),
-        "shift": shift.with_columns(key=key("detector", "batch", separator="|")),
-        "batches": summary.with_columns(key=key("batch", "calibrator", separator="|")),
-        "set_sizes": sizes.with_columns(key=key("batch", "calibrator", "size", separator="|")),
-        "class_coverage": classes.with_columns(key=key("batch", "calibrator", "class", separator="|")),
+        "shift": _shift(monitor, resolution, ends),
+        "batches": _spans(summary, ends, resolution, "calibrator"),
+        "set_sizes": _spans(sizes, ends, resolution, "calibrator", "size"),
+        "class_coverage": _spans(classes, ends, resolution, "calibrator", "class"),
     }
 
 
-def _regression_datasets(monitor: Any, batches: tuple[int, ...] | None) -> dict[str, pl.DataFrame]:
-    """A regression monitor's datasets: per-batch summary, PIT counts and the latest batch's fan."""
-    key = pl.concat_str
-    labels = calibrator_labels(monitor)
-    summary = monitor.summary(batches).drop("observed_at")
-    summary = summary.with_columns(
-        label=pl.col("calibrator").replace_strict(labels, return_dtype=pl.String),
-        key=key("batch", "calibrator", separator="|"),
+_EMPTY = pl.DataFrame(schema={"key": pl.String})
+
+
+def batch_summary(monitor: Monitor, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
+    """The ``batches`` dataset one batch per row (exact per batch, whatever the stream's length)."""
+    return datasets(monitor, batches, resolution=Resolution())["batches"]
+
+
+def _spans(frame: pl.DataFrame, ends: dict[int, int], resolution: Resolution, *keys: str) -> pl.DataFrame:
+    """``frame`` (a ``batch`` column of bucket starts) with each bucket's span and a ``key``.
+
+    ``batch_end`` is the bucket's last observed batch, ``span_end`` the last batch it will hold
+    once full: charts span their x axis to it, so the axis moves once per bucket, not per batch.
+    """
+    end = pl.col("batch").replace_strict(ends, default=pl.col("batch"), return_dtype=pl.Int64)
+    full = pl.col("batch") + (resolution.width - 1)
+    return frame.with_columns(batch_end=end).with_columns(
+        batch_mid=(pl.col("batch") + pl.col("batch_end")) / 2,
+        span_end=full if resolution.hi is None else pl.min_horizontal(full, resolution.hi),
+        n_batches=pl.col("batch_end") - pl.col("batch") + 1,
+        key=pl.concat_str("batch", *keys, separator="|"),
     )
-    pit = monitor.pit_histogram(batches).with_columns(key=key("batch", "calibrator", "bin", separator="|"))
-    out = {name: pl.DataFrame({"key": []}, schema={"key": pl.String}) for name in DATASETS}
-    out |= {"batches": summary, "pit": pit, "fan": _fan(monitor)}
+
+
+def _shift(monitor: Monitor, resolution: Resolution, ends: dict[int, int]) -> pl.DataFrame:
+    """Detector statistics per bucket: the highest in it (alarm if any batch alarmed)."""
+    schema: dict[str, Any] = {
+        "batch": pl.Int64, "detector": pl.String, "calibrator": pl.String,
+        "log10_statistic": pl.Float64, "log10_threshold": pl.Float64, "alarm": pl.Boolean,
+    }  # fmt: skip
+    watch = monitor.shift_watch
+    latest = monitor.n_batches - 1
+    # label-based detectors look when labels arrive and are charted at the latest batch
+    starts = set(ends)
+    if resolution.contains(latest) and latest >= 0:
+        start = resolution.start_of(latest)
+        if start not in ends:
+            ends = ends | {start: resolution.end_of(start, latest=latest)}
+        starts.add(start)
+    wanted = tuple(b for s in sorted(starts) for b in range(s, ends[s] + 1))
+    looks = [] if watch is None or not wanted else watch.look_rows(wanted)
+    frame = pl.DataFrame(looks, schema=schema)
+    if resolution.width > 1:
+        bucket = (
+            pl.lit(resolution.lo) + (pl.col("batch") - resolution.lo) // resolution.width * resolution.width
+        )
+        frame = (
+            frame.sort("batch")
+            .group_by(bucket.alias("start"), "detector", maintain_order=True)
+            .agg(
+                pl.col("calibrator").last(),
+                pl.col("log10_statistic").max(),
+                pl.col("log10_threshold").last(),
+                pl.col("alarm").any(),
+            )
+            .rename({"start": "batch"})
+            .select(*schema)
+        )
+    return _spans(frame, ends, resolution, "detector").with_columns(
+        key=pl.concat_str("detector", "batch", separator="|")
+    )
+
+
+def _regression_datasets(
+    monitor: Any, records: list[BatchRecord], ends: dict[int, int], resolution: Resolution
+) -> dict[str, pl.DataFrame]:
+    """A regression monitor's datasets: per-bucket summary, PIT counts and the latest batch's fan."""
+    labels = calibrator_labels(monitor)
+    summary = monitor._summary_of(records).drop("observed_at")
+    summary = summary.with_columns(label=pl.col("calibrator").replace_strict(labels, return_dtype=pl.String))
+    pit = _spans(monitor._pit_histogram_of(records), ends, resolution, "calibrator", "bin")
+    out = dict.fromkeys(DATASETS, _EMPTY)
+    out |= {"batches": _spans(summary, ends, resolution, "calibrator"), "pit": pit, "fan": _fan(monitor)}
     return out
 
 
@@ -130,7 +194,7 @@ def _fan(monitor: Any) -> pl.DataFrame:
     return pl.DataFrame(out, schema=schema)
 
 
-def _admit_class(monitor: Monitor, batches: tuple[int, ...] | None) -> pl.DataFrame:
+def _admit_class(monitor: Monitor, records: list[BatchRecord]) -> pl.DataFrame:
     """Per batch, Venn-ADMIT calibrator and true class: labelled admitted rows and correct ones."""
     from calwatch.stream import AdmitBatchStats
 
@@ -142,7 +206,7 @@ def _admit_class(monitor: Monitor, batches: tuple[int, ...] | None) -> pl.DataFr
         "n_admitted": [],
         "n_correct": [],
     }
-    for record in monitor._records(batches):
+    for record in records:
         for name, stats in record.stats.items():
             if isinstance(stats, AdmitBatchStats):
                 for c in map(int, stats.class_admitted.nonzero()[0]):
@@ -295,7 +359,10 @@ def _base(source: Source, dataset: str, *, kind: str | None = None) -> alt.Chart
     return chart if kind is None else chart.transform_filter(f"datum.kind == '{kind}'")
 
 
-def _finish(chart: Any, title: str) -> ChartSpec:
+def _finish(chart: Any, title: str, *, span: alt.Chart | None = None) -> ChartSpec:
+    """Title, size and the calibrator parameter; ``span`` (an :func:`_x_span`) goes underneath."""
+    if span is not None:
+        chart = alt.layer(span, chart)
     param = alt.param(name=CALIBRATOR_PARAM, value=ALL_CALIBRATORS)
     finished: ChartSpec = chart.add_params(param).properties(width="container", height=_HEIGHT, title=title)
     return finished
@@ -308,6 +375,17 @@ def _batch_axis(field: str) -> alt.X:
     )
 
 
+def _x_span(base: alt.Chart) -> alt.Chart:
+    """An invisible rule over every bucket's batches, under a chart with a batch axis.
+
+    The x axis then spans the stream (batches still waiting for labels included) and moves only
+    when a bucket starts, not with every batch.
+    """
+    spanned = base.transform_aggregate(first="min(batch)", last="max(span_end)")
+    rule: alt.Chart = spanned.mark_rule(opacity=0).encode(x=_batch_axis("first"), x2="last:Q")
+    return rule
+
+
 def _color(field: str = "calibrator") -> alt.Color:
     return alt.Color(
         f"{field}:N", legend=alt.Legend(orient="bottom", title=None, symbolOpacity=1, labelLimit=220)
@@ -317,7 +395,7 @@ def _color(field: str = "calibrator") -> alt.Color:
 def coverage_chart(batches: Source = None) -> ChartSpec:
     """Coverage of labelled rows per batch, its 95% Clopper-Pearson band, and the target 1−α."""
     base = _base(batches, "batches", kind="sets")
-    x = _batch_axis("batch")
+    x = _batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
         alt.Tooltip("calibrator:N"),
@@ -335,8 +413,7 @@ def coverage_chart(batches: Source = None) -> ChartSpec:
         y2="coverage_hi:Q",
         color=_color(),
     )
-    # An invisible point per batch keeps the x axis spanning batches still waiting for labels.
-    span = base.mark_point(opacity=0).encode(x=x)
+    span = _x_span(base)
     line = labelled.mark_line(point=True).encode(
         x=x,
         y=alt.Y("coverage:Q", scale=alt.Scale(zero=False)),
@@ -356,7 +433,7 @@ def set_size_chart(batches: Source = None) -> ChartSpec:
     base = _base(batches, "batches", kind="sets")
     return _finish(
         base.mark_line(point=True).encode(
-            x=_batch_axis("batch"),
+            x=_batch_axis("batch_mid"),
             y=alt.Y("mean_set_size:Q", title="mean set size", scale=alt.Scale(zero=False)),
             color=_color("label"),
             tooltip=[
@@ -369,6 +446,7 @@ def set_size_chart(batches: Source = None) -> ChartSpec:
             ],
         ),
         "Mean set size",
+        span=_x_span(_base(batches, "batches")),
     )
 
 
@@ -382,7 +460,7 @@ def set_shares_chart(batches: Source = None) -> ChartSpec:
     )
     return _finish(
         base.mark_line().encode(
-            x=_batch_axis("batch"),
+            x=_batch_axis("batch_mid"),
             y=alt.Y("share:Q", axis=alt.Axis(format="%"), title="share of rows"),
             color=_color(),
             strokeDash=alt.StrokeDash(
@@ -404,6 +482,7 @@ def set_shares_chart(batches: Source = None) -> ChartSpec:
             ],
         ),
         "Singleton / full sets",
+        span=_x_span(_base(batches, "batches")),
     )
 
 
@@ -492,18 +571,28 @@ def labels_chart(batches: Source = None) -> ChartSpec:
     """Labelled rows and rows awaiting labels per batch (stacked bars)."""
     base = (
         alt.Chart(alt.NamedData("batches") if batches is None else batches)
-        .transform_aggregate(labelled="max(n_labelled)", awaiting="max(n_pending)", groupby=["batch", "name"])
-        # A quantitative batch axis stays readable at 1,000 batches and 250 px; bars span ±0.45.
+        .transform_aggregate(
+            labelled_rows="max(n_labelled)",
+            awaiting_rows="max(n_pending)",
+            groupby=["batch", "span_end", "n_batches", "name"],
+        )
+        # A quantitative batch axis stays readable at 1,000 batches and 250 px; bars span the
+        # bucket's batches ± 0.45 (the last one its batches to come too, so that the axis moves
+        # once per bucket), and their heights are rows per batch (the bucket's mean).
         .transform_calculate(
-            start="datum.batch - 0.45", end="datum.batch + 0.45", total="datum.labelled + datum.awaiting"
+            start="datum.batch - 0.45",
+            end="datum.span_end + 0.45",
+            labelled="datum.labelled_rows / datum.n_batches",
+            awaiting="datum.awaiting_rows / datum.n_batches",
+            total="(datum.labelled_rows + datum.awaiting_rows) / datum.n_batches",
         )
     )
     x = _batch_axis("start")
     status = alt.Scale(domain=["labelled", "awaiting"], range=["#4c78a8", "#d8d8d8"])
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
-        alt.Tooltip("labelled:Q", format=","),
-        alt.Tooltip("awaiting:Q", format=",", title="awaiting labels"),
+        alt.Tooltip("labelled_rows:Q", format=",", title="labelled"),
+        alt.Tooltip("awaiting_rows:Q", format=",", title="awaiting labels"),
     ]
     color = alt.Color("status:N", scale=status, legend=alt.Legend(orient="bottom", title=None))
     labelled = (
@@ -512,7 +601,7 @@ def labels_chart(batches: Source = None) -> ChartSpec:
         .encode(
             x=x,
             x2="end:Q",
-            y=alt.Y("labelled:Q", title="rows"),
+            y=alt.Y("labelled:Q", title="rows per batch"),
             y2=alt.datum(0),
             color=color,
             tooltip=tooltip,
@@ -529,7 +618,7 @@ def labels_chart(batches: Source = None) -> ChartSpec:
 def risk_chart(batches: Source = None) -> ChartSpec:
     """Label-free estimated error rate per batch (solid) and the observed rate once labelled (dashed)."""
     base = _base(batches, "batches", kind="risk")
-    x = _batch_axis("batch")
+    x = _batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
         alt.Tooltip("label:N", title="estimator"),
@@ -547,14 +636,18 @@ def risk_chart(batches: Source = None) -> ChartSpec:
         .mark_line(strokeDash=[4, 3], point=alt.OverlayMarkDef(shape="diamond"))
         .encode(x=x, y="observed_error:Q", color=_color("label"), tooltip=tooltip)
     )
-    return _finish(alt.layer(estimated, observed), "Estimated error (solid) vs observed (dashed)")
+    return _finish(
+        alt.layer(estimated, observed),
+        "Estimated error (solid) vs observed (dashed)",
+        span=_x_span(_base(batches, "batches")),
+    )
 
 
 def risk_gap_chart(batches: Source = None) -> ChartSpec:
     """Estimated minus observed error on the labelled rows of each batch (paper 004's δ)."""
     base = _base(batches, "batches", kind="risk").transform_filter("datum.n_labelled > 0")
     gap = base.mark_line(point=True).encode(
-        x=_batch_axis("batch"),
+        x=_batch_axis("batch_mid"),
         y=alt.Y("error_gap:Q", title="estimate − observed"),
         color=_color("label"),
         tooltip=[
@@ -570,6 +663,7 @@ def risk_gap_chart(batches: Source = None) -> ChartSpec:
     return _finish(
         alt.layer(gap, zero, data=alt.NamedData("batches") if batches is None else batches),
         "Risk gap (≥ 0: conservative)",
+        span=_x_span(_base(batches, "batches")),
     )
 
 
@@ -580,10 +674,11 @@ def shift_chart(shift: Source = None) -> ChartSpec:
     base = alt.Chart(data).transform_filter(
         f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || {model_wide} || datum.calibrator == {CALIBRATOR_PARAM}"
     )
-    x = _batch_axis("batch")
+    x = _batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("detector:N"),
-        alt.Tooltip("batch:Q"),
+        alt.Tooltip("batch:Q", title="batch (first)"),
+        alt.Tooltip("batch_end:Q", title="batch (last)"),
         alt.Tooltip("log10_statistic:Q", format=".2f", title="log10 statistic"),
         alt.Tooltip("log10_threshold:Q", format=".1f", title="log10 threshold"),
         alt.Tooltip("alarm:N"),
@@ -600,7 +695,9 @@ def shift_chart(shift: Source = None) -> ChartSpec:
         .mark_point(shape="triangle-up", size=90, filled=True, color="#d62728")
         .encode(x=x, y="log10_statistic:Q", tooltip=tooltip)
     )
-    return _finish(alt.layer(line, threshold, alarms), "Shift detectors (alarm at dashed line)")
+    return _finish(
+        alt.layer(line, threshold, alarms), "Shift detectors (alarm at dashed line)", span=_x_span(base)
+    )
 
 
 def aci_chart(batches: Source = None) -> ChartSpec:
@@ -608,7 +705,7 @@ def aci_chart(batches: Source = None) -> ChartSpec:
     base = _base(batches, "batches", kind="sets").transform_filter("datum.alpha_level != null")
     return _finish(
         base.mark_line(point=True, interpolate="step-after").encode(
-            x=_batch_axis("batch"),
+            x=_batch_axis("batch_mid"),
             y=alt.Y("alpha_level:Q", title="level α_t"),
             color=_color("label"),
             tooltip=[
@@ -620,13 +717,14 @@ def aci_chart(batches: Source = None) -> ChartSpec:
             ],
         ),
         "ACI level α_t (sets taken at it)",
+        span=_x_span(_base(batches, "batches")),
     )
 
 
 def admitted_chart(batches: Source = None) -> ChartSpec:
     """Venn-ADMIT: share of rows admitted per batch, and the accuracy of labelled admitted rows."""
     base = _base(batches, "batches", kind="sets").transform_filter("datum.admitted_share != null")
-    x = _batch_axis("batch")
+    x = _batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
         alt.Tooltip("calibrator:N"),
@@ -645,7 +743,11 @@ def admitted_chart(batches: Source = None) -> ChartSpec:
         .encode(x=x, y="admitted_accuracy:Q", color=_color(), tooltip=tooltip)
     )
     target = base.mark_rule(strokeDash=[2, 2], opacity=0.6, color="#444").encode(y="mean(target):Q")
-    return _finish(alt.layer(share, accuracy, target), "Admitted share (solid), admitted accuracy (dashed)")
+    return _finish(
+        alt.layer(share, accuracy, target),
+        "Admitted share (solid), admitted accuracy (dashed)",
+        span=_x_span(_base(batches, "batches")),
+    )
 
 
 def admitted_accuracy_chart(admit_class: Source = None) -> ChartSpec:
@@ -698,7 +800,7 @@ def admit_d_chart(admit_features: Source = None) -> ChartSpec:
 def kept_share_chart(batches: Source = None) -> ChartSpec:
     """Selective calibrators: share of rows kept per batch (solid), accuracy of kept vs all (dashed)."""
     base = _base(batches, "batches", kind="selective")
-    x = _batch_axis("batch")
+    x = _batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
         alt.Tooltip("calibrator:N"),
@@ -722,6 +824,7 @@ def kept_share_chart(batches: Source = None) -> ChartSpec:
     return _finish(
         alt.layer(share, kept_accuracy, all_accuracy),
         "Kept share (solid); accuracy of kept (dashed) vs all rows (dotted)",
+        span=_x_span(_base(batches, "batches")),
     )
 
 
@@ -772,7 +875,7 @@ def kept_confidence_chart(selective_confidence: Source = None) -> ChartSpec:
 def interval_coverage_chart(batches: Source = None) -> ChartSpec:
     """Regression: coverage of each batch's central intervals (labelled rows) against their levels."""
     base = _base(batches, "batches", kind="regression").transform_filter("datum.n_labelled > 0")
-    x = _batch_axis("batch")
+    x = _batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("name:N", title="batch"), alt.Tooltip("calibrator:N"),
         alt.Tooltip("coverage:Q", format=".3f", title="coverage (headline interval)"),
@@ -796,6 +899,7 @@ def interval_coverage_chart(batches: Source = None) -> ChartSpec:
     return _finish(
         alt.layer(band, line, inner, target, half, data=data),
         "Interval coverage: headline (solid) and 50% (dashed) vs levels",
+        span=_x_span(_base(batches, "batches")),
     )
 
 
@@ -804,7 +908,7 @@ def interval_width_chart(batches: Source = None) -> ChartSpec:
     base = _base(batches, "batches", kind="regression")
     return _finish(
         base.mark_line(point=True).encode(
-            x=_batch_axis("batch"),
+            x=_batch_axis("batch_mid"),
             y=alt.Y("mean_width:Q", title="mean interval width"),
             color=_color(),
             tooltip=[
@@ -816,6 +920,7 @@ def interval_width_chart(batches: Source = None) -> ChartSpec:
             ],
         ),
         "Mean interval width",
+        span=_x_span(_base(batches, "batches")),
     )
 
 

@@ -11,7 +11,10 @@ rows still kept in the window:
   ``m = min(15, ⌊n/25⌋)`` equal-mass bins, observed accuracy with a 95% Clopper-Pearson band);
 - ``set_by_class``: singleton share and mean set size by predicted class;
 - ``timeline``: rows and labels per batch, notes pinned to batches, and the brush (an interval
-  selection) that filters every other view to a range of batches.
+  selection) that filters every other view to a range of batches. It always spans the whole
+  stream (:func:`timeline`); past :data:`~calwatch.resolution.MAX_POINTS` batches it, like the
+  per-batch charts, draws buckets of consecutive batches (:mod:`calwatch.resolution`), and the
+  live widget re-sends the other panels at the brushed range's own resolution.
 
 Every spec reads named datasets and declares the parameters ``calibrator``, ``batch_lo``,
 ``batch_hi`` and ``class_filter``: the front end sets them as Vega signals, so the brush and the
@@ -76,14 +79,16 @@ _HINTS: tuple[tuple[str, str], ...] = (
 #: Dashboard panels (specs built here, recomputed from the window by the kernel).
 PANELS = ("what_if", "reliability", "set_by_class")
 #: The datasets the dashboard adds to :data:`calwatch.charts.DATASETS`.
-DATASETS = ("overview", "notes", "what_if", "reliability", "set_by_class")
+DATASETS = ("overview", "notes", "what_if", "reliability", "set_by_class", "timeline")
 #: Datasets recomputed from the window's raw rows (replaced wholesale, see the protocol).
 WINDOW_DATASETS = ("what_if", "reliability", "set_by_class")
 
 BATCH_LO, BATCH_HI, CLASS_FILTER = "batch_lo", "batch_hi", "class_filter"
-#: Rows with no ``batch`` field pass; the others must lie in [batch_lo, batch_hi] when set.
+#: Rows with no ``batch`` field pass; the others (a bucket from ``batch`` to ``batch_end``, or one
+#: batch) must overlap [batch_lo, batch_hi] when set.
 BATCH_FILTER = (
-    f"{BATCH_LO} == null || datum.batch == null || (datum.batch >= {BATCH_LO} && datum.batch <= {BATCH_HI})"
+    f"{BATCH_LO} == null || datum.batch == null || ((datum.batch_end == null ? datum.batch : datum.batch_end)"
+    f" >= {BATCH_LO} && datum.batch <= {BATCH_HI})"
 )
 CLASS_FILTER_EXPR = f"{CLASS_FILTER} == '' || datum['class'] == null || datum['class'] == {CLASS_FILTER}"
 MAX_BINS = 15
@@ -378,17 +383,51 @@ def set_by_class_spec() -> dict[str, Any]:
     return _finish(bars, "Singleton share by predicted class (window)")
 
 
+def timeline(
+    monitor: Monitor, batches: Sequence[int] | None = None, *, width: int | None = None
+) -> pl.DataFrame:
+    """The ``timeline`` dataset: rows and labelled rows per bucket of batches, whole stream.
+
+    One row per bucket of ``width`` batches (default: the whole stream's
+    :func:`~calwatch.resolution.bucket_width`), or only the buckets holding ``batches``. Columns
+    ``key, batch, batch_end, n_batches, name, n_rows, n_labelled, rows, labelled, span_end``
+    (``rows`` and ``labelled`` are per batch: the bucket's means; ``span_end`` is the last batch
+    the bucket holds once full, how far the x axis reaches).
+    """
+    from calwatch.resolution import Resolution, bucket_records
+
+    schema: dict[str, Any] = {
+        "key": pl.String, "batch": pl.Int64, "batch_end": pl.Int64, "n_batches": pl.Int64, "name": pl.String,
+        "n_rows": pl.Int64, "n_labelled": pl.Int64, "rows": pl.Float64, "labelled": pl.Float64,
+        "span_end": pl.Int64,
+    }  # fmt: skip
+    resolution = Resolution.whole(monitor.n_batches) if width is None else Resolution(width)
+    if monitor.calibration_ is None:
+        return pl.DataFrame(schema=schema)
+    rows = []
+    for record, end in bucket_records(monitor._stream.batches, resolution, batches):
+        n = end - record.index + 1
+        rows.append(
+            {
+                "key": str(record.index), "batch": record.index, "batch_end": end, "n_batches": n,
+                "name": record.name, "n_rows": record.n_rows, "n_labelled": record.n_labelled,
+                "rows": record.n_rows / n, "labelled": record.n_labelled / n,
+                "span_end": record.index + resolution.width - 1,
+            }
+        )  # fmt: skip
+    return pl.DataFrame(rows, schema=schema)
+
+
 def timeline_spec() -> dict[str, Any]:
     """Rows and labelled rows per batch, notes, and the brush that filters every other view."""
-    per_batch = alt.Chart(alt.NamedData("batches")).transform_aggregate(
-        rows="max(n_rows)", labelled="max(n_labelled)", groupby=["batch", "name"]
-    )
+    per_batch = alt.Chart(alt.NamedData("timeline"))
     x = alt.X("batch:Q", title=None, scale=alt.Scale(nice=False), axis=alt.Axis(format="d", tickMinStep=1))
     tooltip = _tooltip(
-        ("batch:Q", "batch", "d"),
-        ("name:N", "name", None),
-        ("rows:Q", "rows", ","),
-        ("labelled:Q", "labelled", ","),
+        ("name:N", "batch", None),
+        ("rows:Q", "rows per batch", ",.0f"),
+        ("labelled:Q", "labelled per batch", ",.0f"),
+        ("n_rows:Q", "rows", ","),
+        ("n_labelled:Q", "labelled", ","),
     )
     brush = alt.selection_interval(name="brush", encodings=["x"])
     rows = (
@@ -399,6 +438,12 @@ def timeline_spec() -> dict[str, Any]:
         .add_params(brush)
     )
     labelled = per_batch.mark_line(interpolate="step-after", strokeWidth=1.5).encode(x=x, y="labelled:Q")
+    # the x axis reaches the end of the last bucket: it moves once per bucket, not per batch
+    span = (
+        per_batch.transform_aggregate(first="min(batch)", last="max(span_end)")
+        .mark_rule(opacity=0)
+        .encode(x=alt.X("first:Q", title=None), x2="last:Q")
+    )
     notes = (
         alt.Chart(alt.NamedData("notes"))
         .transform_filter("datum.batch != null")
@@ -414,7 +459,7 @@ def timeline_spec() -> dict[str, Any]:
         )
     )
     # No title: the widget writes its caption (a Vega title does not wrap in a 250 px sidebar).
-    chart = alt.layer(rows, labelled, notes).properties(width="container", height=48)
+    chart = alt.layer(rows, labelled, notes, span).properties(width="container", height=48)
     spec: dict[str, Any] = chart.to_dict()
     spec["params"] = [*spec.get("params", []), *_params()]
     return spec
@@ -721,7 +766,7 @@ def overview(monitor: Monitor, *, batch_range: Sequence[int] | None = None) -> p
     if monitor.calibration_ is None or monitor.n_batches == 0:
         batch_rows: list[dict[str, Any]] = []
     else:
-        batch_rows = charts.datasets(monitor)["batches"].to_dicts()
+        batch_rows = charts.batch_summary(monitor).to_dicts()
     watch = monitor.shift_watch
     return pl.DataFrame(
         overview_rows(
@@ -740,13 +785,23 @@ def note_rows(monitor: Monitor, start: int = 0) -> list[dict[str, Any]]:
 
 
 def rows_page(
-    monitor: Monitor, batch: int, *, page: int = 0, page_size: int = 20, calibrator: str = ""
+    monitor: Monitor,
+    batch: int,
+    *,
+    page: int = 0,
+    page_size: int = 20,
+    calibrator: str = "",
+    class_filter: str = "",
 ) -> dict[str, Any]:
     """One page of a window batch's rows for the row table: id, prediction, set, risk, label.
 
-    ``calibrator`` picks the set / risk shown (default: the first of each kind).
+    ``calibrator`` picks the set / risk shown (default: the first of each kind);
+    ``class_filter`` (a class name, "" = all) keeps the rows predicted as or labelled that class.
     """
     frame = monitor.rows(batch=batch)
+    if class_filter and "prediction" in frame.columns:
+        as_text = [pl.col(c).cast(pl.String) == class_filter for c in ("prediction", "label")]
+        frame = frame.filter(as_text[0] | as_text[1].fill_null(False))
     cal = monitor.calibrators
     set_keys = [k for k in cal if f"set_{k}" in frame.columns]
     risk_keys = [k for k in cal if f"risk_{k}" in frame.columns]
@@ -772,4 +827,5 @@ def rows_page(
     return {
         "batch": batch, "page": page, "page_size": page_size, "n_rows": n, "n_pages": n_pages,
         "columns": columns, "rows": rows, "set_calibrator": set_key or "", "risk_calibrator": risk_key or "",
+        "class_filter": class_filter,
     }  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import getpass
 import os
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -243,26 +243,45 @@ class Monitor:
                     f"{type(calibrator).__name__}"
                 )
                 raise TypeError(msg)
+        if not (shift is None or shift == "default" or isinstance(shift, list)):
+            msg = f"shift must be 'default', a list of detectors or None; got {shift!r}"
+            raise ValueError(msg)
+        self._init_state(calibrators, window=window, name=name, model=model, provenance=provenance)
+        self._fixed_classes = None if classes is None else as_1d_array(classes, "classes")
+        self._tolerance = float(probability_tolerance)
+        self._shift_spec = shift
+
+    def _init_state(
+        self,
+        calibrators: Mapping[str, Any],
+        *,
+        window: int,
+        name: str,
+        model: Any,
+        provenance: Mapping[str, str] | None,
+        without_model: str = "none (precomputed outputs)",
+    ) -> None:
+        """The state every monitor starts from: calibrators, an empty stream, no notes, no shift.
+
+        Shared by :class:`Monitor` and the regression monitor; :func:`calwatch.store.load_monitor`
+        restores the same attributes from a snapshot.
+        """
         if int(window) != window or window < 1:
             msg = f"window must be a positive integer (rows); got {window!r}"
             raise ValueError(msg)
         self.name = str(name)
         self._calibrators: dict[str, Calibrator] = dict(calibrators)
-        self._fixed_classes = None if classes is None else as_1d_array(classes, "classes")
+        self._fixed_classes = None
         self._encoder: ClassEncoder | None = None
-        self._tolerance = float(probability_tolerance)
         self._stream = StreamState(int(window))
         self._listeners: list[Listener] = []
         self._widget: MonitorWidget | None = None
         self._next_auto_id = 0
-        if not (shift is None or shift == "default" or isinstance(shift, list)):
-            msg = f"shift must be 'default', a list of detectors or None; got {shift!r}"
-            raise ValueError(msg)
-        self._shift_spec = shift
+        self._shift_spec = None
         self._shift: ShiftWatch | None = None
         self._notes: list[Note] = []
         self.calibration_: dict[str, Any] | None = None
-        self.model_description = "none (precomputed outputs)" if model is None else _describe(model)
+        self.model_description = without_model if model is None else _describe(model)
         self.provenance: dict[str, str] = {str(k): str(v) for k, v in (provenance or {}).items()}
 
     def __repr__(self) -> str:
@@ -1028,8 +1047,10 @@ class Monitor:
         """Save the monitor to a snapshot folder (parquet + JSON, no pickle), atomically.
 
         Everything but the model is kept: calibrators' fitted state, per-batch statistics, the
-        raw rows of the window, shift detectors, the warning log and notes. Reload it with
-        :meth:`Monitor.load`, passing the model again to keep streaming inputs.
+        raw rows of the window, shift detectors, the warning log and notes (for a regression
+        monitor: its levels, the base predictions and random draws of the window's rows, and
+        their true values). Reload it with :meth:`Monitor.load`, passing the model again to keep
+        streaming inputs.
         """
         from calwatch.store import save_monitor
 
@@ -1050,6 +1071,9 @@ class Monitor:
     ) -> Monitor:
         """Load a snapshot written by :meth:`save` (verifying it first; no code is executed).
 
+        A snapshot of a regression monitor loads as a
+        :class:`~calwatch.regression_monitor.RegressionMonitor`.
+
         Parameters
         ----------
         path : path-like
@@ -1058,10 +1082,21 @@ class Monitor:
             The model to re-attach, to keep observing inputs ``X``.
         embedding_layer : str, optional
             Torch models: the layer kept as the embedding.
+
+        Raises
+        ------
+        SnapshotError
+            If the folder is not a complete, unaltered snapshot, or (called on a subclass, e.g.
+            ``RegressionMonitor.load``) holds another kind of monitor.
         """
+        from calwatch.state_codec import SnapshotError
         from calwatch.store import load_monitor
 
-        return load_monitor(path, model=model, embedding_layer=embedding_layer)
+        monitor = load_monitor(path, model=model, embedding_layer=embedding_layer)
+        if not isinstance(monitor, cls):
+            msg = f"{str(path)!r} holds a {type(monitor).__name__}, not a {cls.__name__}"
+            raise SnapshotError(msg)
+        return monitor
 
     @property
     def shift_watch(self) -> ShiftWatch | None:
@@ -1143,9 +1178,13 @@ class Monitor:
         δ: ≥ 0 means conservative). Columns of the other kind are null, as are labelled
         metrics until a row of the batch is labelled.
         """
+        return self._summary_of(self._records(batches))
+
+    def _summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+        """:meth:`summary` of some batch records (observed batches, or merged runs of them)."""
         targets = self.targets()
         rows: list[dict[str, Any]] = []
-        for record in self._records(batches):
+        for record in records:
             for key, stats in record.stats.items():
                 row: dict[str, Any] = {
                     "batch": record.index,
@@ -1226,8 +1265,11 @@ class Monitor:
 
     def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
         """Rows per set size: ``batch, calibrator, size, count`` (sizes with count > 0)."""
+        return self._set_size_counts_of(self._records(batches))
+
+    def _set_size_counts_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
         out: dict[str, list[Any]] = {"batch": [], "calibrator": [], "size": [], "count": []}
-        for record in self._records(batches):
+        for record in records:
             for key, stats in record.stats.items():
                 if not isinstance(stats, CalibratorBatchStats):
                     continue
@@ -1247,11 +1289,14 @@ class Monitor:
         Columns ``[batch,] calibrator, class, n_labelled, n_covered, coverage, coverage_lo,
         coverage_hi, target``; only classes with labelled rows appear.
         """
+        return self._class_coverage_of(self._records(batches), by_batch=by_batch)
+
+    def _class_coverage_of(self, records: Sequence[BatchRecord], *, by_batch: bool = True) -> pl.DataFrame:
         classes = self.classes_
         out: dict[str, list[Any]] = {
             "batch": [], "calibrator": [], "class": [], "n_labelled": [], "n_covered": [],
         }  # fmt: skip
-        for record in self._records(batches):
+        for record in records:
             for key, stats in record.stats.items():
                 if not isinstance(stats, CalibratorBatchStats):
                     continue

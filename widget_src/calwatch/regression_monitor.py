@@ -18,7 +18,7 @@ rows exactly as the original would, and keeps streaming.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -49,6 +49,21 @@ class RegressionBatchStats:
     covered: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     pit_counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(PIT_BINS, dtype=np.int64))
     crps_sum: float = 0.0
+
+    @classmethod
+    def merged(cls, parts: Sequence[RegressionBatchStats], n_rows: Sequence[int]) -> RegressionBatchStats:
+        """Sums over consecutive batches (each part counts its own rows)."""
+        levels = parts[-1].levels
+        covered = [p.covered for p in parts if p.covered.shape[0]]
+        return cls(
+            levels=levels,
+            n_rows=sum(p.n_rows for p in parts),
+            width_sum=np.sum([p.width_sum for p in parts], axis=0),
+            n_labelled=sum(p.n_labelled for p in parts),
+            covered=np.sum(covered, axis=0, dtype=np.int64) if covered else np.zeros(0, dtype=np.int64),
+            pit_counts=np.sum([p.pit_counts for p in parts], axis=0, dtype=np.int64),
+            crps_sum=sum(p.crps_sum for p in parts),
+        )
 
     def add(self, scored: dict[str, FloatArray], sign: int = 1) -> None:
         """Count scored labelled rows in (``sign=1``) or out (``sign=-1``, a relabel)."""
@@ -375,9 +390,12 @@ class RegressionMonitor(Monitor):
         ``coverage_<pct>`` per level, ``crps`` (mean over labelled rows), ``in_window``,
         ``observed_at``.
         """
+        return self._summary_of(self._records(batches))
+
+    def _summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
         rows: list[dict[str, Any]] = []
         head = _pct(self.levels[-1])
-        for record in self._records(batches):
+        for record in records:
             for key, stats in _regression_stats(record).items():
                 n_lab = stats.n_labelled
                 covered = (
@@ -416,6 +434,9 @@ class RegressionMonitor(Monitor):
 
     def pit_histogram(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
         """PIT values of labelled rows, binned per batch: ``batch, calibrator, bin, lo, hi, count``."""
+        return self._pit_histogram_of(self._records(batches))
+
+    def _pit_histogram_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
         out: dict[str, list[Any]] = {
             "batch": [],
             "calibrator": [],
@@ -424,7 +445,7 @@ class RegressionMonitor(Monitor):
             "hi": [],
             "count": [],
         }
-        for record in self._records(batches):
+        for record in records:
             for key, stats in _regression_stats(record).items():
                 for b, count in enumerate(stats.pit_counts.tolist()):
                     if count:

@@ -135,6 +135,8 @@ def _coverage_table(monitor: Monitor) -> str:
     summary = monitor.summary() if monitor.n_batches else pl.DataFrame()
     if summary.is_empty():
         return '<p class="empty">No batches observed.</p>'
+    if getattr(monitor, "task", None) == "regression":
+        return _regression_table(summary)
     sets = summary.filter(pl.col("kind") == "sets")
     table = sets.group_by("calibrator", maintain_order=True).agg(
         pl.col("target").first(),
@@ -159,6 +161,23 @@ def _coverage_table(monitor: Monitor) -> str:
         ).drop("_est", "_obs")
         parts.append(_table(risk_table, empty=""))
     return "\n".join(parts)
+
+
+def _regression_table(summary: pl.DataFrame) -> str:
+    """Per calibrator: the headline interval's coverage and mean width, and the mean CRPS."""
+    table = summary.group_by("calibrator", maintain_order=True).agg(
+        pl.col("target").first(),
+        pl.col("n_rows").sum().alias("rows"),
+        pl.col("n_labelled").sum().alias("labelled"),
+        (pl.col("n_covered").sum() / pl.col("n_labelled").sum()).alias("coverage"),
+        (pl.col("mean_width") * pl.col("n_rows")).sum().alias("_width"),
+        (pl.col("crps") * pl.col("n_labelled")).sum().alias("_crps"),
+    )
+    table = table.with_columns(
+        (pl.col("_width") / pl.col("rows")).alias("mean width"),
+        (pl.col("_crps") / pl.col("labelled")).alias("CRPS"),
+    ).drop("_width", "_crps")
+    return _table(table, empty="No calibrators.")
 
 
 def _configuration(monitor: Monitor) -> str:

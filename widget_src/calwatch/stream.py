@@ -8,7 +8,7 @@ memory stays flat however long the stream runs.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import repeat
@@ -41,6 +41,11 @@ class CalibratorBatchStats:
             class_covered=np.zeros(K, dtype=np.int64),
             alpha_level=alpha_level,
         )
+
+    @classmethod
+    def merged(cls, parts: Sequence[CalibratorBatchStats], n_rows: Sequence[int]) -> CalibratorBatchStats:
+        """Counts of consecutive batches pooled; ``alpha_level`` is their row-weighted mean."""
+        return cls(**_pooled_sets(parts, n_rows))
 
     @property
     def n_labelled(self) -> int:
@@ -88,6 +93,19 @@ class AdmitBatchStats(CalibratorBatchStats):
             pred_correct=zeros[3],
         )
 
+    @classmethod
+    def merged(cls, parts: Sequence[CalibratorBatchStats], n_rows: Sequence[int]) -> AdmitBatchStats:
+        """Counts of consecutive batches pooled (see :meth:`CalibratorBatchStats.merged`)."""
+        admit = [p for p in parts if isinstance(p, AdmitBatchStats)]
+        return cls(
+            **_pooled_sets(parts, n_rows),
+            n_admitted=sum(p.n_admitted for p in admit),
+            class_admitted=_sum_arrays([p.class_admitted for p in admit]),
+            class_correct=_sum_arrays([p.class_correct for p in admit]),
+            pred_admitted=_sum_arrays([p.pred_admitted for p in admit]),
+            pred_correct=_sum_arrays([p.pred_correct for p in admit]),
+        )
+
     def add_labels(
         self, y_hat: IntArray, labels: IntArray, admitted: npt.NDArray[np.bool_], sign: int = 1
     ) -> None:
@@ -112,6 +130,18 @@ class RiskBatchStats:
     n_missed: int = 0  # labelled rows whose label is not in the top-k classes
     risk_sum_labelled: float = 0.0  # the same estimate summed over the labelled rows only
 
+    @classmethod
+    def merged(cls, parts: Sequence[RiskBatchStats], n_rows: Sequence[int]) -> RiskBatchStats:
+        """Sums over consecutive batches (``n_rows`` is unused: each part counts its own rows)."""
+        return cls(
+            top_k=parts[-1].top_k,
+            n_rows=sum(p.n_rows for p in parts),
+            risk_sum=sum(p.risk_sum for p in parts),
+            n_labelled=sum(p.n_labelled for p in parts),
+            n_missed=sum(p.n_missed for p in parts),
+            risk_sum_labelled=sum(p.risk_sum_labelled for p in parts),
+        )
+
     def add(self, missed: npt.NDArray[np.bool_], risks: npt.NDArray[np.float64], sign: int = 1) -> None:
         """Count labelled rows in (``sign=1``) or out (``sign=-1``, a relabel)."""
         self.n_labelled += sign * int(missed.shape[0])
@@ -135,6 +165,19 @@ class SelectiveBatchStats:
     n_kept_correct: int = 0
     n_all_correct: int = 0
 
+    @classmethod
+    def merged(cls, parts: Sequence[SelectiveBatchStats], n_rows: Sequence[int]) -> SelectiveBatchStats:
+        """Sums over consecutive batches; the threshold is the last batch's (the one in force)."""
+        return cls(
+            n_rows=sum(p.n_rows for p in parts),
+            n_kept=sum(p.n_kept for p in parts),
+            threshold=parts[-1].threshold,
+            n_labelled=sum(p.n_labelled for p in parts),
+            n_kept_labelled=sum(p.n_kept_labelled for p in parts),
+            n_kept_correct=sum(p.n_kept_correct for p in parts),
+            n_all_correct=sum(p.n_all_correct for p in parts),
+        )
+
     def add(self, kept: npt.NDArray[np.bool_], correct: npt.NDArray[np.bool_], sign: int = 1) -> None:
         """Count labelled rows in (``sign=1``) or out (``sign=-1``, a relabel)."""
         self.n_labelled += sign * int(kept.shape[0])
@@ -144,6 +187,23 @@ class SelectiveBatchStats:
 
 
 BatchStats = CalibratorBatchStats | RiskBatchStats | SelectiveBatchStats
+
+
+def _sum_arrays(arrays: Sequence[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64]:
+    out: npt.NDArray[np.int64] = np.sum(np.stack(arrays), axis=0, dtype=np.int64)
+    return out
+
+
+def _pooled_sets(parts: Sequence[CalibratorBatchStats], n_rows: Sequence[int]) -> dict[str, Any]:
+    levels = [(p.alpha_level, n) for p, n in zip(parts, n_rows, strict=True) if p.alpha_level is not None]
+    weight = sum(n for _, n in levels)
+    alpha = None if not levels else sum(a * n for a, n in levels) / weight if weight else levels[-1][0]
+    return {
+        "size_counts": _sum_arrays([p.size_counts for p in parts]),
+        "class_labelled": _sum_arrays([p.class_labelled for p in parts]),
+        "class_covered": _sum_arrays([p.class_covered for p in parts]),
+        "alpha_level": alpha,
+    }
 
 
 @dataclass
@@ -162,6 +222,47 @@ class BatchRecord:
         """Labelled rows of this batch (the same for every calibrator)."""
         first = next(iter(self.stats.values()))
         return first.n_labelled
+
+
+def merge_records(records: Sequence[BatchRecord]) -> BatchRecord:
+    """Consecutive batches as one record: statistics pooled per calibrator, no raw rows.
+
+    One record is returned as it is.
+
+    Its ``index`` is the first batch's, its ``name`` spans the first and last names
+    (``"512–515"``) and its ``observed_at`` is the last batch's. Statistics are counts, so the
+    pooled record gives exactly the summaries of the rows of all its batches (rates are ratios of
+    the summed counts). Used to draw long streams at a bounded number of points.
+
+    Examples
+    --------
+    >>> from datetime import UTC, datetime
+    >>> def batch(i, covered):
+    ...     stats = CalibratorBatchStats(np.array([0, 2, 0]), np.array([2, 0]), np.array([covered, 0]), 0.1)
+    ...     return BatchRecord(i, str(i), datetime(2026, 1, 1, tzinfo=UTC), 2, {"lac": stats})
+    >>> pooled = merge_records([batch(4, 2), batch(5, 1)])
+    >>> pooled.index, pooled.name, pooled.n_rows, pooled.stats["lac"].n_covered, pooled.n_labelled
+    (4, '4–5', 4, 3, 4)
+    """
+    if not records:
+        raise ValueError("records must hold at least one batch record")
+    first, last = records[0], records[-1]
+    if len(records) == 1:
+        return first
+    n_rows = [r.n_rows for r in records]
+    stats: dict[str, Any] = {}
+    keys = dict.fromkeys(key for r in records for key in r.stats)  # a calibrator may miss batches
+    for key in keys:
+        having = [r for r in records if key in r.stats]
+        parts = [r.stats[key] for r in having]
+        stats[key] = type(parts[-1]).merged(parts, [r.n_rows for r in having])  # type: ignore[arg-type]
+    return BatchRecord(
+        index=first.index,
+        name=f"{first.name}–{last.name}",
+        observed_at=last.observed_at,
+        n_rows=sum(n_rows),
+        stats=stats,
+    )
 
 
 @dataclass

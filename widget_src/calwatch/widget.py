@@ -20,6 +20,7 @@ import anywidget
 import traitlets
 
 from calwatch import charts, dashboard
+from calwatch.resolution import Resolution, bucket_width
 
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
@@ -88,18 +89,29 @@ def warning_rows(monitor: Monitor) -> list[dict[str, Any]]:
     return [] if watch is None else _json_rows_from_dicts(watch.warning_records())
 
 
-def view_datasets(
-    monitor: Monitor, batches: tuple[int, ...] | None = None, *, dashboard_data: bool = False
-) -> dict[str, list[dict[str, Any]]]:
-    """Rows of every chart dataset (of ``batches``, default all), JSON-safe.
+#: Datasets with a row per bucket of batches (see :mod:`calwatch.resolution`): re-sent whole,
+#: with tombstones for the buckets that went away, when their resolution changes.
+BUCKETED = ("batches", "set_sizes", "class_coverage", "admit_class", "shift", "pit")
 
-    With ``dashboard_data=True`` (a whole state: a replay, a report) the dashboard's datasets
-    come too (:func:`dashboard_datasets`).
+
+def view_datasets(
+    monitor: Monitor,
+    batches: tuple[int, ...] | None = None,
+    *,
+    dashboard_data: bool = False,
+    resolution: Resolution | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Rows of every chart dataset (of the buckets holding ``batches``, default all), JSON-safe.
+
+    ``resolution`` is how per-batch datasets are bucketed (default: the whole stream, see
+    :func:`calwatch.charts.datasets`). With ``dashboard_data=True`` (a whole state: a replay, a
+    report) the dashboard's datasets come too (:func:`dashboard_datasets`).
     """
     if monitor.calibration_ is None or monitor.n_batches == 0:
         out: dict[str, list[dict[str, Any]]] = {name: [] for name in charts.DATASETS}
     else:
-        out = {name: _json_rows(frame) for name, frame in charts.datasets(monitor, batches).items()}
+        frames = charts.datasets(monitor, batches, resolution=resolution)
+        out = {name: _json_rows(frame) for name, frame in frames.items()}
     return out | dashboard_datasets(monitor) if dashboard_data else out
 
 
@@ -112,6 +124,7 @@ def dashboard_datasets(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in dashboard.DATASETS}
     out["notes"] = _json_rows_from_dicts(dashboard.note_rows(monitor))
     out["overview"] = _json_rows(dashboard.overview(monitor))
+    out["timeline"] = _json_rows(dashboard.timeline(monitor))
     if monitor.calibration_ is not None and monitor.n_batches > 0:
         out["reliability"] = _json_rows(dashboard.reliability(monitor))
         out["set_by_class"] = _json_rows(dashboard.set_by_class(monitor))
@@ -175,6 +188,11 @@ class MonitorWidget(anywidget.AnyWidget):
         self._seq = 0
         self._panels: list[Any] = []
         self._batch_rows: dict[str, dict[str, Any]] = {}
+        #: Resolution of the per-batch datasets as sent (the brushed range or the whole stream),
+        #: the timeline's bucket width, and the keys sent of each bucketed dataset.
+        self._detail = Resolution()
+        self._timeline_width = 1
+        self._bucket_keys: dict[str, set[str]] = {n: set() for n in (*BUCKETED, "timeline")}
         self._notes_sent = 0
         #: Rows of the window datasets as last sent (what a replay repeats), per dataset by key.
         self._window_rows_sent: dict[str, dict[str, dict[str, Any]]] = {
@@ -260,18 +278,23 @@ class MonitorWidget(anywidget.AnyWidget):
             for trait, value in view_state(self._monitor).items():
                 setattr(self, trait, value)
             self._alpha_info = self._info()
-        self._batch_rows = {r["key"]: r for r in view_datasets(self._monitor)["batches"]}
-        if self._live:  # after calibrate: the cards and window panels of every view follow
-            self.refresh()
+        self._batch_rows = self._per_batch_rows(None)
+        if self._live:  # after calibrate: every view starts again from the new state
+            self._send_upsert(self._resend_buckets(force=True) | self._derived(window=True))
+        else:
+            self._resend_buckets(force=True)
 
     def refresh(self) -> None:
         """Recompute the window panels and overview now and send them to every view."""
         self._send_upsert(self._derived(window=True))
 
     def replay_payload(self) -> dict[str, list[dict[str, Any]]]:
-        """Every dataset row of the stream so far (what a new view receives)."""
-        data = view_datasets(self._monitor)
-        self._batch_rows = {r["key"]: r for r in data["batches"]}
+        """Every dataset row of the stream so far (what a new view receives).
+
+        At the resolutions last sent to the other views, so that every view holds the same rows.
+        """
+        data = view_datasets(self._monitor, resolution=self._detail)
+        data["timeline"] = _json_rows(dashboard.timeline(self._monitor, width=self._timeline_width))
         data["overview"] = self._overview()
         data["notes"] = _json_rows_from_dicts(dashboard.note_rows(self._monitor))
         for name, rows in self._window_rows_sent.items():
@@ -279,6 +302,62 @@ class MonitorWidget(anywidget.AnyWidget):
         return data
 
     # ----------------------------------------------------------------- kernel side
+    def _per_batch_rows(self, batches: tuple[int, ...] | None) -> dict[str, dict[str, Any]]:
+        """``batches`` rows one batch each, by key: what the overview cards are computed from."""
+        mon = self._monitor
+        if mon.calibration_ is None or mon.n_batches == 0:
+            return {}
+        return {r["key"]: r for r in _json_rows(charts.batch_summary(mon, batches))}
+
+    def _wanted_detail(self) -> Resolution:
+        """The per-batch datasets' resolution: the brushed range, else the whole stream."""
+        brushed = self.batch_range
+        if brushed is not None:
+            return Resolution.of_range(max(0, brushed[0]), max(0, brushed[0], brushed[1]))
+        return Resolution.whole(self._monitor.n_batches)
+
+    def _keep_keys(self, data: dict[str, list[dict[str, Any]]], *, whole: bool) -> None:
+        """Record the keys sent of bucketed datasets; a whole re-send gets tombstones for the rest."""
+        for name, keys in self._bucket_keys.items():
+            rows = data.get(name)
+            if rows is None:
+                continue
+            fresh = {r["key"] for r in rows}
+            if whole:
+                data[name] = [{"key": k, "_deleted": True} for k in keys - fresh] + rows
+                self._bucket_keys[name] = fresh
+            else:
+                keys |= fresh
+
+    def _resend_buckets(self, *, force: bool = False) -> dict[str, list[dict[str, Any]]]:
+        """Whole bucketed datasets again where their resolution changed (or ``force``)."""
+        mon = self._monitor
+        data: dict[str, list[dict[str, Any]]] = {}
+        detail = self._wanted_detail()
+        if force or detail != self._detail:
+            self._detail = detail
+            fresh = view_datasets(mon, resolution=detail)
+            data |= {name: fresh[name] for name in BUCKETED}
+        width = bucket_width(mon.n_batches)
+        if force or width != self._timeline_width:
+            self._timeline_width = width
+            data["timeline"] = _json_rows(dashboard.timeline(mon, width=width))
+        self._keep_keys(data, whole=True)
+        return data
+
+    def _bucket_update(self, batches: tuple[int, ...]) -> dict[str, list[dict[str, Any]]]:
+        """What an update of ``batches`` sends: their buckets, or whole datasets at a new resolution."""
+        mon = self._monitor
+        whole = self._resend_buckets()
+        inside = tuple(b for b in batches if self._detail.contains(b))
+        data = view_datasets(mon, inside, resolution=self._detail)
+        for name in whole:
+            data.pop(name, None)
+        if "timeline" not in whole:
+            data["timeline"] = _json_rows(dashboard.timeline(mon, batches, width=self._timeline_width))
+        self._keep_keys(data, whole=False)
+        return data | whole
+
     def _info(self) -> dict[str, Any]:
         return dashboard.what_if_info(self._monitor, self.alpha, window_rows=int(self._window_rows))
 
@@ -361,9 +440,9 @@ class MonitorWidget(anywidget.AnyWidget):
 
     def _on_batches(self, batches: tuple[int, ...]) -> None:
         try:
-            data = view_datasets(self._monitor, batches) if batches else {}
-            for row in data.get("batches", []):
-                self._batch_rows[row["key"]] = row
+            data = self._bucket_update(batches) if batches else {}
+            if batches:
+                self._batch_rows |= self._per_batch_rows(batches)
             data |= self._derived(window=bool(batches) and self._window_due())
         except Exception as err:  # draw the error in the widget instead of losing it
             self._error = f"{type(err).__name__}: {err}"
@@ -385,7 +464,8 @@ class MonitorWidget(anywidget.AnyWidget):
             self._error = f"window size must be >= 0 rows; got {change['new']}"
             return
         try:
-            self._send_upsert(self._derived(window=True))
+            zoom = self._resend_buckets() if change["name"] == "_batch_range" else {}
+            self._send_upsert(zoom | self._derived(window=True))
             self._alpha_info = self._info()
             if self._error.startswith(("α must", "window size")):
                 self._error = ""
@@ -446,6 +526,7 @@ class MonitorWidget(anywidget.AnyWidget):
                 page=int(content.get("page", 0)),
                 page_size=page_size,
                 calibrator=self.selected,
+                class_filter=str(content.get("class_filter", self.class_filter)),
             )
             reply["rows"] = [
                 [None if isinstance(v, float) and not math.isfinite(v) else v for v in r]
