@@ -31,8 +31,8 @@ def bucket_width(n_batches: int, max_points: int | None = None) -> int:
 
     Examples
     --------
-    >>> [bucket_width(n) for n in (0, 1, 256, 257, 512, 513, 1020, 10_000)]
-    [1, 1, 1, 2, 2, 4, 4, 64]
+    >>> [bucket_width(n) for n in (0, 1, 128, 129, 256, 257, 1020, 10_000)]
+    [1, 1, 1, 2, 2, 4, 8, 128]
     """
     if max_points is None:
         max_points = MAX_POINTS
@@ -57,9 +57,9 @@ class Resolution:
     (1, 105, 100)
     >>> whole = Resolution.whole(1020)
     >>> whole.width, whole.start_of(1019), whole.end_of(1016, latest=1019)
-    (4, 1016, 1019)
+    (8, 1016, 1019)
     >>> whole.starts(range(1014, 1020), latest=1019)
-    [1012, 1016]
+    [1008, 1016]
     """
 
     width: int = 1
