@@ -55,7 +55,7 @@ def datasets(
     """
     if resolution is None:
         resolution = Resolution.whole(monitor.n_batches)
-    buckets = bucket_records(monitor._stream.batches, resolution, batches)
+    buckets = bucket_records(monitor.batch_records, resolution, batches)
     records = [record for record, _ in buckets]
     ends = {record.index: end for record, end in buckets}
     if getattr(monitor, "task", None) == "regression":
@@ -167,9 +167,9 @@ def _fan(monitor: Any) -> pl.DataFrame:
         "lower_50": pl.Float64, "upper_50": pl.Float64, "lower_90": pl.Float64, "upper_90": pl.Float64,
         "label": pl.Float64,
     }  # fmt: skip
-    if monitor.n_batches == 0 or monitor._stream.batches[-1].rows is None:
+    if monitor.n_batches == 0 or monitor.batch_records[-1].rows is None:
         return pl.DataFrame(schema=schema)
-    record = monitor._stream.batches[-1]
+    record = monitor.batch_records[-1]
     rows = monitor.rows(batch=record.index)
     pick = np.unique(np.linspace(0, rows.height - 1, min(FAN_ROWS, rows.height)).round().astype(int))
     levels = [f"{100 * v:g}".replace(".", "_") for v in monitor.levels]
@@ -236,7 +236,7 @@ def _admit_features(monitor: Monitor) -> pl.DataFrame:
     from calwatch.monitor import is_admit
 
     rows: list[dict[str, Any]] = []
-    windows = monitor._stream.window_batches()
+    windows = monitor.window_records()
     for name, cal in monitor.calibrators.items():
         if not is_admit(cal) or not hasattr(cal, "calibration_q_"):
             continue
@@ -285,7 +285,7 @@ def _selective_datasets(monitor: Monitor) -> dict[str, pl.DataFrame]:
 
     curve: list[dict[str, Any]] = []
     confidence: list[dict[str, Any]] = []
-    windows = [r for r in monitor._stream.window_batches() if r.rows is not None]
+    windows = [r for r in monitor.window_records() if r.rows is not None]
     for name, cal in monitor.calibrators.items():
         if not is_selective(cal):
             continue

@@ -405,7 +405,7 @@ def timeline(
     if monitor.calibration_ is None:
         return pl.DataFrame(schema=schema)
     rows = []
-    for record, end in bucket_records(monitor._stream.batches, resolution, batches):
+    for record, end in bucket_records(monitor.batch_records, resolution, batches):
         n = end - record.index + 1
         rows.append(
             {
@@ -478,21 +478,12 @@ def specs(kinds: Sequence[str], panels: Sequence[str]) -> dict[str, dict[str, An
 
 
 # --------------------------------------------------------------------------- window rows
-def _window(monitor: Monitor) -> list[Any]:
-    """The batch records whose raw rows are kept (oldest first).
-
-    Reads the monitor's stream state directly: there is no public accessor for the window's
-    arrays yet (``Monitor.rows`` builds Python lists per row, far too slow per update).
-    """
-    return list(monitor._stream.window_batches())
-
-
 def window_batches(monitor: Monitor, window_rows: int = 0) -> list[int]:
     """Indices of the most recent window batches holding at most ``window_rows`` rows (0 = all).
 
     The newest batch is always included, even when it alone exceeds ``window_rows``.
     """
-    records = _window(monitor)
+    records = monitor.window_records()
     if window_rows <= 0:
         return [r.index for r in records]
     out: list[int] = []
@@ -508,7 +499,7 @@ def window_batches(monitor: Monitor, window_rows: int = 0) -> list[int]:
 def _selected_records(monitor: Monitor, window_rows: int, batch_range: Sequence[int] | None) -> list[Any]:
     keep = set(window_batches(monitor, window_rows))
     lo, hi = (batch_range[0], batch_range[1]) if batch_range else (-math.inf, math.inf)
-    return [r for r in _window(monitor) if r.index in keep and lo <= r.index <= hi]
+    return [r for r in monitor.window_records() if r.index in keep and lo <= r.index <= hi]
 
 
 def reliability_bins(
@@ -654,7 +645,7 @@ def what_if(monitor: Monitor, alpha: float, *, window_rows: int = 0) -> pl.DataF
 
 def what_if_info(monitor: Monitor, alpha: float | None, *, window_rows: int = 0) -> dict[str, Any]:
     """What the α control applies to: the calibrators, the window batches and rows."""
-    records = {r.index: r.n_rows for r in _window(monitor)}
+    records = {r.index: r.n_rows for r in monitor.window_records()}
     keep = window_batches(monitor, window_rows) if monitor.calibration_ is not None else []
     return {
         "alpha": alpha,

@@ -312,6 +312,19 @@ class Monitor:
         """Batches observed so far."""
         return len(self._stream.batches)
 
+    @property
+    def batch_records(self) -> Sequence[BatchRecord]:
+        """Every observed batch, oldest first: its statistics, and its raw rows while in the window.
+
+        ``batch_records[i].index == i``. The records are the monitor's own (read them, do not
+        change them); :meth:`summary` and friends are the tabular views of the same numbers.
+        """
+        return self._stream.batches
+
+    def window_records(self) -> list[BatchRecord]:
+        """The batches whose raw rows are still kept (``record.rows`` is set), oldest first."""
+        return self._stream.window_batches()
+
     # ------------------------------------------------------------------ inputs
     def _outputs(
         self, X: Any, probs: Any, logits: Any, *, n_classes: int | None, embeddings: Any = None
