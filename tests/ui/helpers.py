@@ -11,6 +11,7 @@ import ast
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -189,6 +190,28 @@ def notebook_state(page: Any, path: str) -> dict[str, Any] | None:
         return page.evaluate(NOTEBOOK_STATE_JS, path)
     except PlaywrightError:  # the page is still navigating (token redirect)
         return None
+
+
+def write_notebook(path: Path, cells: list[str]) -> None:
+    """A notebook of code cells (not run yet) on the calwatch kernel, written to ``path``."""
+    from .conftest import KERNEL_NAME
+
+    nb = {
+        "cells": [
+            {"cell_type": "code", "metadata": {}, "source": s, "outputs": [], "execution_count": None}
+            for s in cells
+        ],
+        "metadata": {
+            "kernelspec": {
+                "name": KERNEL_NAME,
+                "display_name": "Python 3 (calwatch venv)",
+                "language": "python",
+            }
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(nb, indent=1))
 
 
 def open_notebook(page: Any, lab_server: LabServer, path: str) -> Kernel:

@@ -20,8 +20,16 @@ from typing import Any
 
 import pytest
 
-from .conftest import KERNEL_NAME
-from .helpers import INLINE, attr, no_widget_error, open_notebook, run_all, wait_attr, wait_seq
+from .helpers import (
+    INLINE,
+    attr,
+    no_widget_error,
+    open_notebook,
+    run_all,
+    wait_attr,
+    wait_seq,
+    write_notebook,
+)
 
 pytestmark = pytest.mark.ui
 
@@ -103,21 +111,7 @@ def _summary(values: list[float]) -> dict[str, float | int | None]:
 def test_update_cost_at_1000_batches_and_10_million_rows(
     lab_server: Any, page: Any, artifacts_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    nb = {
-        "cells": [
-            {"cell_type": "code", "metadata": {}, "source": SETUP, "outputs": [], "execution_count": None}
-        ],
-        "metadata": {
-            "kernelspec": {
-                "name": KERNEL_NAME,
-                "display_name": "Python 3 (calwatch venv)",
-                "language": "python",
-            }
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    (lab_server.root / NOTEBOOK).write_text(json.dumps(nb))
+    write_notebook(lab_server.root / NOTEBOOK, [SETUP])
     kernel = open_notebook(page, lab_server, NOTEBOOK)
     t0 = time.monotonic()
     run_all(page, NOTEBOOK, timeout_s=540)

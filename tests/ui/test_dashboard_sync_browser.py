@@ -16,14 +16,12 @@ timeline's x axis is the batch, from the first batch (left end of the area mark)
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import KERNEL_NAME
 from .helpers import (
     INLINE,
     SIDEBAR,
@@ -37,6 +35,7 @@ from .helpers import (
     wait_attr,
     wait_seq,
     wait_until,
+    write_notebook,
 )
 
 pytestmark = pytest.mark.ui
@@ -105,27 +104,8 @@ BRUSH_GEOMETRY_JS = """
 """
 
 
-def _write_notebook(root: Path, name: str, cells: list[str]) -> None:
-    nb = {
-        "cells": [
-            {"cell_type": "code", "metadata": {}, "source": s, "outputs": [], "execution_count": None}
-            for s in cells
-        ],
-        "metadata": {
-            "kernelspec": {
-                "name": KERNEL_NAME,
-                "display_name": "Python 3 (calwatch venv)",
-                "language": "python",
-            }
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    (root / name).write_text(json.dumps(nb, indent=1))
-
-
 def _start(page: Any, lab_server: Any, name: str, cells: list[str], roots: tuple[str, ...]) -> Kernel:
-    _write_notebook(lab_server.root, name, cells)
+    write_notebook(lab_server.root / name, cells)
     kernel = open_notebook(page, lab_server, name)
     run_all(page, name, timeout_s=180)
     _caught_up(page, kernel, roots)

@@ -382,7 +382,7 @@ def _x_span(base: alt.Chart) -> alt.Chart:
     when a bucket starts, not with every batch.
     """
     spanned = base.transform_aggregate(first="min(batch)", last="max(span_end)")
-    rule: alt.Chart = spanned.mark_rule(opacity=0).encode(x=_batch_axis("first"), x2="last:Q")
+    rule: alt.Chart = spanned.mark_rule(opacity=0, aria=False).encode(x=_batch_axis("first"), x2="last:Q")
     return rule
 
 

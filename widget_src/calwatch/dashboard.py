@@ -441,7 +441,7 @@ def timeline_spec() -> dict[str, Any]:
     # the x axis reaches the end of the last bucket: it moves once per bucket, not per batch
     span = (
         per_batch.transform_aggregate(first="min(batch)", last="max(span_end)")
-        .mark_rule(opacity=0)
+        .mark_rule(opacity=0, aria=False)
         .encode(x=alt.X("first:Q", title=None), x2="last:Q")
     )
     notes = (
