@@ -183,3 +183,31 @@ def test_buckets_of_a_compared_run_missing_batches(mon):
     ((pooled, end),) = bucket_records(records, Resolution(4))
     assert end == 3 and set(pooled.stats) == {"lac", "aci", "risk"}
     assert pooled.stats["risk"].n_rows == sum(r.n_rows for r in records[:3])
+
+
+def test_hover_text_is_computed_per_row_in_the_data_flow():
+    """Per-bucket marks read their tooltip and ARIA description from fields a calculate transform
+    makes once per row (titles in tooltip order, formats kept), not from per-item encoders."""
+    tips = [
+        charts.alt.Tooltip("name:N", title="batch"),
+        charts.alt.Tooltip("coverage:Q", format=".3f"),
+        charts.alt.Tooltip("n_labelled:Q", title="labelled"),
+    ]
+    fields = charts._hover_fields(tips)
+    coverage = 'isValid(datum["coverage"]) ? format(datum["coverage"], ".3f") : \'\' + datum["coverage"]'
+    assert fields["hover_description"] == (
+        f'"batch: " + (\'\' + datum["name"]) + \'; \' + "coverage: " + ({coverage})'
+        " + '; ' + \"labelled: \" + ('' + datum[\"n_labelled\"])"
+    )
+    assert fields["hover_tooltip"].startswith('{"batch": (\'\' + datum["name"]), "coverage": (isValid(')
+    spec = charts.coverage_chart().to_dict()
+    (points,) = [layer for layer in spec["layer"] if layer["mark"].get("type") == "point"]
+    assert points["mark"]["tooltip"] == {"expr": "datum.hover_tooltip"}
+    assert points["mark"]["description"] == {"expr": "datum.hover_description"}
+    assert {"calculate": charts._hover_fields([])["hover_tooltip"], "as": "hover_tooltip"} not in points[
+        "transform"
+    ]
+    assert [t["as"] for t in points["transform"] if "calculate" in t] == [
+        "hover_tooltip",
+        "hover_description",
+    ]

@@ -8,6 +8,7 @@ uses the same specs and appends rows with Vega changesets. Every chart has a top
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import altair as alt
@@ -386,6 +387,37 @@ def _x_span(base: alt.Chart) -> alt.Chart:
     return rule
 
 
+def _hover_fields(tooltip: list[alt.Tooltip]) -> dict[str, str]:
+    """``transform_calculate`` fields holding a row's tooltip and ARIA description, once per row.
+
+    Vega re-evaluates a mark's encoders for every item whenever a scale changes (each update of a
+    growing stream), and a tooltip list is formatted anew each time (and makes every item look
+    changed, so every item is redrawn). Computed in the data flow, the text is made only for rows
+    that change; marks read it with :data:`_HOVER` (``"title: value; …"`` as Vega-Lite writes it).
+    """
+    values: list[tuple[str, str]] = []
+    for tip in tooltip:
+        spec: dict[str, Any] = tip.to_dict()  # type: ignore[assignment]
+        field, fmt = str(spec["field"]), spec.get("format")
+        title = str(spec.get("title", field))
+        ref = f"datum[{json.dumps(field)}]"
+        quantitative = spec.get("type") == "quantitative"
+        if fmt and quantitative:
+            values.append((title, f"(isValid({ref}) ? format({ref}, {json.dumps(fmt)}) : '' + {ref})"))
+        else:
+            values.append((title, f"('' + {ref})"))
+    obj = "{" + ", ".join(f"{json.dumps(t)}: {v}" for t, v in values) + "}"
+    desc = " + '; ' + ".join(f"{json.dumps(t + ': ')} + {v}" for t, v in values)
+    return {"hover_tooltip": obj, "hover_description": desc}
+
+
+#: Mark properties reading :func:`_hover_fields`.
+_HOVER: dict[str, Any] = {
+    "tooltip": alt.ExprRef("datum.hover_tooltip"),
+    "description": alt.ExprRef("datum.hover_description"),
+}
+
+
 def _color(field: str = "calibrator") -> alt.Color:
     return alt.Color(
         f"{field}:N", legend=alt.Legend(orient="bottom", title=None, symbolOpacity=1, labelLimit=220)
@@ -414,18 +446,20 @@ def coverage_chart(batches: Source = None) -> ChartSpec:
         color=_color(),
     )
     span = _x_span(base)
-    line = labelled.mark_line(point=True).encode(
-        x=x,
-        y=alt.Y("coverage:Q", scale=alt.Scale(zero=False)),
-        color=_color(),
-        tooltip=tooltip,
+    line = labelled.mark_line().encode(
+        x=x, y=alt.Y("coverage:Q", scale=alt.Scale(zero=False)), color=_color()
+    )
+    points = (
+        labelled.transform_calculate(**_hover_fields(tooltip))
+        .mark_point(filled=True, opacity=1, **_HOVER)
+        .encode(x=x, y="coverage:Q", color=_color())
     )
     target = base.mark_rule(strokeDash=[5, 4], opacity=0.8).encode(
         y=alt.Y("mean(target):Q"),
         color=_color(),
         tooltip=[alt.Tooltip("mean(target):Q", format=".3f", title="target")],
     )
-    return _finish(alt.layer(span, band, line, target), "Coverage vs target (dashed)")
+    return _finish(alt.layer(span, band, line, points, target), "Coverage vs target (dashed)")
 
 
 def set_size_chart(batches: Source = None) -> ChartSpec:
@@ -595,22 +629,16 @@ def labels_chart(batches: Source = None) -> ChartSpec:
         alt.Tooltip("awaiting_rows:Q", format=",", title="awaiting labels"),
     ]
     color = alt.Color("status:N", scale=status, legend=alt.Legend(orient="bottom", title=None))
+    base = base.transform_calculate(**_hover_fields(tooltip))
     labelled = (
         base.transform_calculate(status="'labelled'")
-        .mark_bar()
-        .encode(
-            x=x,
-            x2="end:Q",
-            y=alt.Y("labelled:Q", title="rows per batch"),
-            y2=alt.datum(0),
-            color=color,
-            tooltip=tooltip,
-        )
+        .mark_bar(**_HOVER)
+        .encode(x=x, x2="end:Q", y=alt.Y("labelled:Q", title="rows per batch"), y2=alt.datum(0), color=color)
     )
     awaiting = (
         base.transform_calculate(status="'awaiting'")
-        .mark_bar()
-        .encode(x=x, x2="end:Q", y="labelled:Q", y2="total:Q", color=color, tooltip=tooltip)
+        .mark_bar(**_HOVER)
+        .encode(x=x, x2="end:Q", y="labelled:Q", y2="total:Q", color=color)
     )
     return _finish(alt.layer(labelled, awaiting), "Labels received")
 
