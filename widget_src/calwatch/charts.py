@@ -61,9 +61,6 @@ def datasets(
     ends = {record.index: end for record, end in buckets}
     if getattr(monitor, "task", None) == "regression":
         return _regression_datasets(monitor, records, ends, resolution)
-    labels = calibrator_labels(monitor)
-    summary = monitor._summary_of(records).drop("observed_at")
-    summary = summary.with_columns(label=pl.col("calibrator").replace_strict(labels, return_dtype=pl.String))
     sizes = monitor._set_size_counts_of(records)
     classes = monitor._class_coverage_of(records).select(
         "batch", "calibrator", "class", "n_labelled", "n_covered", "target"
@@ -75,7 +72,7 @@ def datasets(
         "admit_features": _admit_features(monitor),
         **_selective_datasets(monitor),
         "shift": _shift(monitor, resolution, ends),
-        "batches": _spans(summary, ends, resolution, "calibrator"),
+        "batches": _summary_rows(monitor, records, ends, resolution),
         "set_sizes": _spans(sizes, ends, resolution, "calibrator", "size"),
         "class_coverage": _spans(classes, ends, resolution, "calibrator", "class"),
     }
@@ -86,7 +83,20 @@ _EMPTY = pl.DataFrame(schema={"key": pl.String})
 
 def batch_summary(monitor: Monitor, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
     """The ``batches`` dataset one batch per row (exact per batch, whatever the stream's length)."""
-    return datasets(monitor, batches, resolution=Resolution())["batches"]
+    single = Resolution()
+    buckets = bucket_records(monitor.batch_records, single, batches)
+    ends = {record.index: end for record, end in buckets}
+    return _summary_rows(monitor, [record for record, _ in buckets], ends, single)
+
+
+def _summary_rows(
+    monitor: Monitor, records: list[BatchRecord], ends: dict[int, int], resolution: Resolution
+) -> pl.DataFrame:
+    """The ``batches`` dataset of some (pooled) records: the summary with labels and spans."""
+    labels = calibrator_labels(monitor)
+    summary = monitor._summary_of(records).drop("observed_at")
+    summary = summary.with_columns(label=pl.col("calibrator").replace_strict(labels, return_dtype=pl.String))
+    return _spans(summary, ends, resolution, "calibrator")
 
 
 def _spans(frame: pl.DataFrame, ends: dict[int, int], resolution: Resolution, *keys: str) -> pl.DataFrame:
@@ -148,12 +158,9 @@ def _regression_datasets(
     monitor: Any, records: list[BatchRecord], ends: dict[int, int], resolution: Resolution
 ) -> dict[str, pl.DataFrame]:
     """A regression monitor's datasets: per-bucket summary, PIT counts and the latest batch's fan."""
-    labels = calibrator_labels(monitor)
-    summary = monitor._summary_of(records).drop("observed_at")
-    summary = summary.with_columns(label=pl.col("calibrator").replace_strict(labels, return_dtype=pl.String))
     pit = _spans(monitor._pit_histogram_of(records), ends, resolution, "calibrator", "bin")
     out = dict.fromkeys(DATASETS, _EMPTY)
-    out |= {"batches": _spans(summary, ends, resolution, "calibrator"), "pit": pit, "fan": _fan(monitor)}
+    out |= {"batches": _summary_rows(monitor, records, ends, resolution), "pit": pit, "fan": _fan(monitor)}
     return out
 
 

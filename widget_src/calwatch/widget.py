@@ -281,8 +281,9 @@ class MonitorWidget(anywidget.AnyWidget):
         self._batch_rows = self._per_batch_rows(None)
         if self._live:  # after calibrate: every view starts again from the new state
             self._send_upsert(self._resend_buckets(force=True) | self._derived(window=True))
-        else:
-            self._resend_buckets(force=True)
+        else:  # no view yet: the first one's replay is what the keys start from
+            self._detail = self._wanted_detail()
+            self._timeline_width = bucket_width(self._monitor.n_batches)
 
     def refresh(self) -> None:
         """Recompute the window panels and overview now and send them to every view."""
@@ -295,6 +296,8 @@ class MonitorWidget(anywidget.AnyWidget):
         """
         data = view_datasets(self._monitor, resolution=self._detail)
         data["timeline"] = _json_rows(dashboard.timeline(self._monitor, width=self._timeline_width))
+        for name, keys in self._bucket_keys.items():  # every view holds these rows now
+            keys |= {r["key"] for r in data[name]}
         data["overview"] = self._overview()
         data["notes"] = _json_rows_from_dicts(dashboard.note_rows(self._monitor))
         for name, rows in self._window_rows_sent.items():
