@@ -4,7 +4,10 @@
 import { changeset, Error as LogError } from "vega";
 import embed, { type EmbedOptions, type Result, type VisualizationSpec } from "vega-embed";
 import type { KeyedRow, VegaLiteSpec } from "./model";
+import { installStableScales } from "./stablescales";
 import type { ChartUpdate } from "./stream";
+
+installStableScales();
 
 export type Renderer = "svg" | "canvas" | "none";
 

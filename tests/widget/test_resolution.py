@@ -40,6 +40,24 @@ def test_resolution_buckets_of_the_whole_stream_and_of_a_range():
         Resolution.of_range(4, 3)
 
 
+def test_axis_end_reserves_room_for_a_few_buckets_and_never_shrinks():
+    """The x axis moves once per up to 8 buckets, never keeps more than an eighth of the chart
+    empty, grows with the stream, and stays inside a brushed range."""
+    assert [Resolution(1).axis_end(b) for b in range(16)] == list(range(16))  # up to 16: every batch
+    assert [Resolution(1).axis_end(b) for b in (16, 17, 18, 31, 32, 33)] == [17, 17, 19, 31, 35, 35]
+    for width in (1, 2, 8):
+        res = Resolution(width)
+        ends = [res.axis_end(start) for start in range(0, 128 * width, width)]
+        assert ends == sorted(ends)  # monotone: the axis never shrinks
+        for k, end in enumerate(ends):  # k + 1 buckets drawn
+            last = (k + 1) * width - 1  # the last batch of the latest bucket, once full
+            assert last <= end <= last + max(0, min(8, (k + 1) // 8) - 1) * width
+        moves = len(set(ends[64:]))  # 64..128 buckets (the stream after a doubling): 8 moves
+        assert moves == 8
+    brushed = Resolution.of_range(100, 300)  # width 2, buckets from 100
+    assert brushed.axis_end(298) == 300 and brushed.axis_end(100) == 101
+
+
 @pytest.fixture
 def mon() -> Any:
     P, y = softmax_data(600, seed=3)
@@ -109,6 +127,18 @@ def test_width_one_is_the_per_batch_summary(mon):
     expected = mon.summary().drop("observed_at")
     assert_frame_equal(rows.select(expected.columns), expected)
     assert rows["batch_end"].to_list() == rows["batch"].to_list()
+
+
+def test_rows_carry_the_axis_end_of_their_bucket(mon, monkeypatch):
+    _stream(mon, 20)
+    for res in (Resolution(1), Resolution(4), Resolution.of_range(3, 13, max_points=4)):
+        for name in ("batches", "set_sizes", "class_coverage", "shift"):
+            frame = charts.datasets(mon, resolution=res)[name]
+            expected = [res.axis_end(b) for b in frame["batch"].to_list()]
+            assert frame["axis_end"].to_list() == expected, (name, res)
+    monkeypatch.setattr(resolution, "MAX_POINTS", 4)
+    timeline = dashboard.timeline(mon)  # 20 batches: width 8
+    assert timeline["axis_end"].to_list() == [Resolution(8).axis_end(b) for b in (0, 8, 16)] == [7, 15, 23]
 
 
 def test_timeline_pools_rows_per_bucket(mon, monkeypatch):
@@ -211,3 +241,59 @@ def test_hover_text_is_computed_per_row_in_the_data_flow():
         "hover_tooltip",
         "hover_description",
     ]
+
+
+def _axis_labels(spec: dict[str, Any]) -> list[list[float]]:
+    """The tick labels of each axis of a spec as Vega lays it out (vl-convert's scene graph)."""
+    vl_convert = pytest.importorskip("vl_convert", reason="installed by `make test`")
+    found: list[list[float]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("role") == "axis-label":
+                found.append([float(item["text"]) for item in node.get("items", [])])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(vl_convert.vegalite_to_scenegraph(spec))
+    return found
+
+
+def _coverage_rows(batches: range, coverage: list[float], target: float = 0.9) -> pl.DataFrame:
+    rows = [
+        {
+            "batch": b,
+            "batch_mid": b,
+            "batch_end": b,
+            "span_end": b,
+            "axis_end": b,
+            "name": str(b),
+            "calibrator": "lac",
+            "label": "lac",
+            "kind": "sets",
+            "coverage": c,
+            "coverage_lo": c - 0.004,
+            "coverage_hi": c + 0.004,
+            "target": target,
+            "n_labelled": 1000,
+            "n_pending": 0,
+        }  # fmt: skip
+        for b, c in zip(batches, coverage, strict=True)
+    ]
+    return pl.DataFrame(rows)
+
+
+def test_coverage_axis_shows_the_target_window_and_a_zoomed_range():
+    """The y axis of a coverage chart spans at least target ± 0.05 (it does not zoom to the few
+    thousandths the points cover, moving with every batch), widens when coverage leaves that
+    window, and the batch axis of a zoomed range starts at its first batch, not at 0."""
+    near = _coverage_rows(range(100, 106), [0.897, 0.903, 0.899, 0.901, 0.898, 0.902])
+    x, y = _axis_labels(charts.coverage_chart(near.to_pandas()).to_dict())
+    assert min(y) <= 0.86 and max(y) >= 0.94
+    assert min(x) >= 100 and max(x) <= 105
+    low = _coverage_rows(range(6), [0.9, 0.9, 0.7, 0.9, 0.9, 0.9], target=0.98)
+    _, y = _axis_labels(charts.coverage_chart(low.to_pandas()).to_dict())
+    assert min(y) <= 0.7 and max(y) <= 1.0

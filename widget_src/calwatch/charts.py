@@ -103,13 +103,17 @@ def _spans(frame: pl.DataFrame, ends: dict[int, int], resolution: Resolution, *k
     """``frame`` (a ``batch`` column of bucket starts) with each bucket's span and a ``key``.
 
     ``batch_end`` is the bucket's last observed batch, ``span_end`` the last batch it will hold
-    once full: charts span their x axis to it, so the axis moves once per bucket, not per batch.
+    once full and ``axis_end`` how far the x axis reaches while it is the latest bucket
+    (:meth:`~calwatch.resolution.Resolution.axis_end`): charts span their x axis to the highest
+    ``axis_end``, so the axis moves once per few buckets, not with every batch.
     """
     end = pl.col("batch").replace_strict(ends, default=pl.col("batch"), return_dtype=pl.Int64)
     full = pl.col("batch") + (resolution.width - 1)
+    axis_ends = {start: resolution.axis_end(start) for start in frame["batch"].unique().to_list()}
     return frame.with_columns(batch_end=end).with_columns(
         batch_mid=(pl.col("batch") + pl.col("batch_end")) / 2,
         span_end=full if resolution.hi is None else pl.min_horizontal(full, resolution.hi),
+        axis_end=pl.col("batch").replace_strict(axis_ends, default=None, return_dtype=pl.Int64),
         n_batches=pl.col("batch_end") - pl.col("batch") + 1,
         key=pl.concat_str("batch", *keys, separator="|"),
     )
@@ -377,19 +381,25 @@ def _finish(chart: Any, title: str, *, span: alt.Chart | None = None) -> ChartSp
 
 
 def _batch_axis(field: str) -> alt.X:
-    """The shared x axis: batch index, integer ticks, no padding past the last batch."""
+    """The shared x axis: batch index, integer ticks, no padding past the last batch.
+
+    Not from zero: a zoomed range (a brush) starts at its first batch.
+    """
     return alt.X(
-        f"{field}:Q", title="batch", scale=alt.Scale(nice=False), axis=alt.Axis(format="d", tickMinStep=1)
+        f"{field}:Q",
+        title="batch",
+        scale=alt.Scale(nice=False, zero=False),
+        axis=alt.Axis(format="d", tickMinStep=1),
     )
 
 
 def _x_span(base: alt.Chart) -> alt.Chart:
-    """An invisible rule over every bucket's batches, under a chart with a batch axis.
+    """An invisible rule from the first batch to the axis end, under a chart with a batch axis.
 
-    The x axis then spans the stream (batches still waiting for labels included) and moves only
-    when a bucket starts, not with every batch.
+    The x axis then spans the stream (batches still waiting for labels included, and room for a
+    few buckets to come: ``axis_end``) and moves once per few buckets, not with every batch.
     """
-    spanned = base.transform_aggregate(first="min(batch)", last="max(span_end)")
+    spanned = base.transform_aggregate(first="min(batch)", last="max(axis_end)")
     rule: alt.Chart = spanned.mark_rule(opacity=0, aria=False).encode(x=_batch_axis("first"), x2="last:Q")
     return rule
 
@@ -446,14 +456,15 @@ def coverage_chart(batches: Source = None) -> ChartSpec:
         alt.Tooltip("n_pending:Q", title="awaiting labels"),
     ]
     labelled = base.transform_filter("datum.n_labelled > 0")
-    band = labelled.mark_area(opacity=0.18).encode(
+    # The band and the line are aria-hidden: the points carry the numbers (tooltip and ARIA text),
+    # and a path's items would otherwise format a description each on every redraw.
+    band = labelled.mark_area(opacity=0.18, aria=False).encode(
         x=x,
         y=alt.Y("coverage_lo:Q", title="coverage"),
         y2="coverage_hi:Q",
         color=_color(),
     )
-    span = _x_span(base)
-    line = labelled.mark_line().encode(
+    line = labelled.mark_line(aria=False).encode(
         x=x, y=alt.Y("coverage:Q", scale=alt.Scale(zero=False)), color=_color()
     )
     points = (
@@ -466,7 +477,26 @@ def coverage_chart(batches: Source = None) -> ChartSpec:
         color=_color(),
         tooltip=[alt.Tooltip("mean(target):Q", format=".3f", title="target")],
     )
-    return _finish(alt.layer(span, band, line, points, target), "Coverage vs target (dashed)")
+    layers = (_x_span(base), _target_window(base), band, line, points, target)
+    return _finish(alt.layer(*layers), "Coverage vs target (dashed)")
+
+
+#: Half-width of the coverage range a coverage chart's y axis always shows around its target.
+TARGET_WINDOW = 0.05
+
+
+def _target_window(base: alt.Chart) -> alt.Chart:
+    """An invisible rule over target ± :data:`TARGET_WINDOW` (within [0, 1]), under a coverage chart.
+
+    The y axis then always shows that much around the target and moves only when coverage (or
+    its band) leaves it: a coverage axis fitted to the data alone zooms to a few thousandths
+    and moves with almost every batch, and each move redraws every mark of the chart.
+    """
+    window = base.transform_aggregate(lowest="min(target)", highest="max(target)").transform_calculate(
+        low=f"max(0, datum.lowest - {TARGET_WINDOW})", high=f"min(1, datum.highest + {TARGET_WINDOW})"
+    )
+    rule: alt.Chart = window.mark_rule(opacity=0, aria=False).encode(y="low:Q", y2="high:Q")
+    return rule
 
 
 def set_size_chart(batches: Source = None) -> ChartSpec:
@@ -610,9 +640,9 @@ def class_coverage_chart(class_coverage: Source = None) -> ChartSpec:
 
 def labels_chart(batches: Source = None) -> ChartSpec:
     """Labelled rows and rows awaiting labels per batch (stacked bars)."""
+    data = alt.Chart(alt.NamedData("batches") if batches is None else batches)
     base = (
-        alt.Chart(alt.NamedData("batches") if batches is None else batches)
-        .transform_aggregate(
+        data.transform_aggregate(
             labelled_rows="max(n_labelled)",
             awaiting_rows="max(n_pending)",
             groupby=["batch", "span_end", "n_batches", "name"],
@@ -647,7 +677,7 @@ def labels_chart(batches: Source = None) -> ChartSpec:
         .mark_bar(**_HOVER)
         .encode(x=x, x2="end:Q", y="labelled:Q", y2="total:Q", color=color)
     )
-    return _finish(alt.layer(labelled, awaiting), "Labels received")
+    return _finish(alt.layer(labelled, awaiting), "Labels received", span=_x_span(data))
 
 
 def risk_chart(batches: Source = None) -> ChartSpec:
@@ -919,7 +949,7 @@ def interval_coverage_chart(batches: Source = None) -> ChartSpec:
         alt.Tooltip("coverage_50:Q", format=".3f", title="coverage of the 50% interval"),
         alt.Tooltip("target:Q", format=".2f"), alt.Tooltip("n_labelled:Q", title="labelled"),
     ]  # fmt: skip
-    band = base.mark_area(opacity=0.18).encode(
+    band = base.mark_area(opacity=0.18, aria=False).encode(
         x=x, y=alt.Y("coverage_lo:Q", title="coverage"), y2="coverage_hi:Q", color=_color()
     )
     line = base.mark_line(point=True).encode(
@@ -932,7 +962,7 @@ def interval_coverage_chart(batches: Source = None) -> ChartSpec:
     half = alt.Chart().mark_rule(strokeDash=[2, 3], color="#888").encode(y=alt.datum(0.5))
     data = alt.NamedData("batches") if batches is None else batches
     return _finish(
-        alt.layer(band, line, inner, target, half, data=data),
+        alt.layer(_target_window(base), band, line, inner, target, half, data=data),
         "Interval coverage: headline (solid) and 50% (dashed) vs levels",
         span=_x_span(_base(batches, "batches")),
     )

@@ -390,16 +390,17 @@ def timeline(
 
     One row per bucket of ``width`` batches (default: the whole stream's
     :func:`~calwatch.resolution.bucket_width`), or only the buckets holding ``batches``. Columns
-    ``key, batch, batch_end, n_batches, name, n_rows, n_labelled, rows, labelled, span_end``
-    (``rows`` and ``labelled`` are per batch: the bucket's means; ``span_end`` is the last batch
-    the bucket holds once full, how far the x axis reaches).
+    ``key, batch, batch_end, n_batches, name, n_rows, n_labelled, rows, labelled, span_end,
+    axis_end`` (``rows`` and ``labelled`` are per batch: the bucket's means; ``span_end`` is the
+    last batch the bucket holds once full, ``axis_end`` how far the x axis reaches while it is the
+    latest bucket).
     """
     from calwatch.resolution import Resolution, bucket_records
 
     schema: dict[str, Any] = {
         "key": pl.String, "batch": pl.Int64, "batch_end": pl.Int64, "n_batches": pl.Int64, "name": pl.String,
         "n_rows": pl.Int64, "n_labelled": pl.Int64, "rows": pl.Float64, "labelled": pl.Float64,
-        "span_end": pl.Int64,
+        "span_end": pl.Int64, "axis_end": pl.Int64,
     }  # fmt: skip
     resolution = Resolution.whole(monitor.n_batches) if width is None else Resolution(width)
     if monitor.calibration_ is None:
@@ -413,6 +414,7 @@ def timeline(
                 "name": record.name, "n_rows": record.n_rows, "n_labelled": record.n_labelled,
                 "rows": record.n_rows / n, "labelled": record.n_labelled / n,
                 "span_end": record.index + resolution.width - 1,
+                "axis_end": resolution.axis_end(record.index),
             }
         )  # fmt: skip
     return pl.DataFrame(rows, schema=schema)
@@ -421,7 +423,12 @@ def timeline(
 def timeline_spec() -> dict[str, Any]:
     """Rows and labelled rows per batch, notes, and the brush that filters every other view."""
     per_batch = alt.Chart(alt.NamedData("timeline"))
-    x = alt.X("batch:Q", title=None, scale=alt.Scale(nice=False), axis=alt.Axis(format="d", tickMinStep=1))
+    x = alt.X(
+        "batch:Q",
+        title=None,
+        scale=alt.Scale(nice=False, zero=False),
+        axis=alt.Axis(format="d", tickMinStep=1),
+    )
     tooltip = _tooltip(
         ("name:N", "batch", None),
         ("rows:Q", "rows per batch", ",.0f"),
@@ -433,14 +440,17 @@ def timeline_spec() -> dict[str, Any]:
     rows = (
         per_batch.mark_area(opacity=0.35, interpolate="step-after")
         .encode(
-            x=x, y=alt.Y("rows:Q", title="rows", axis=alt.Axis(tickCount=2, format="~s")), tooltip=tooltip
+            x=x,
+            # not stacked: a stack (and its impute) recomputes every bucket on each update
+            y=alt.Y("rows:Q", title="rows", stack=None, axis=alt.Axis(tickCount=2, format="~s")),
+            tooltip=tooltip,
         )
         .add_params(brush)
     )
     labelled = per_batch.mark_line(interpolate="step-after", strokeWidth=1.5).encode(x=x, y="labelled:Q")
-    # the x axis reaches the end of the last bucket: it moves once per bucket, not per batch
+    # the x axis reaches past the last bucket (Resolution.axis_end): it moves once per few buckets
     span = (
-        per_batch.transform_aggregate(first="min(batch)", last="max(span_end)")
+        per_batch.transform_aggregate(first="min(batch)", last="max(axis_end)")
         .mark_rule(opacity=0, aria=False)
         .encode(x=alt.X("first:Q", title=None), x2="last:Q")
     )

@@ -91,6 +91,30 @@ class Resolution:
         end = min(start + self.width - 1, latest)
         return end if self.hi is None else min(end, self.hi)
 
+    def axis_end(self, start: int) -> int:
+        """How far a chart's x axis reaches while the bucket starting at ``start`` is the latest.
+
+        The axis reserves room for buckets to come, in steps of up to 8 buckets and never more
+        than an eighth of those drawn, so that it moves once per several buckets instead of with
+        each one: a move of the axis redraws every mark of every chart. Monotone in ``start``
+        (the axis never shrinks as the stream grows) and clipped to the range's ``hi``.
+
+        Examples
+        --------
+        >>> [Resolution(1).axis_end(b) for b in (0, 5, 15, 16, 17, 63, 64, 127)]
+        [0, 5, 15, 17, 17, 63, 71, 127]
+        >>> [Resolution(8).axis_end(b) for b in (960, 1016)], Resolution(16).axis_end(1024)
+        ([1023, 1023], 1151)
+        >>> Resolution.of_range(100, 139).axis_end(139)
+        139
+        """
+        drawn = (start - self.lo) // self.width + 1  # buckets up to this one
+        step = 1
+        while step < 8 and 8 * 2 * step <= drawn:
+            step *= 2
+        end = self.lo + -(-drawn // step) * step * self.width - 1
+        return end if self.hi is None else min(end, self.hi)
+
     def starts(self, batches: Iterable[int] | None, *, latest: int) -> list[int]:
         """Sorted starts of the buckets holding ``batches`` (None: every bucket up to ``latest``)."""
         if latest < self.lo:
