@@ -280,7 +280,7 @@ def _coverage_rows(batches: range, coverage: list[float], target: float = 0.9) -
             "target": target,
             "n_labelled": 1000,
             "n_pending": 0,
-        }  # fmt: skip
+        }
         for b, c in zip(batches, coverage, strict=True)
     ]
     return pl.DataFrame(rows)
