@@ -1,5 +1,14 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { brushPixels, brushRange, Chart, calibratorSignalValue, datasetNames, prepareSpec, type XScale } from "./charts";
+import {
+  brushPixels,
+  brushRange,
+  Chart,
+  calibratorSignalValue,
+  datasetNames,
+  prepareSpec,
+  unclipBrushes,
+  type XScale,
+} from "./charts";
 import type { KeyedRow, VegaLiteSpec } from "./model";
 import { RowStore } from "./stream";
 
@@ -62,6 +71,25 @@ describe("datasetNames", () => {
       ],
     };
     expect(datasetNames(nested)).toEqual(new Set(["batches", "class_coverage"]));
+  });
+});
+
+describe("unclipBrushes", () => {
+  it("drops clipping from interval-selection rectangles only, at any depth", () => {
+    const spec = {
+      marks: [
+        { name: "brush_brush_bg", type: "rect", clip: true },
+        { name: "layer_0_marks", type: "rect", clip: true },
+        { name: "g", type: "group", marks: [{ name: "zoom_brush", type: "rect", clip: true }] },
+        { name: "brush_brush", type: "rect", clip: true },
+        { name: "label_brush", type: "text", clip: true },
+      ],
+    };
+    const out = unclipBrushes(spec);
+    expect(out).toBe(spec); // patched in place, as vega-embed expects of a patch function
+    expect(spec.marks.map((m) => "clip" in m)).toEqual([false, true, false, false, true]);
+    expect("clip" in (spec.marks[2] as { marks: object[] }).marks[0]!).toBe(false);
+    expect(unclipBrushes(null)).toBeNull();
   });
 });
 

@@ -104,6 +104,26 @@ function hoistLayerParams(spec: Record<string, unknown>): void {
 }
 
 /**
+ * A compiled Vega spec without clipping on the brush rectangles of interval selections (named
+ * `<selection>_brush` and `<selection>_brush_bg` by Vega-Lite). Vega-Lite clips them to the plot,
+ * and the SVG renderer rewrites every clip path on every render: on the timeline, redrawn with
+ * each update, that cost as much as drawing the changed marks. The rectangles stay inside the
+ * plot anyway (a drag is clamped to the plot, `setBrush` places whole batches of the domain).
+ */
+export function unclipBrushes<T>(spec: T): T {
+  const walk = (marks: unknown): void => {
+    if (!Array.isArray(marks)) return;
+    for (const mark of marks) {
+      if (!isRecord(mark)) continue;
+      if (typeof mark.name === "string" && /_brush(_bg)?$/.test(mark.name) && mark.type === "rect") delete mark.clip;
+      walk(mark.marks);
+    }
+  };
+  if (isRecord(spec)) walk(spec.marks);
+  return spec;
+}
+
+/**
  * Tooltip text escaping, stricter than vega-tooltip's default (which escapes only `&` and `<`):
  * class names, labels and notes come from users and are shown as text, never markup.
  */
@@ -217,6 +237,7 @@ export class Chart {
       // Empty datasets (before the replay) make Vega warn about infinite extents; keep errors.
       logLevel: LogError,
       tooltip: { sanitize: escapeHtml },
+      patch: unclipBrushes,
       ...(options.dark ? { theme: "dark", config: { background: "transparent" } } : {}),
     };
     this.chain = embed(el, prepareSpec(spec) as VisualizationSpec, embedOptions).then(
