@@ -107,14 +107,17 @@ def _spans(frame: pl.DataFrame, ends: dict[int, int], resolution: Resolution, *k
     (:meth:`~calwatch.resolution.Resolution.axis_end`): charts span their x axis to the highest
     ``axis_end``, so the axis moves once per few buckets, not with every batch.
     """
-    end = pl.col("batch").replace_strict(ends, default=pl.col("batch"), return_dtype=pl.Int64)
-    full = pl.col("batch") + (resolution.width - 1)
-    axis_ends = {start: resolution.axis_end(start) for start in frame["batch"].unique().to_list()}
-    return frame.with_columns(batch_end=end).with_columns(
-        batch_mid=(pl.col("batch") + pl.col("batch_end")) / 2,
-        span_end=full if resolution.hi is None else pl.min_horizontal(full, resolution.hi),
-        axis_end=pl.col("batch").replace_strict(axis_ends, default=None, return_dtype=pl.Int64),
-        n_batches=pl.col("batch_end") - pl.col("batch") + 1,
+    starts: list[int] = frame["batch"].to_list()
+    last = [ends.get(b, b) for b in starts]
+    full = [b + resolution.width - 1 for b in starts]
+    hi = resolution.hi
+    # Columns built in Python: the frames hold a few buckets, and one polars call beats six.
+    return frame.with_columns(
+        pl.Series("batch_end", last, dtype=pl.Int64),
+        pl.Series("batch_mid", [(b + e) / 2 for b, e in zip(starts, last, strict=True)], dtype=pl.Float64),
+        pl.Series("span_end", full if hi is None else [min(f, hi) for f in full], dtype=pl.Int64),
+        pl.Series("axis_end", [resolution.axis_end(b) for b in starts], dtype=pl.Int64),
+        pl.Series("n_batches", [e - b + 1 for b, e in zip(starts, last, strict=True)], dtype=pl.Int64),
         key=pl.concat_str("batch", *keys, separator="|"),
     )
 

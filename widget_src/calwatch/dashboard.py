@@ -31,7 +31,7 @@ else to :data:`DEFAULT_SECTION`; :func:`place` registers a new kind explicitly.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import altair as alt
@@ -40,6 +40,7 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch import charts
+from calwatch.cards import overview_rows
 from calwatch.engine.metrics import clopper_pearson
 
 if TYPE_CHECKING:
@@ -670,94 +671,6 @@ def what_if_info(monitor: Monitor, alpha: float | None, *, window_rows: int = 0)
 
 
 # --------------------------------------------------------------------------- overview cards
-def overview_rows(
-    batch_rows: Iterable[Mapping[str, Any]],
-    *,
-    calibrators: Sequence[str],
-    labels: Mapping[str, str],
-    warnings: Sequence[Mapping[str, Any]] = (),
-    batch_range: Sequence[int] | None = None,
-) -> list[dict[str, Any]]:
-    """One status card per calibrator from ``batches`` rows (see :func:`overview`).
-
-    Examples
-    --------
-    >>> rows = [{"batch": 0, "calibrator": "a", "kind": "sets", "target": 0.9, "n_rows": 10,
-    ...          "n_labelled": 10, "n_covered": 9, "mean_set_size": 1.5}]
-    >>> card = overview_rows(rows, calibrators=["a"], labels={"a": "a"})[0]
-    >>> card["coverage"], card["n_labelled"], card["mean_set_size"], card["open_warnings"]
-    (0.9, 10, 1.5, 0)
-    """
-    lo_b, hi_b = (batch_range[0], batch_range[1]) if batch_range else (-math.inf, math.inf)
-    acc: dict[str, dict[str, Any]] = {}
-    for key in calibrators:
-        acc[key] = {
-            "key": key, "calibrator": key, "label": labels.get(key, key), "kind": None, "target": None,
-            "n_batches": 0, "n_rows": 0, "n_labelled": 0, "n_covered": 0, "_size": 0.0,
-            "_est": 0.0, "_obs": 0.0, "_adm": 0.0, "_adm_rows": 0, "first_batch": None, "last_batch": None,
-        }  # fmt: skip
-    for row in batch_rows:
-        card = acc.get(str(row.get("calibrator")))
-        batch = row.get("batch")
-        if card is None or batch is None or not lo_b <= batch <= hi_b:
-            continue
-        n_rows, n_lab = int(row.get("n_rows") or 0), int(row.get("n_labelled") or 0)
-        card["kind"] = row.get("kind") or card["kind"]
-        if row.get("target") is not None:
-            card["target"] = row["target"]
-        card["n_batches"] += 1
-        card["n_rows"] += n_rows
-        card["n_labelled"] += n_lab
-        card["n_covered"] += int(row.get("n_covered") or 0)
-        card["_size"] += float(row.get("mean_set_size") or 0.0) * n_rows
-        card["_est"] += float(row.get("estimated_error") or 0.0) * n_rows
-        card["_obs"] += float(row.get("observed_error") or 0.0) * n_lab
-        if row.get("admitted_share") is not None:
-            card["_adm"] += float(row["admitted_share"]) * n_rows
-            card["_adm_rows"] += n_rows
-        card["first_batch"] = batch if card["first_batch"] is None else min(card["first_batch"], batch)
-        card["last_batch"] = batch if card["last_batch"] is None else max(card["last_batch"], batch)
-    open_by: dict[str, int] = {}
-    model_wide = 0
-    for w in warnings:
-        if not w.get("open"):
-            continue
-        name = str(w.get("name", ""))
-        prefix = name.split(":", 1)[0] if ":" in name else None
-        if prefix in acc:
-            open_by[prefix] = open_by.get(prefix, 0) + 1
-        else:
-            model_wide += 1
-    cards = [c for c in acc.values() if c["kind"] is not None or c["n_batches"] == 0]
-    keys = [c["key"] for c in cards if c["kind"] == "sets" and c["n_labelled"] > 0]
-    ks = np.array([acc[k]["n_covered"] for k in keys], dtype=np.float64)
-    ns = np.array([acc[k]["n_labelled"] for k in keys], dtype=np.float64)
-    bands = dict(zip(keys, zip(*clopper_pearson(ks, ns), strict=True), strict=True)) if keys else {}
-    out = []
-    for c in cards:
-        sets, risk = c["kind"] == "sets", c["kind"] == "risk"
-        n_rows, n_lab = c["n_rows"], c["n_labelled"]
-        band = bands.get(c["key"])
-        out.append(
-            {
-                "key": c["key"], "calibrator": c["calibrator"], "label": c["label"], "kind": c["kind"] or "",
-                "target": c["target"], "n_batches": c["n_batches"], "n_rows": n_rows, "n_labelled": n_lab,
-                "n_covered": c["n_covered"] if sets else None,
-                "coverage": c["n_covered"] / n_lab if sets and n_lab else None,
-                "coverage_lo": float(band[0]) if band else None,
-                "coverage_hi": float(band[1]) if band else None,
-                "mean_set_size": c["_size"] / n_rows if sets and n_rows else None,
-                "estimated_error": c["_est"] / n_rows if risk and n_rows else None,
-                "observed_error": c["_obs"] / n_lab if risk and n_lab else None,
-                "admitted_share": c["_adm"] / c["_adm_rows"] if c["_adm_rows"] else None,
-                "open_warnings": open_by.get(c["key"], 0),
-                "model_warnings": model_wide,
-                "first_batch": c["first_batch"], "last_batch": c["last_batch"],
-            }
-        )  # fmt: skip
-    return out
-
-
 def overview(monitor: Monitor, *, batch_range: Sequence[int] | None = None) -> pl.DataFrame:
     """Status cards of a monitor, over all batches or ``batch_range``.
 

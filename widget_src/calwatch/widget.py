@@ -20,6 +20,7 @@ import anywidget
 import traitlets
 
 from calwatch import charts, dashboard
+from calwatch.cards import CardTotals, overview_rows
 from calwatch.resolution import Resolution, bucket_width
 
 if TYPE_CHECKING:
@@ -187,7 +188,8 @@ class MonitorWidget(anywidget.AnyWidget):
         self._monitor = monitor
         self._seq = 0
         self._panels: list[Any] = []
-        self._batch_rows: dict[str, dict[str, Any]] = {}
+        #: Per-batch summary rows and their running per-calibrator sums (the overview cards).
+        self._card_totals = self._new_card_totals()
         #: Resolution of the per-batch datasets as sent (the brushed range or the whole stream),
         #: the timeline's bucket width, and the keys sent of each bucketed dataset.
         self._detail = Resolution()
@@ -278,7 +280,8 @@ class MonitorWidget(anywidget.AnyWidget):
             for trait, value in view_state(self._monitor).items():
                 setattr(self, trait, value)
             self._alpha_info = self._info()
-        self._batch_rows = self._per_batch_rows(None)
+        self._card_totals = self._new_card_totals()
+        self._card_totals.update(self._per_batch_rows(None))
         if self._live:  # after calibrate: every view starts again from the new state
             self._send_upsert(self._resend_buckets(force=True) | self._derived(window=True))
         else:  # no view yet: the first one's replay is what the keys start from
@@ -364,14 +367,22 @@ class MonitorWidget(anywidget.AnyWidget):
     def _info(self) -> dict[str, Any]:
         return dashboard.what_if_info(self._monitor, self.alpha, window_rows=int(self._window_rows))
 
-    def _overview(self) -> list[dict[str, Any]]:
+    def _new_card_totals(self) -> CardTotals:
         mon = self._monitor
+        return CardTotals(list(mon.calibrators), charts.calibrator_labels(mon))
+
+    def _overview(self) -> list[dict[str, Any]]:
+        """The overview cards: from the running sums, or over the brushed range's rows."""
+        mon = self._monitor
+        warnings = warning_rows(mon)
+        if self.batch_range is None:
+            return _json_rows_from_dicts(self._card_totals.cards(warnings))
         return _json_rows_from_dicts(
-            dashboard.overview_rows(
-                self._batch_rows.values(),
+            overview_rows(
+                self._card_totals.rows.values(),
                 calibrators=list(mon.calibrators),
                 labels=charts.calibrator_labels(mon),
-                warnings=warning_rows(mon),
+                warnings=warnings,
                 batch_range=self.batch_range,
             )
         )
@@ -445,7 +456,7 @@ class MonitorWidget(anywidget.AnyWidget):
         try:
             data = self._bucket_update(batches) if batches else {}
             if batches:
-                self._batch_rows |= self._per_batch_rows(batches)
+                self._card_totals.update(self._per_batch_rows(batches))
             data |= self._derived(window=bool(batches) and self._window_due())
         except Exception as err:  # draw the error in the widget instead of losing it
             self._error = f"{type(err).__name__}: {err}"
