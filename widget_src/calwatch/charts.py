@@ -375,7 +375,7 @@ def _base(source: Source, dataset: str, *, kind: str | None = None) -> alt.Chart
 
 
 def _finish(chart: Any, title: str, *, span: alt.Chart | None = None) -> ChartSpec:
-    """Title, size and the calibrator parameter; ``span`` (an :func:`_x_span`) goes underneath."""
+    """Title, size and the calibrator parameter; ``span`` (an :func:`x_span`) goes underneath."""
     if span is not None:
         chart = alt.layer(span, chart)
     param = alt.param(name=CALIBRATOR_PARAM, value=ALL_CALIBRATORS)
@@ -383,27 +383,29 @@ def _finish(chart: Any, title: str, *, span: alt.Chart | None = None) -> ChartSp
     return finished
 
 
-def _batch_axis(field: str) -> alt.X:
+def batch_axis(field: str, *, title: str | None = "batch") -> alt.X:
     """The shared x axis: batch index, integer ticks, no padding past the last batch.
 
     Not from zero: a zoomed range (a brush) starts at its first batch.
     """
     return alt.X(
         f"{field}:Q",
-        title="batch",
+        title=title,
         scale=alt.Scale(nice=False, zero=False),
         axis=alt.Axis(format="d", tickMinStep=1),
     )
 
 
-def _x_span(base: alt.Chart) -> alt.Chart:
+def x_span(base: alt.Chart, *, title: str | None = "batch") -> alt.Chart:
     """An invisible rule from the first batch to the axis end, under a chart with a batch axis.
 
     The x axis then spans the stream (batches still waiting for labels included, and room for a
     few buckets to come: ``axis_end``) and moves once per few buckets, not with every batch.
     """
     spanned = base.transform_aggregate(first="min(batch)", last="max(axis_end)")
-    rule: alt.Chart = spanned.mark_rule(opacity=0, aria=False).encode(x=_batch_axis("first"), x2="last:Q")
+    rule: alt.Chart = spanned.mark_rule(opacity=0, aria=False).encode(
+        x=batch_axis("first", title=title), x2="last:Q"
+    )
     return rule
 
 
@@ -447,7 +449,7 @@ def _color(field: str = "calibrator") -> alt.Color:
 def coverage_chart(batches: Source = None) -> ChartSpec:
     """Coverage of labelled rows per batch, its 95% Clopper-Pearson band, and the target 1−α."""
     base = _base(batches, "batches", kind="sets")
-    x = _batch_axis("batch_mid")
+    x = batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
         alt.Tooltip("calibrator:N"),
@@ -480,7 +482,7 @@ def coverage_chart(batches: Source = None) -> ChartSpec:
         color=_color(),
         tooltip=[alt.Tooltip("mean(target):Q", format=".3f", title="target")],
     )
-    layers = (_x_span(base), _target_window(base), band, line, points, target)
+    layers = (x_span(base), _target_window(base), band, line, points, target)
     return _finish(alt.layer(*layers), "Coverage vs target (dashed)")
 
 
@@ -507,7 +509,7 @@ def set_size_chart(batches: Source = None) -> ChartSpec:
     base = _base(batches, "batches", kind="sets")
     return _finish(
         base.mark_line(point=True).encode(
-            x=_batch_axis("batch_mid"),
+            x=batch_axis("batch_mid"),
             y=alt.Y("mean_set_size:Q", title="mean set size", scale=alt.Scale(zero=False)),
             color=_color("label"),
             tooltip=[
@@ -520,7 +522,7 @@ def set_size_chart(batches: Source = None) -> ChartSpec:
             ],
         ),
         "Mean set size",
-        span=_x_span(_base(batches, "batches")),
+        span=x_span(_base(batches, "batches")),
     )
 
 
@@ -534,7 +536,7 @@ def set_shares_chart(batches: Source = None) -> ChartSpec:
     )
     return _finish(
         base.mark_line().encode(
-            x=_batch_axis("batch_mid"),
+            x=batch_axis("batch_mid"),
             y=alt.Y("share:Q", axis=alt.Axis(format="%"), title="share of rows"),
             color=_color(),
             strokeDash=alt.StrokeDash(
@@ -556,7 +558,7 @@ def set_shares_chart(batches: Source = None) -> ChartSpec:
             ],
         ),
         "Singleton / full sets",
-        span=_x_span(_base(batches, "batches")),
+        span=x_span(_base(batches, "batches")),
     )
 
 
@@ -661,7 +663,7 @@ def labels_chart(batches: Source = None) -> ChartSpec:
             total="(datum.labelled_rows + datum.awaiting_rows) / datum.n_batches",
         )
     )
-    x = _batch_axis("start")
+    x = batch_axis("start")
     status = alt.Scale(domain=["labelled", "awaiting"], range=["#4c78a8", "#d8d8d8"])
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
@@ -680,13 +682,13 @@ def labels_chart(batches: Source = None) -> ChartSpec:
         .mark_bar(**_HOVER)
         .encode(x=x, x2="end:Q", y="labelled:Q", y2="total:Q", color=color)
     )
-    return _finish(alt.layer(labelled, awaiting), "Labels received", span=_x_span(data))
+    return _finish(alt.layer(labelled, awaiting), "Labels received", span=x_span(data))
 
 
 def risk_chart(batches: Source = None) -> ChartSpec:
     """Label-free estimated error rate per batch (solid) and the observed rate once labelled (dashed)."""
     base = _base(batches, "batches", kind="risk")
-    x = _batch_axis("batch_mid")
+    x = batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
         alt.Tooltip("label:N", title="estimator"),
@@ -707,7 +709,7 @@ def risk_chart(batches: Source = None) -> ChartSpec:
     return _finish(
         alt.layer(estimated, observed),
         "Estimated error (solid) vs observed (dashed)",
-        span=_x_span(_base(batches, "batches")),
+        span=x_span(_base(batches, "batches")),
     )
 
 
@@ -715,7 +717,7 @@ def risk_gap_chart(batches: Source = None) -> ChartSpec:
     """Estimated minus observed error on the labelled rows of each batch (paper 004's δ)."""
     base = _base(batches, "batches", kind="risk").transform_filter("datum.n_labelled > 0")
     gap = base.mark_line(point=True).encode(
-        x=_batch_axis("batch_mid"),
+        x=batch_axis("batch_mid"),
         y=alt.Y("error_gap:Q", title="estimate − observed"),
         color=_color("label"),
         tooltip=[
@@ -731,7 +733,7 @@ def risk_gap_chart(batches: Source = None) -> ChartSpec:
     return _finish(
         alt.layer(gap, zero, data=alt.NamedData("batches") if batches is None else batches),
         "Risk gap (≥ 0: conservative)",
-        span=_x_span(_base(batches, "batches")),
+        span=x_span(_base(batches, "batches")),
     )
 
 
@@ -742,7 +744,7 @@ def shift_chart(shift: Source = None) -> ChartSpec:
     base = alt.Chart(data).transform_filter(
         f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || {model_wide} || datum.calibrator == {CALIBRATOR_PARAM}"
     )
-    x = _batch_axis("batch_mid")
+    x = batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("detector:N"),
         alt.Tooltip("batch:Q", title="batch (first)"),
@@ -764,7 +766,7 @@ def shift_chart(shift: Source = None) -> ChartSpec:
         .encode(x=x, y="log10_statistic:Q", tooltip=tooltip)
     )
     return _finish(
-        alt.layer(line, threshold, alarms), "Shift detectors (alarm at dashed line)", span=_x_span(base)
+        alt.layer(line, threshold, alarms), "Shift detectors (alarm at dashed line)", span=x_span(base)
     )
 
 
@@ -773,7 +775,7 @@ def aci_chart(batches: Source = None) -> ChartSpec:
     base = _base(batches, "batches", kind="sets").transform_filter("datum.alpha_level != null")
     return _finish(
         base.mark_line(point=True, interpolate="step-after").encode(
-            x=_batch_axis("batch_mid"),
+            x=batch_axis("batch_mid"),
             y=alt.Y("alpha_level:Q", title="level α_t"),
             color=_color("label"),
             tooltip=[
@@ -785,14 +787,14 @@ def aci_chart(batches: Source = None) -> ChartSpec:
             ],
         ),
         "ACI level α_t (sets taken at it)",
-        span=_x_span(_base(batches, "batches")),
+        span=x_span(_base(batches, "batches")),
     )
 
 
 def admitted_chart(batches: Source = None) -> ChartSpec:
     """Venn-ADMIT: share of rows admitted per batch, and the accuracy of labelled admitted rows."""
     base = _base(batches, "batches", kind="sets").transform_filter("datum.admitted_share != null")
-    x = _batch_axis("batch_mid")
+    x = batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
         alt.Tooltip("calibrator:N"),
@@ -814,7 +816,7 @@ def admitted_chart(batches: Source = None) -> ChartSpec:
     return _finish(
         alt.layer(share, accuracy, target),
         "Admitted share (solid), admitted accuracy (dashed)",
-        span=_x_span(_base(batches, "batches")),
+        span=x_span(_base(batches, "batches")),
     )
 
 
@@ -868,7 +870,7 @@ def admit_d_chart(admit_features: Source = None) -> ChartSpec:
 def kept_share_chart(batches: Source = None) -> ChartSpec:
     """Selective calibrators: share of rows kept per batch (solid), accuracy of kept vs all (dashed)."""
     base = _base(batches, "batches", kind="selective")
-    x = _batch_axis("batch_mid")
+    x = batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("name:N", title="batch"),
         alt.Tooltip("calibrator:N"),
@@ -892,7 +894,7 @@ def kept_share_chart(batches: Source = None) -> ChartSpec:
     return _finish(
         alt.layer(share, kept_accuracy, all_accuracy),
         "Kept share (solid); accuracy of kept (dashed) vs all rows (dotted)",
-        span=_x_span(_base(batches, "batches")),
+        span=x_span(_base(batches, "batches")),
     )
 
 
@@ -943,7 +945,7 @@ def kept_confidence_chart(selective_confidence: Source = None) -> ChartSpec:
 def interval_coverage_chart(batches: Source = None) -> ChartSpec:
     """Regression: coverage of each batch's central intervals (labelled rows) against their levels."""
     base = _base(batches, "batches", kind="regression").transform_filter("datum.n_labelled > 0")
-    x = _batch_axis("batch_mid")
+    x = batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("name:N", title="batch"), alt.Tooltip("calibrator:N"),
         alt.Tooltip("coverage:Q", format=".3f", title="coverage (headline interval)"),
@@ -967,7 +969,7 @@ def interval_coverage_chart(batches: Source = None) -> ChartSpec:
     return _finish(
         alt.layer(_target_window(base), band, line, inner, target, half, data=data),
         "Interval coverage: headline (solid) and 50% (dashed) vs levels",
-        span=_x_span(_base(batches, "batches")),
+        span=x_span(_base(batches, "batches")),
     )
 
 
@@ -976,7 +978,7 @@ def interval_width_chart(batches: Source = None) -> ChartSpec:
     base = _base(batches, "batches", kind="regression")
     return _finish(
         base.mark_line(point=True).encode(
-            x=_batch_axis("batch_mid"),
+            x=batch_axis("batch_mid"),
             y=alt.Y("mean_width:Q", title="mean interval width"),
             color=_color(),
             tooltip=[
@@ -988,7 +990,7 @@ def interval_width_chart(batches: Source = None) -> ChartSpec:
             ],
         ),
         "Mean interval width",
-        span=_x_span(_base(batches, "batches")),
+        span=x_span(_base(batches, "batches")),
     )
 
 

@@ -424,12 +424,7 @@ def timeline(
 def timeline_spec() -> dict[str, Any]:
     """Rows and labelled rows per batch, notes, and the brush that filters every other view."""
     per_batch = alt.Chart(alt.NamedData("timeline"))
-    x = alt.X(
-        "batch:Q",
-        title=None,
-        scale=alt.Scale(nice=False, zero=False),
-        axis=alt.Axis(format="d", tickMinStep=1),
-    )
+    x = charts.batch_axis("batch", title=None)
     tooltip = _tooltip(
         ("name:N", "batch", None),
         ("rows:Q", "rows per batch", ",.0f"),
@@ -449,12 +444,7 @@ def timeline_spec() -> dict[str, Any]:
         .add_params(brush)
     )
     labelled = per_batch.mark_line(interpolate="step-after", strokeWidth=1.5).encode(x=x, y="labelled:Q")
-    # the x axis reaches past the last bucket (Resolution.axis_end): it moves once per few buckets
-    span = (
-        per_batch.transform_aggregate(first="min(batch)", last="max(axis_end)")
-        .mark_rule(opacity=0, aria=False)
-        .encode(x=alt.X("first:Q", title=None), x2="last:Q")
-    )
+    span = charts.x_span(per_batch, title=None)
     notes = (
         alt.Chart(alt.NamedData("notes"))
         .transform_filter("datum.batch != null")
