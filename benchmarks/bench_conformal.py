@@ -3,7 +3,7 @@
 For LAC, APS and RAPS, times ``fit`` on ``n_cal`` calibration rows plus ``predict_sets`` on
 ``n_test`` rows (defaults 20,000 / 200,000, K = 10), three ways in the same process:
 
-1. calwatch's :class:`calwatch.engine.conformal.SplitConformalClassifier`;
+1. calwatch's :class:`calwatch.engine.conformal.classifier.SplitConformalClassifier`;
 2. the textbook vectorised numpy code, written below (its sets must equal calwatch's exactly);
 3. MAPIE 1.6's ``mapie.classification.SplitConformalClassifier`` on a prefit identity model.
 
@@ -32,7 +32,7 @@ import numpy.typing as npt
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from _common import fmt_ms, machine_line, median, parse_size_args, size_parser, timed
-from calwatch.engine.conformal import SplitConformalClassifier
+from calwatch.engine.conformal.classifier import SplitConformalClassifier
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

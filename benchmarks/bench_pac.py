@@ -1,6 +1,6 @@
 """PAC confidence sets speed: calwatch ``fit`` + ``predict_sets`` vs a plain numpy reference.
 
-Times :class:`calwatch.engine.pac.PACConfidenceSets` fitted on ``n_cal`` calibration rows and
+Times :class:`calwatch.engine.pac.sets.PACConfidenceSets` fitted on ``n_cal`` calibration rows and
 predicting ``n_test`` rows (defaults 20,000 / 200,000, K = 10, ε = 0.01, δ = 1e-5) against the
 textbook vectorised numpy/scipy code written below, which is handed the same temperature and
 computes the same ``k*`` (by its own scipy search), so both produce the same sets; they must
@@ -38,7 +38,7 @@ from scipy.special import logsumexp
 from scipy.stats import binom
 
 from _common import fmt_ms, machine_line, median, parse_size_args, size_parser, timed
-from calwatch.engine.pac import TEMPERATURE_FRACTION, PACConfidenceSets, binomial_k_star
+from calwatch.engine.pac.sets import TEMPERATURE_FRACTION, PACConfidenceSets, binomial_k_star
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

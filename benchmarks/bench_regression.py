@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from _common import fmt_ms, machine_line, median, parse_size_args, size_parser, timed
-from calwatch.engine.regression import ModularConformalCalibrator
+from calwatch.engine.regression.calibrator import ModularConformalCalibrator
 
 FloatArray = npt.NDArray[np.float64]
 

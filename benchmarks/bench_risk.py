@@ -45,8 +45,8 @@ import numpy.typing as npt
 from scipy.optimize import minimize
 
 from _common import fmt_ms, machine_line, median, parse_size_args, size_parser, timed
-from calwatch.engine.calibration import TemperatureScaling
-from calwatch.engine.risk import LOGIT_EPSILON, RISK_METHODS, RiskEstimator
+from calwatch.engine.calibration.maps import TemperatureScaling
+from calwatch.engine.risk.estimator import LOGIT_EPSILON, RISK_METHODS, RiskEstimator
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]

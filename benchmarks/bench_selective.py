@@ -27,9 +27,9 @@ import numpy as np
 import numpy.typing as npt
 
 from _common import fmt_ms, machine_line, median, parse_size_args, size_parser, timed
-from calwatch.engine.calibration_metrics import DEFAULT_COVERAGES, calibration_error, selective_curve
-from calwatch.engine.selective import BaselineSelector, SelectiveCalibrator
-from calwatch.engine.selective_features import EMBEDDING_FEATURES, MetaFeatures, limit_threads
+from calwatch.engine.metrics.calibration import DEFAULT_COVERAGES, calibration_error, selective_curve
+from calwatch.engine.selective.calibrator import BaselineSelector, SelectiveCalibrator
+from calwatch.engine.selective.features import EMBEDDING_FEATURES, MetaFeatures, limit_threads
 
 FloatArray = npt.NDArray[np.float64]
 TARGET_VS_NUMPY = 2.0

@@ -2,7 +2,7 @@
 
 Streams ``n_stream`` scores (default 1,000,000) in batches of ``batch`` rows (1,000) after
 ``n_cal`` calibration scores (10,000) through
-:class:`calwatch.engine.shift.ConformalTestMartingale` (exact smoothed p-values against every
+:class:`calwatch.engine.shift.detectors.ConformalTestMartingale` (exact smoothed p-values against every
 earlier row, simple-jumper martingale, CUSUM and Shiryaev–Roberts, one polars frame per batch),
 on one core: the BLAS/OpenMP thread counts are set to 1 before numpy is imported. Scores are
 N(0, 1) draws, exchangeable, so the change statistics restart at c = 100 every ~100 rows, the
@@ -38,7 +38,7 @@ from collections.abc import Sequence  # noqa: E402
 import numpy as np  # noqa: E402
 import numpy.typing as npt  # noqa: E402
 
-from calwatch.engine.shift import ConformalTestMartingale  # noqa: E402
+from calwatch.engine.shift.detectors import ConformalTestMartingale  # noqa: E402
 
 FloatArray = npt.NDArray[np.float64]
 

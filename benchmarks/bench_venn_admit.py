@@ -48,9 +48,9 @@ import numpy.typing as npt
 
 from _common import machine_line, median, parse_size_args, size_parser, timed
 from calwatch.engine.knn import KNNIndex
-from calwatch.engine.knn_approx import approximation_logits, fit_approximation
-from calwatch.engine.knn_localizer import LocalizerSupport, category_mass, fit_localizer
-from calwatch.engine.venn_admit import VennAdmit
+from calwatch.engine.venn_admit.admit import VennAdmit
+from calwatch.engine.venn_admit.approximation import approximation_logits, fit_approximation
+from calwatch.engine.venn_admit.localizer import LocalizerSupport, category_mass, fit_localizer
 
 FloatArray = npt.NDArray[np.float64]
 TARGET = 1.5  # predict time / bare faiss time must be at most this

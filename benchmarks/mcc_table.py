@@ -49,9 +49,9 @@ from scipy.special import ndtr
 from scipy.stats import rankdata
 
 from calwatch.data_regression import REGRESSION_DATASETS, regression_pool
-from calwatch.engine.conformal_regression import SplitConformalRegressor
-from calwatch.engine.regression import ModularConformalCalibrator
-from calwatch.engine.regression_metrics import (
+from calwatch.engine.conformal.regression import SplitConformalRegressor
+from calwatch.engine.regression.calibrator import ModularConformalCalibrator
+from calwatch.engine.regression.metrics import (
     evaluate_cdf,
     expected_pit_calibration_error,
     pit_calibration_error,

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.engine.pac import PACConfidenceSets, PACInfeasibleError, probabilities_to_logits
+from calwatch.engine.pac.sets import PACConfidenceSets, PACInfeasibleError, probabilities_to_logits
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]

@@ -33,8 +33,8 @@ import numpy as np
 import polars as pl
 
 from calwatch.datasets import POOL_MODELS, POOL_TASKS, classification_pool
-from calwatch.engine.binning import top_k_correct
-from calwatch.engine.risk import RiskEstimator, RiskMethod
+from calwatch.engine.calibration.binning import top_k_correct
+from calwatch.engine.risk.estimator import RiskEstimator, RiskMethod
 
 METHODS: dict[str, RiskMethod] = {
     "SMX": "softmax",

@@ -18,7 +18,7 @@ and ℓ∞ selective calibration error (S-BCE₂, S-BCE∞) and of the selective
 sd over the 25 trials (lower is better). The full model's curve is flat: its AUC is 0.95 × its
 calibration error.
 
-S-MMCE: :class:`calwatch.engine.selective.SelectiveCalibrator` with its defaults (κ = 4 of 16
+S-MMCE: :class:`calwatch.engine.selective.calibrator.SelectiveCalibrator` with its defaults (κ = 4 of 16
 perturbed sets of 512 rows per step, 5 epochs of 50 steps, early stopping on a 20% dev split;
 perturbations: class-prior shift, resampling by group (occupation / carrier), and feature noise
 and dropout pushed through the network's output layer), ``rank_by="auc"`` (002's footnote 4:
@@ -53,8 +53,8 @@ import polars as pl
 
 from _common import machine_line
 from calwatch.data_shift import SHIFT_TASKS, shift_task
-from calwatch.engine.calibration_metrics import DEFAULT_COVERAGES, selective_auc, selective_curve
-from calwatch.engine.selective import BaselineSelector, SelectiveCalibrator
+from calwatch.engine.metrics.calibration import DEFAULT_COVERAGES, selective_auc, selective_curve
+from calwatch.engine.selective.calibrator import BaselineSelector, SelectiveCalibrator
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("S-MMCE", "full", "confidence", "isolation_forest", "one_class_svm", "knn")

@@ -76,9 +76,9 @@ import polars as pl  # noqa: E402
 
 from calwatch import SplitConformalClassifier  # noqa: E402
 from calwatch.datasets import FLIGHT_CATEGORICAL, FLIGHT_FEATURES, FLIGHT_NUMERIC, flights_task, load_flights  # noqa: E402
-from calwatch.engine.monitors import PredictionMix, ReferenceExceedance, RiskJump  # noqa: E402
-from calwatch.engine.risk import RiskEstimator  # noqa: E402
-from calwatch.engine.shift import ConformalTestMartingale  # noqa: E402
+from calwatch.engine.risk.estimator import RiskEstimator  # noqa: E402
+from calwatch.engine.shift.detectors import ConformalTestMartingale  # noqa: E402
+from calwatch.engine.shift.monitors import PredictionMix, ReferenceExceedance, RiskJump  # noqa: E402
 from calwatch.shift_watch import CalibrationData, ConfidenceMartingale, CoverageDropDetector, LabelMartingale  # noqa: E402
 
 FloatArray = npt.NDArray[np.float64]

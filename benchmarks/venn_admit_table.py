@@ -8,7 +8,7 @@ For each task and test set, one table per stratification:
 - by predicted class (what a user sees: the precision of what was admitted). This is the
   stratification Venn-ADMIT's calibration is conditional on (the Venn category fixes ``ŷ``).
 
-Methods (paper 000 §5.1; ``calwatch.engine.venn_baselines``): the KNN approximation's point
+Methods (paper 000 §5.1; ``calwatch.engine.venn_admit.baselines``): the KNN approximation's point
 accuracy ``f_tr^KNN (Acc.)`` (every row "admitted", ``n/N`` = class share), Conf-base, RAPS-adapt,
 RAPS-size, APS, Local-conf, ADMIT, Venn-ADMIT-w, Venn-ADMIT_qK-w, Venn-ADMIT, Venn-ADMIT_qK.
 Table 2's analogue lists the model's and ``f_tr^KNN``'s accuracy on the calibration set and each
@@ -55,9 +55,9 @@ import polars as pl
 
 from _common import machine_line
 from calwatch.data_embeddings import EmbeddingTask, flights_mlp_task, rotten_tomatoes_task
-from calwatch.engine.knn_approx import argmax_lowest
-from calwatch.engine.venn_admit import SPLIT_KNN, SPLIT_MC, SPLIT_VP, VennAdmit
-from calwatch.engine.venn_baselines import METHODS, PAPER_NAMES, admitted_accuracy, compare_methods
+from calwatch.engine.venn_admit.admit import SPLIT_KNN, SPLIT_MC, SPLIT_VP, VennAdmit
+from calwatch.engine.venn_admit.approximation import argmax_lowest
+from calwatch.engine.venn_admit.baselines import METHODS, PAPER_NAMES, admitted_accuracy, compare_methods
 
 ALPHA = 0.1
 K = 25

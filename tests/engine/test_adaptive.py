@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from calwatch.engine.adaptive import Adaptive, ConformalLevels, CoverLimits, LevelSets
-from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
+from calwatch.engine.conformal.adaptive import Adaptive, ConformalLevels, CoverLimits, LevelSets
+from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
 
 from ..synthetic import softmax_data
 

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from calwatch.engine.binning import equal_mass_edges, top_k_confidence, top_k_correct
-from calwatch.engine.calibration import (
+from calwatch.engine.calibration.binning import equal_mass_edges, top_k_confidence, top_k_correct
+from calwatch.engine.calibration.maps import (
     HistogramBinning,
     IsotonicCalibration,
     PlattScaling,
@@ -15,8 +15,8 @@ from calwatch.engine.calibration import (
     platt_targets,
     temperature_nll,
 )
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.scores import aps_scores, descending_order
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.conformal.scores import aps_scores, descending_order
 
 from ..synthetic import softmax_data
 

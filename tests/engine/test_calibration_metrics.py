@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from calwatch.engine.calibration_metrics import (
+from calwatch.engine.metrics.calibration import (
     DEFAULT_COVERAGES,
     binned_calibration_error,
     brier_score,

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
+from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
 
 from ..synthetic import softmax_data
 

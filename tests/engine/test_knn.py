@@ -7,10 +7,19 @@ import math
 import numpy as np
 import pytest
 
-from calwatch.engine.conformal import NotFittedError
+from calwatch.engine.conformal.classifier import NotFittedError
 from calwatch.engine.knn import KNNIndex, check_embeddings
-from calwatch.engine.knn_approx import ApproximationParams, approximation_logits, fit_approximation
-from calwatch.engine.knn_localizer import LocalizerSupport, category_mass, fit_localizer, localizer_logits
+from calwatch.engine.venn_admit.approximation import (
+    ApproximationParams,
+    approximation_logits,
+    fit_approximation,
+)
+from calwatch.engine.venn_admit.localizer import (
+    LocalizerSupport,
+    category_mass,
+    fit_localizer,
+    localizer_logits,
+)
 
 
 def brute_force(ref: np.ndarray, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

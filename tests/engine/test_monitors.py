@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.stats import chi2, norm
 
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.monitors import (
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.shift.monitors import (
     BET_FRACTIONS,
     BernoulliBetting,
     CoverageDrop,

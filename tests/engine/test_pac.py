@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax
 
-from calwatch.engine.calibration import TemperatureScaling
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.pac import (
+from calwatch.engine.calibration.maps import TemperatureScaling
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.pac.sets import (
     Ellipsoids,
     PACConfidenceSets,
     PACGaussianRegression,

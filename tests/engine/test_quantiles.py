@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from calwatch.engine.quantiles import conformal_quantile, conformal_rank, p_values_against
+from calwatch.engine.conformal.quantiles import conformal_quantile, conformal_rank, p_values_against
 
 
 def test_rank_is_ceil_of_n_plus_one_times_level():

@@ -12,16 +12,16 @@ import pytest
 from scipy import stats
 from scipy.special import ndtri
 
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.regression import CalibratedCDF, ModularConformalCalibrator
-from calwatch.engine.regression_interpolation import (
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.regression.calibrator import CalibratedCDF, ModularConformalCalibrator
+from calwatch.engine.regression.interpolation import (
     LinearInterpolation,
     NAFInterpolation,
     NaiveInterpolation,
     RandomInterpolation,
     linear_knots,
 )
-from calwatch.engine.regression_scores import CDFPrediction
+from calwatch.engine.regression.scores import CDFPrediction
 
 S5 = np.array([-2.0, 0.0, 1.0, 3.0, 6.0])
 REAL = (-math.inf, math.inf)

@@ -10,7 +10,7 @@ from calwatch.data_regression import (
     load_regression,
     quantile_levels,
 )
-from calwatch.engine.regression import ModularConformalCalibrator
+from calwatch.engine.regression.calibrator import ModularConformalCalibrator
 
 
 def test_quantile_levels_are_equally_spaced():

@@ -7,11 +7,11 @@ import pytest
 from scipy import stats
 from scipy.special import ndtri
 
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.conformal_regression import SplitConformalRegressor
-from calwatch.engine.regression import ModularConformalCalibrator
-from calwatch.engine.regression_interpolation import LinearInterpolation, RandomInterpolation
-from calwatch.engine.regression_metrics import (
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.conformal.regression import SplitConformalRegressor
+from calwatch.engine.regression.calibrator import ModularConformalCalibrator
+from calwatch.engine.regression.interpolation import LinearInterpolation, RandomInterpolation
+from calwatch.engine.regression.metrics import (
     crps,
     evaluate_cdf,
     expected_pit_calibration_error,

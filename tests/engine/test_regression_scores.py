@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from calwatch.engine.regression_scores import (
+from calwatch.engine.regression.scores import (
     CDFPrediction,
     build_score_map,
     check_levels,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from calwatch.engine.scores import aps_scores, class_scores, label_ranks, label_scores, lac_scores
+from calwatch.engine.conformal.scores import aps_scores, class_scores, label_ranks, label_scores, lac_scores
 
 P = np.array([[0.5, 0.3, 0.2], [0.4, 0.4, 0.2], [0.1, 0.6, 0.3]])
 
@@ -54,7 +54,7 @@ def test_top_class_score_is_at_most_its_probability_plus_nothing(score):
 
 
 def test_descending_order_equals_a_stable_sort_on_tie_heavy_rows():
-    from calwatch.engine.scores import descending_order
+    from calwatch.engine.conformal.scores import descending_order
 
     rng = np.random.default_rng(5)
     for K in (2, 3, 10, 70):

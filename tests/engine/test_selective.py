@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from calwatch.engine.calibration_metrics import selective_calibration_error
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.selective import (
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.metrics.calibration import selective_calibration_error
+from calwatch.engine.selective.calibrator import (
     BaselineSelector,
     ClassPriorShift,
     CustomPerturbation,
@@ -20,14 +20,14 @@ from calwatch.engine.selective import (
     Rows,
     SelectiveCalibrator,
 )
-from calwatch.engine.selective_features import gaussian_kde_log_density
-from calwatch.engine.selective_loss import (
+from calwatch.engine.selective.features import gaussian_kde_log_density
+from calwatch.engine.selective.loss import (
     default_lambdas,
     make_selector_network,
     smmce_loss,
     smmce_loss_numpy,
 )
-from calwatch.engine.selective_perturb import apply_transforms, sample_weights
+from calwatch.engine.selective.perturb import apply_transforms, sample_weights
 
 # Eight rows for Eq. 15: confidence r, outcome y, selector logit z (g̃ = σ(z)).
 R8 = np.array([0.9, 0.15, 0.55, 0.7, 0.3, 0.95, 0.62, 0.05])

@@ -11,8 +11,9 @@ import numpy.typing as npt
 import polars as pl
 import pytest
 
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.martingale import (
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.shift.detectors import MAX_CHUNK, STATISTICS, ConformalTestMartingale
+from calwatch.engine.shift.martingale import (
     MERGE_RATIO,
     ScoreBag,
     cusum,
@@ -20,7 +21,6 @@ from calwatch.engine.martingale import (
     shiryaev_roberts,
     simple_jumper,
 )
-from calwatch.engine.shift import MAX_CHUNK, STATISTICS, ConformalTestMartingale
 
 FloatArray = npt.NDArray[np.float64]
 LN10 = math.log(10.0)

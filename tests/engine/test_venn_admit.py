@@ -13,11 +13,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.knn_localizer import LocalizerSupport, category_mass
-from calwatch.engine.quantiles import conformal_quantile
-from calwatch.engine.venn_admit import SPLIT_MC, SPLIT_VP, VennAdmit
-from calwatch.engine.venn_bands import (
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.conformal.quantiles import conformal_quantile
+from calwatch.engine.venn_admit.admit import SPLIT_MC, SPLIT_VP, VennAdmit
+from calwatch.engine.venn_admit.bands import (
     AdmitCalibration,
     GroupedWindows,
     RankTree,
@@ -26,7 +25,13 @@ from calwatch.engine.venn_bands import (
     reliability_features,
     venn_bounds,
 )
-from calwatch.engine.venn_baselines import METHODS, admitted_accuracy, compare_methods, local_conformal_sets
+from calwatch.engine.venn_admit.baselines import (
+    METHODS,
+    admitted_accuracy,
+    compare_methods,
+    local_conformal_sets,
+)
+from calwatch.engine.venn_admit.localizer import LocalizerSupport, category_mass
 
 
 # ------------------------------------------------------------------------ hand-computed

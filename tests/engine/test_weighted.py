@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
-from calwatch.engine.quantiles import conformal_quantile
-from calwatch.engine.weighted import (
+from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
+from calwatch.engine.conformal.quantiles import conformal_quantile
+from calwatch.engine.conformal.weighted import (
     WeightedConformalClassifier,
     domain_weights,
     effective_sample_size,

@@ -61,7 +61,7 @@ def test_a_comparison_is_read_only_and_needs_the_same_classes(runs):
 
 def _regression_run(interpolation, *, seed=0, ids="same", levels=(0.5, 0.9)):
     """A regression monitor on one stream (the same rows for every run unless ids="own")."""
-    from calwatch.engine.regression import ModularConformalCalibrator
+    from calwatch.engine.regression.calibrator import ModularConformalCalibrator
 
     rng = np.random.default_rng(seed)
     x = rng.normal(size=1000)

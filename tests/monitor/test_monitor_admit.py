@@ -5,7 +5,7 @@ import polars as pl
 import pytest
 
 import calwatch as cw
-from calwatch.engine.venn_admit import VennAdmit
+from calwatch.engine.venn_admit.admit import VennAdmit
 
 
 def _draw(rng, centres, n, spread=1.0):

@@ -140,7 +140,7 @@ def test_bad_risk_output_rejected_and_state_kept(mon):
 
 
 def test_pac_sets_in_the_monitor_match_the_engine():
-    from calwatch.engine.pac import PACConfidenceSets
+    from calwatch.engine.pac.sets import PACConfidenceSets
 
     P, y = softmax_data(3000, K=5, seed=8)
     mon = cw.Monitor(calibrators={"pac": PACConfidenceSets(epsilon=0.1, delta=0.05)})

@@ -6,7 +6,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
-from calwatch.engine.selective import SelectiveCalibrator
+from calwatch.engine.selective.calibrator import SelectiveCalibrator
 
 from ..synthetic import softmax_data
 
@@ -85,7 +85,7 @@ def test_snapshot_round_trip_scores_the_same(streamed, tmp_path):
 
 def test_selective_panels(streamed):
     from calwatch import charts
-    from calwatch.engine.calibration_metrics import selective_curve
+    from calwatch.engine.metrics.calibration import selective_curve
 
     mon, data = streamed
     kinds = charts.chart_kinds(mon)
@@ -121,7 +121,7 @@ def test_the_widgets_kept_share_slider_retunes_on_the_window(streamed):
 
 
 def test_baseline_selectors_with_outlier_models_round_trip(tmp_path):
-    from calwatch.engine.selective import BaselineSelector
+    from calwatch.engine.selective.calibrator import BaselineSelector
 
     rng = np.random.default_rng(3)
     P, y = softmax_data(800, K=3, seed=3)

@@ -5,7 +5,7 @@ import polars as pl
 import pytest
 
 import calwatch as cw
-from calwatch.engine.conformal import SplitConformalClassifier
+from calwatch.engine.conformal.classifier import SplitConformalClassifier
 
 from ..synthetic import softmax_data
 

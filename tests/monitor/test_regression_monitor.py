@@ -7,7 +7,7 @@ from sklearn.linear_model import LinearRegression
 
 import calwatch as cw
 from calwatch import charts
-from calwatch.engine.regression import ModularConformalCalibrator
+from calwatch.engine.regression.calibrator import ModularConformalCalibrator
 from calwatch.regression_monitor import RegressionMonitor
 
 

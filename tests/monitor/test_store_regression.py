@@ -13,8 +13,8 @@ from sklearn.linear_model import LinearRegression
 import calwatch as cw
 from calwatch import charts
 from calwatch.__main__ import main
-from calwatch.engine.regression import ModularConformalCalibrator
-from calwatch.engine.regression_scores import CDFPrediction
+from calwatch.engine.regression.calibrator import ModularConformalCalibrator
+from calwatch.engine.regression.scores import CDFPrediction
 from calwatch.regression_monitor import RegressionMonitor
 from calwatch.state_codec import SnapshotError
 from calwatch.store import read_manifest

@@ -49,8 +49,8 @@ from threadpoolctl import threadpool_limits
 
 from calwatch import SplitConformalClassifier
 from calwatch.datasets import FLIGHT_CATEGORICAL, FLIGHT_NUMERIC, flights_task
-from calwatch.engine.adaptive import Adaptive
-from calwatch.engine.weighted import (
+from calwatch.engine.conformal.adaptive import Adaptive
+from calwatch.engine.conformal.weighted import (
     WeightedConformalClassifier,
     effective_sample_size,
     weighted_conformal_quantile,

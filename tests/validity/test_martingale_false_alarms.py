@@ -42,7 +42,7 @@ import pytest
 from scipy.stats import binom, chisquare, kstest
 
 from calwatch.datasets import flights_task
-from calwatch.engine.shift import ConformalTestMartingale
+from calwatch.engine.shift.detectors import ConformalTestMartingale
 
 pytestmark = pytest.mark.slow
 

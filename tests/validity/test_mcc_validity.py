@@ -40,9 +40,9 @@ import pytest
 from scipy.special import ndtr
 
 from calwatch.data_regression import regression_pool
-from calwatch.engine.conformal_regression import SplitConformalRegressor
-from calwatch.engine.regression import ModularConformalCalibrator
-from calwatch.engine.regression_metrics import expected_pit_calibration_error, pit_calibration_error
+from calwatch.engine.conformal.regression import SplitConformalRegressor
+from calwatch.engine.regression.calibrator import ModularConformalCalibrator
+from calwatch.engine.regression.metrics import expected_pit_calibration_error, pit_calibration_error
 
 pytestmark = pytest.mark.slow
 

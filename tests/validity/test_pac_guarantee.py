@@ -40,7 +40,7 @@ import pytest
 from scipy.stats import binom
 
 from calwatch.datasets import diamonds_cut_task
-from calwatch.engine.pac import PACConfidenceSets, binomial_k_star, vc_k_star
+from calwatch.engine.pac.sets import PACConfidenceSets, binomial_k_star, vc_k_star
 
 pytestmark = pytest.mark.slow
 

@@ -44,8 +44,8 @@ import numpy as np
 import pytest
 
 from calwatch.datasets import classification_pool, diamonds_cut_task
-from calwatch.engine.binning import top_k_correct
-from calwatch.engine.risk import RISK_METHODS, RiskEstimator
+from calwatch.engine.calibration.binning import top_k_correct
+from calwatch.engine.risk.estimator import RISK_METHODS, RiskEstimator
 
 pytestmark = pytest.mark.slow
 

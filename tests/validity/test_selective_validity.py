@@ -26,13 +26,13 @@ import numpy as np
 import pytest
 
 from calwatch.data_shift import shift_task
-from calwatch.engine.calibration_metrics import (
+from calwatch.engine.metrics.calibration import (
     calibration_error,
     coverage_threshold,
     selective_auc,
     selective_curve,
 )
-from calwatch.engine.selective import SelectiveCalibrator
+from calwatch.engine.selective.calibrator import SelectiveCalibrator
 
 pytestmark = pytest.mark.slow
 

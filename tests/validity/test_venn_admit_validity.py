@@ -47,9 +47,9 @@ import numpy.typing as npt
 import pytest
 
 from calwatch.data_embeddings import EmbeddingTask, flights_mlp_task, rotten_tomatoes_task
-from calwatch.engine.knn_approx import argmax_lowest
-from calwatch.engine.venn_admit import VennAdmit
-from calwatch.engine.venn_results import VennAdmitResult
+from calwatch.engine.venn_admit.admit import VennAdmit
+from calwatch.engine.venn_admit.approximation import argmax_lowest
+from calwatch.engine.venn_admit.results import VennAdmitResult
 
 pytestmark = pytest.mark.slow
 

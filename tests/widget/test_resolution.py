@@ -13,7 +13,7 @@ from polars.testing import assert_frame_equal
 
 import calwatch as cw
 from calwatch import charts, dashboard, resolution
-from calwatch.engine.metrics import clopper_pearson
+from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.resolution import Resolution, bucket_records, bucket_width
 from calwatch.widget import BUCKETED
 

@@ -10,10 +10,10 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from calwatch.compare import compare
-from calwatch.engine.adaptive import Adaptive
-from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
-from calwatch.engine.pac import PACConfidenceSets
-from calwatch.engine.risk import RiskEstimator
+from calwatch.engine.conformal.adaptive import Adaptive
+from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
+from calwatch.engine.pac.sets import PACConfidenceSets
+from calwatch.engine.risk.estimator import RiskEstimator
 from calwatch.models import ModelOutputs, wrap
 from calwatch.monitor import LabelReport, Monitor, Note
 from calwatch.state_codec import SnapshotError
@@ -30,11 +30,11 @@ class CalwatchWarning(UserWarning):
 
 # Calibrators whose engines import torch or faiss load on first use, so `import calwatch` stays fast.
 _LAZY = {
-    "VennAdmit": "calwatch.engine.venn_admit",
-    "SelectiveCalibrator": "calwatch.engine.selective",
-    "BaselineSelector": "calwatch.engine.selective",
-    "ModularConformalCalibrator": "calwatch.engine.regression",
-    "SplitConformalRegressor": "calwatch.engine.conformal_regression",
+    "VennAdmit": "calwatch.engine.venn_admit.admit",
+    "SelectiveCalibrator": "calwatch.engine.selective.calibrator",
+    "BaselineSelector": "calwatch.engine.selective.calibrator",
+    "ModularConformalCalibrator": "calwatch.engine.regression.calibrator",
+    "SplitConformalRegressor": "calwatch.engine.conformal.regression",
 }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from calwatch.engine.metrics import clopper_pearson
+from calwatch.engine.metrics.intervals import clopper_pearson
 
 #: Running sums of a card: counts, and row- or label-weighted sums of the per-batch means.
 _SUMS = ("n_batches", "n_rows", "n_labelled", "n_covered", "_size", "_est", "_obs", "_adm", "_adm_rows")

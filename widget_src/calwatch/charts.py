@@ -295,7 +295,7 @@ def _selective_datasets(monitor: Monitor) -> dict[str, pl.DataFrame]:
     The histogram bins the top-label confidence of all window rows and of the kept ones
     (002 Fig. 4). Recomputed on every update, with fixed keys.
     """
-    from calwatch.engine.calibration_metrics import selective_curve
+    from calwatch.engine.metrics.calibration import selective_curve
     from calwatch.monitor import is_selective
 
     curve: list[dict[str, Any]] = []

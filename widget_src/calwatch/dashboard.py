@@ -41,7 +41,7 @@ import polars as pl
 
 from calwatch import charts
 from calwatch.cards import overview_rows
-from calwatch.engine.metrics import clopper_pearson
+from calwatch.engine.metrics.intervals import clopper_pearson
 
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor

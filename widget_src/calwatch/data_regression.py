@@ -25,7 +25,7 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.datasets import _cached, _rdataset, load_flights
-from calwatch.engine.regression_scores import rearrange_quantiles
+from calwatch.engine.regression.scores import rearrange_quantiles
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -219,7 +219,7 @@ class RegressionPool:
     y : ndarray of shape (P,)
         Labels of the pool rows.
     predictions : dict
-        One entry per :data:`BASE_PREDICTORS` name, in :class:`calwatch.engine.regression.
+        One entry per :data:`BASE_PREDICTORS` name, in :class:`calwatch.engine.regression.calibrator.
         ModularConformalCalibrator`'s layout: point ``(P,)``; interval ``(P, 2)``; quantile-k
         ``(P, k)`` at :func:`quantile_levels` ``(k)`` (sorted, ties opened); distribution ``(P, 2)``
         Gaussian (mean, sd); ensemble a list of :data:`ENSEMBLE_SIZE` such ``(P, 2)`` arrays.

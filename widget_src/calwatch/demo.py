@@ -21,8 +21,8 @@ from typing import Any
 import polars as pl
 
 from calwatch import charts
-from calwatch.engine.conformal import SplitConformalClassifier
-from calwatch.engine.metrics import clopper_pearson
+from calwatch.engine.conformal.classifier import SplitConformalClassifier
+from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.monitor import Monitor
 
 #: File name of the charts page written into the output folder.

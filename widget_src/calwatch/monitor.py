@@ -17,10 +17,10 @@ import polars as pl
 
 from calwatch.classes import ClassEncoder, as_1d_array
 from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE, check_alpha
-from calwatch.engine.adaptive import Adaptive, ConformalLevels
-from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
-from calwatch.engine.metrics import clopper_pearson
-from calwatch.engine.scores import label_ranks
+from calwatch.engine.conformal.adaptive import Adaptive, ConformalLevels
+from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
+from calwatch.engine.conformal.scores import label_ranks
+from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.models import ModelAdapter, ModelOutputs, wrap
 from calwatch.shift_watch import CalibrationData, Detector, ShiftWatch, default_detectors
 from calwatch.stream import (

@@ -2,7 +2,7 @@
 
 ``cw.Monitor(model, task="regression", calibrators={...})`` (or a model with ``predict`` and no
 ``predict_proba``) builds a :class:`RegressionMonitor`. Its calibrators are
-:class:`~calwatch.engine.regression.ModularConformalCalibrator` (paper 001): each turns the
+:class:`~calwatch.engine.regression.calibrator.ModularConformalCalibrator` (paper 001): each turns the
 model's base prediction of a row (a point, an interval, quantiles, a distribution or an
 ensemble) into a calibrated CDF. Per batch the monitor keeps the width of the central credible
 intervals; when labels arrive, the rows' PIT values ``F(y | x)``, whether each interval covered
@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.engine.metrics import clopper_pearson
+from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.monitor import DEFAULT_WINDOW, LabelReport, Monitor, _uniform_scalar_ids
 from calwatch.stream import BatchRecord, BatchRows
 
@@ -124,7 +124,7 @@ class RegressionMonitor(Monitor):
         task: str = "regression",
         **unused: Any,
     ) -> None:
-        from calwatch.engine.regression import ModularConformalCalibrator
+        from calwatch.engine.regression.calibrator import ModularConformalCalibrator
 
         if unused:
             msg = f"a regression monitor does not take {sorted(unused)}"
@@ -205,7 +205,7 @@ class RegressionMonitor(Monitor):
     def _kept(self, pred: Any) -> Any:
         """The base predictions kept for the window: float64 arrays (a list of them for ensembles).
 
-        Distributions given as a :class:`~calwatch.engine.regression_scores.CDFPrediction` are
+        Distributions given as a :class:`~calwatch.engine.regression.scores.CDFPrediction` are
         kept as they are (they are callables: such a monitor cannot be saved).
         """
         if self._is_ensemble(pred):
@@ -287,7 +287,7 @@ class RegressionMonitor(Monitor):
             raise TypeError(msg)
         if self.calibration_ is None:
             msg = "the monitor is not calibrated yet: call calibrate(X, y) or calibrate(pred=..., y=...)"
-            from calwatch.engine.conformal import NotFittedError
+            from calwatch.engine.conformal.classifier import NotFittedError
 
             raise NotFittedError(msg)
         base = self._predictions(X, pred)

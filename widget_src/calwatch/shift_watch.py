@@ -1,8 +1,8 @@
 """The monitor's shift layer: detectors fed by the stream, and the warning log (SHIFT.md).
 
 Detectors look at each batch as it is observed (label-free) or at labels as they arrive
-(label-based), and report a :class:`~calwatch.engine.monitors.MonitorResult` per look. An
-:class:`~calwatch.engine.monitors.EpisodeTracker` turns alarms into one warning per episode;
+(label-based), and report a :class:`~calwatch.engine.shift.monitors.MonitorResult` per look. An
+:class:`~calwatch.engine.shift.monitors.EpisodeTracker` turns alarms into one warning per episode;
 warnings can be acknowledged, with a note, and the acknowledgement is kept in the log.
 
 Default detectors (``Monitor(shift="default")``):
@@ -19,7 +19,7 @@ Default detectors (``Monitor(shift="default")``):
   (:class:`ClassCoverageDropDetector`), since such a calibrator promises per-class coverage.
 
 Scores enter the martingales on a fixed grid (``resolution=1e-4``), which bounds their memory
-and leaves every bound exact (see :class:`~calwatch.engine.shift.ConformalTestMartingale`).
+and leaves every bound exact (see :class:`~calwatch.engine.shift.detectors.ConformalTestMartingale`).
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.engine.monitors import (
+from calwatch.engine.shift.detectors import ConformalTestMartingale
+from calwatch.engine.shift.monitors import (
     DEFAULT_SR_THRESHOLD,
     CoverageDrop,
     EpisodeTracker,
     MonitorResult,
     ShiftWarning,
 )
-from calwatch.engine.shift import ConformalTestMartingale
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -169,7 +169,7 @@ class ConfidenceMartingale(_MartingaleDetector):
     threshold : float
         Alarm threshold ``c``.
     jump, resolution, seed
-        Passed to :class:`~calwatch.engine.shift.ConformalTestMartingale`.
+        Passed to :class:`~calwatch.engine.shift.detectors.ConformalTestMartingale`.
     """
 
     needs_labels = False
@@ -326,7 +326,7 @@ class ClassCoverageDropDetector:
 
     A ``mondrian="label"`` calibrator promises coverage ``≥ 1 − α`` within every class, so a
     drop in one class (say, late flights) breaks its promise even while the marginal coverage
-    holds. One :class:`~calwatch.engine.monitors.CoverageDrop` runs per class, each against
+    holds. One :class:`~calwatch.engine.shift.monitors.CoverageDrop` runs per class, each against
     that class's calibration count; with ``K`` classes each test's threshold is ``K·c``, so by
     the union bound the K tests together keep the false-alarm control of one test at ``c``.
     """

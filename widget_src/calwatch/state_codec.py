@@ -37,9 +37,43 @@ _TAG = "$"
 #: fitted parts rebuilt from plain arrays), with the attribute that marks them fitted (unfitted
 #: ones are saved attribute by attribute).
 VIA_STATE: dict[str, str] = {
-    "calwatch.engine.selective:SelectiveCalibrator": "threshold_",
-    "calwatch.engine.selective:BaselineSelector": "threshold_",
-    "calwatch.engine.regression:ModularConformalCalibrator": "scores_",
+    "calwatch.engine.selective.calibrator:SelectiveCalibrator": "threshold_",
+    "calwatch.engine.selective.calibrator:BaselineSelector": "threshold_",
+    "calwatch.engine.regression.calibrator:ModularConformalCalibrator": "scores_",
+}
+
+#: Modules that moved in the house layout (one engine subpackage per paper): a snapshot written
+#: before the move names classes by their old module, which is read as the new one.
+LEGACY_MODULES: dict[str, str] = {
+    "calwatch.engine.quantiles": "calwatch.engine.conformal.quantiles",
+    "calwatch.engine.scores": "calwatch.engine.conformal.scores",
+    "calwatch.engine.conformal": "calwatch.engine.conformal.classifier",
+    "calwatch.engine.conformal_regression": "calwatch.engine.conformal.regression",
+    "calwatch.engine.adaptive": "calwatch.engine.conformal.adaptive",
+    "calwatch.engine.weighted": "calwatch.engine.conformal.weighted",
+    "calwatch.engine.knn_approx": "calwatch.engine.venn_admit.approximation",
+    "calwatch.engine.knn_localizer": "calwatch.engine.venn_admit.localizer",
+    "calwatch.engine.venn_admit": "calwatch.engine.venn_admit.admit",
+    "calwatch.engine.venn_bands": "calwatch.engine.venn_admit.bands",
+    "calwatch.engine.venn_results": "calwatch.engine.venn_admit.results",
+    "calwatch.engine.venn_baselines": "calwatch.engine.venn_admit.baselines",
+    "calwatch.engine.regression": "calwatch.engine.regression.calibrator",
+    "calwatch.engine.regression_interpolation": "calwatch.engine.regression.interpolation",
+    "calwatch.engine.regression_scores": "calwatch.engine.regression.scores",
+    "calwatch.engine.regression_metrics": "calwatch.engine.regression.metrics",
+    "calwatch.engine.selective": "calwatch.engine.selective.calibrator",
+    "calwatch.engine.selective_features": "calwatch.engine.selective.features",
+    "calwatch.engine.selective_loss": "calwatch.engine.selective.loss",
+    "calwatch.engine.selective_perturb": "calwatch.engine.selective.perturb",
+    "calwatch.engine.pac": "calwatch.engine.pac.sets",
+    "calwatch.engine.risk": "calwatch.engine.risk.estimator",
+    "calwatch.engine.binning": "calwatch.engine.calibration.binning",
+    "calwatch.engine.calibration": "calwatch.engine.calibration.maps",
+    "calwatch.engine.shift": "calwatch.engine.shift.detectors",
+    "calwatch.engine.martingale": "calwatch.engine.shift.martingale",
+    "calwatch.engine.monitors": "calwatch.engine.shift.monitors",
+    "calwatch.engine.metrics": "calwatch.engine.metrics.intervals",
+    "calwatch.engine.calibration_metrics": "calwatch.engine.metrics.calibration",
 }
 
 
@@ -179,7 +213,7 @@ class StateDecoder:
             msg = f"{tree['class']} is not a class"
             raise SnapshotError(msg)
         if "via_state" in tree:
-            if tree["class"] not in VIA_STATE:
+            if current_name(tree["class"]) not in VIA_STATE:
                 msg = f"{tree['class']} is not restored from its state()"
                 raise SnapshotError(msg)
             via = tree["via_state"]
@@ -326,9 +360,23 @@ def _trusted_name(obj: Any, path: str) -> str:
     return f"{module}:{qualname}"
 
 
+def current_name(name: str) -> str:
+    """``"module:qualname"`` with a module that moved in the house layout renamed to where it is now.
+
+    Examples
+    --------
+    >>> current_name("calwatch.engine.conformal:SplitConformalClassifier")
+    'calwatch.engine.conformal.classifier:SplitConformalClassifier'
+    >>> current_name("calwatch.monitor:Note")
+    'calwatch.monitor:Note'
+    """
+    module_name, sep, qualname = str(name).partition(":")
+    return f"{LEGACY_MODULES.get(module_name, module_name)}{sep}{qualname}"
+
+
 def resolve_trusted(name: str) -> Any:
     """The class or function ``"module:qualname"`` names, if it lives in the calwatch package."""
-    module_name, _, qualname = str(name).partition(":")
+    module_name, _, qualname = current_name(name).partition(":")
     if module_name.split(".")[0] != TRUSTED_PACKAGE or not qualname or "<" in qualname:
         msg = f"the snapshot names {name!r}, which is not part of calwatch: refusing to load it"
         raise SnapshotError(msg)

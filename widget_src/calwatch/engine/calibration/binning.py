@@ -23,8 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_labels, check_probabilities
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.scores import label_ranks
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.conformal.scores import label_ranks
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -41,7 +41,7 @@ def top_k_confidence(P: FloatArray, k: int) -> FloatArray:
     """Sum of the ``k`` largest probabilities of each row, shape ``(m,)``.
 
     Summed from the largest down, one addition at a time: bit for bit the deterministic APS
-    score (:func:`calwatch.engine.scores.aps_scores`) of the ``k``-th ranked class, so that
+    score (:func:`calwatch.engine.conformal.scores.aps_scores`) of the ``k``-th ranked class, so that
     InvCP compares test and calibration scores without rounding noise.
     """
     K = P.shape[1]

@@ -7,7 +7,7 @@ data, then ``transform(...)``. Fitted attributes end in ``_``.
 - :class:`PlattScaling`: a logistic map of each class's log-odds (binary, or one-vs-rest).
 - :class:`HistogramBinning`, :class:`IsotonicCalibration`: maps of the top-label (or top-k)
   confidence to the chance that the label is in the top-k set; defined in
-  :mod:`calwatch.engine.binning` and re-exported here.
+  :mod:`calwatch.engine.calibration.binning` and re-exported here.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from scipy.optimize import minimize_scalar
 from scipy.special import expit, log_expit, log_softmax, logsumexp
 
 from calwatch.engine._validation import check_labels, check_probabilities
-from calwatch.engine.binning import HistogramBinning, IsotonicCalibration
-from calwatch.engine.conformal import NotFittedError
+from calwatch.engine.calibration.binning import HistogramBinning, IsotonicCalibration
+from calwatch.engine.conformal.classifier import NotFittedError
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]

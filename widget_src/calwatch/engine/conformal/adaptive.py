@@ -41,7 +41,7 @@ promised beyond that slack, possibly more. :attr:`Adaptive.alpha_range_` says wh
 
 Which calibrators: any object with ``sets_at_alpha(P, alpha) -> bool (m, K)`` (the
 :class:`LevelSets` protocol; add ``cover_limits(P, y)`` for the fast row-by-row update), or a
-:class:`~calwatch.engine.conformal.SplitConformalClassifier` (marginal or ``mondrian="label"``),
+:class:`~calwatch.engine.conformal.classifier.SplitConformalClassifier` (marginal or ``mondrian="label"``),
 for which :class:`ConformalLevels` recomputes the conformal quantile ``s_(⌈(n+1)(1−α_t)⌉)`` of
 its calibration scores at any ``α_t`` without refitting. Those scores are recomputed through the
 calibrator's public ``label_scores`` on the calibration rows handed to :meth:`Adaptive.fit`
@@ -58,8 +58,8 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.engine._validation import check_alpha, check_labels, check_probabilities
-from calwatch.engine.conformal import NotFittedError, SplitConformalClassifier
-from calwatch.engine.quantiles import conformal_rank
+from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
+from calwatch.engine.conformal.quantiles import conformal_rank
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

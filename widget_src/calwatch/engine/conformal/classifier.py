@@ -15,8 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_alpha, check_labels, check_probabilities
-from calwatch.engine.quantiles import conformal_quantile, p_values_against
-from calwatch.engine.scores import SCORE_NAMES, ScoreName, class_scores, label_ranks, label_scores
+from calwatch.engine.conformal.quantiles import conformal_quantile, p_values_against
+from calwatch.engine.conformal.scores import SCORE_NAMES, ScoreName, class_scores, label_ranks, label_scores
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

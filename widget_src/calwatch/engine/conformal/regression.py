@@ -22,9 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_alpha
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.quantiles import conformal_quantile
-from calwatch.engine.regression_scores import as_float_array
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.conformal.quantiles import conformal_quantile
+from calwatch.engine.regression.scores import as_float_array
 
 FloatArray = npt.NDArray[np.float64]
 RegressionScoreName = Literal["absolute", "normalized", "cqr"]

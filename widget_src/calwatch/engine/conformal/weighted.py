@@ -47,8 +47,8 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_alpha, check_labels, check_probabilities
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.scores import SCORE_NAMES, ScoreName, class_scores, label_scores
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.conformal.scores import SCORE_NAMES, ScoreName, class_scores, label_scores
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -193,7 +193,7 @@ class WeightedConformalClassifier:
         The domain classifier (see the module docstring).
     allow_empty : bool
         ``False`` (default): the top class is always in the set, as in
-        :class:`~calwatch.engine.conformal.SplitConformalClassifier`.
+        :class:`~calwatch.engine.conformal.classifier.SplitConformalClassifier`.
     raps_lambda, raps_k_reg : float, int
         RAPS regularisation (``score="raps"`` only).
     seed : int

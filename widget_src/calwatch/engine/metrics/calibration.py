@@ -21,7 +21,7 @@ confidence (stable, so ties keep the input order), the first ``n mod m`` bins ho
 rows and the others ``⌊n/m⌋`` (the split of ``numpy.array_split``, also used by the
 dashboard's reliability bins). Tied confidences can straddle a bin boundary. This is the
 estimator of 002 App. B.1 (and Kumar et al. 2019).
-:func:`calwatch.engine.binning.equal_mass_edges` answers another question (edges of a
+:func:`calwatch.engine.calibration.binning.equal_mass_edges` answers another question (edges of a
 calibration *map*, midpoints between ranks, ties never split) and is not used for measurement.
 """
 

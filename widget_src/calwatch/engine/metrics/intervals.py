@@ -1,10 +1,9 @@
-"""Metrics shared across the package (coverage intervals, set statistics)."""
+"""Exact binomial intervals for rates (coverage, error, admitted accuracy)."""
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import beta
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -22,6 +21,8 @@ def clopper_pearson(
     >>> round(float(lo[0]), 4), round(float(hi[0]), 4)
     (0.555, 0.9975)
     """
+    from scipy.stats import beta  # scipy.stats costs ~0.3 s to import: only when an interval is asked for
+
     k = np.atleast_1d(np.asarray(successes, dtype=np.float64))
     n = np.atleast_1d(np.asarray(trials, dtype=np.float64))
     tail = (1.0 - confidence) / 2.0
@@ -32,7 +33,3 @@ def clopper_pearson(
     lo = np.where(empty, np.nan, lo)
     hi = np.where(empty, np.nan, hi)
     return lo.astype(np.float64), hi.astype(np.float64)
-
-
-from calwatch.engine.calibration_metrics import *  # noqa: E402, F403 - re-export: the classification calibration metrics
-from calwatch.engine.regression_metrics import *  # noqa: E402, F403 - re-export: the regression (MCC) metrics

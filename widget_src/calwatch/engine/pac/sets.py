@@ -37,8 +37,8 @@ from scipy.special import gammaln
 from scipy.stats import binom
 
 from calwatch.engine._validation import check_labels
-from calwatch.engine.calibration import TemperatureScaling, check_logits
-from calwatch.engine.conformal import NotFittedError
+from calwatch.engine.calibration.maps import TemperatureScaling, check_logits
+from calwatch.engine.conformal.classifier import NotFittedError
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

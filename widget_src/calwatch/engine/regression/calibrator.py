@@ -3,8 +3,8 @@
 :class:`ModularConformalCalibrator` turns any regression model's output (a point prediction,
 an interval, quantiles, a distribution, or an ensemble of these) into a calibrated predictive
 distribution, in three modular steps: a calibration score ``φ(h(x), y)`` strictly increasing in
-``y`` (:mod:`calwatch.engine.regression_scores`), the sorted scores of a held-out calibration
-set, and an interpolation ``q`` of them (:mod:`calwatch.engine.regression_interpolation`). For a
+``y`` (:mod:`calwatch.engine.regression.scores`), the sorted scores of a held-out calibration
+set, and an interpolation ``q`` of them (:mod:`calwatch.engine.regression.interpolation`). For a
 test row the calibrated CDF is ``F(y | x) = q(φ(h(x), y))``: :class:`CalibratedCDF`, vectorised
 over rows. Theorem 1 of paper 001: with an ε-accurate ``q`` (0 for linear and random, ``epsilon_``
 for NAF) and continuous scores, ``F`` is ε-calibrated; random interpolation is exactly calibrated.
@@ -26,15 +26,15 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtr
 
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.regression_interpolation import (
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.regression.interpolation import (
     INTERPOLATIONS,
     Interpolation,
     InterpolationName,
     NAFInterpolation,
     make_interpolation,
 )
-from calwatch.engine.regression_scores import (
+from calwatch.engine.regression.scores import (
     MEMBER_TYPES,
     PREDICTION_TYPES,
     SCORE_NAMES,
@@ -289,7 +289,7 @@ class ModularConformalCalibrator:
         (numerically stable: ``Φ`` rounds to 0 or 1 beyond ~8 sd). Other types have one score.
     interpolation : {"linear", "naive", "random", "naf"}
         How the sorted calibration scores become the CDF of the score (see
-        :mod:`calwatch.engine.regression_interpolation`). ``"random"`` draws one ``u`` per test row
+        :mod:`calwatch.engine.regression.interpolation`). ``"random"`` draws one ``u`` per test row
         from a generator seeded by ``seed`` (or takes ``u=`` in :meth:`predict`).
     quantile_levels : array-like, optional
         Levels ``τ_1 < … < τ_L`` in (0, 1) of quantile predictions (and quantile members).
@@ -531,7 +531,7 @@ class ModularConformalCalibrator:
         -------
         dict of str to ndarray of shape (m,), float64
         """
-        from calwatch.engine.regression_metrics import crps as crps_values
+        from calwatch.engine.regression.metrics import crps as crps_values
 
         F = self.predict(pred, u=u)
         out: dict[str, FloatArray] = {"median": F.median()}

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import expit, ndtri
 
-from calwatch.engine.regression_scores import TransformName, solve_increasing
+from calwatch.engine.regression.scores import TransformName, solve_increasing
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.engine.regression_scores import as_float_array
+from calwatch.engine.regression.scores import as_float_array
 
 if TYPE_CHECKING:
-    from calwatch.engine.regression import CalibratedCDF
+    from calwatch.engine.regression.calibrator import CalibratedCDF
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -63,7 +63,7 @@ def crps(F: CalibratedCDF, y: Any, *, n_levels: int = CRPS_LEVELS, block_size: i
 
     Examples
     --------
-    >>> from calwatch.engine.regression import ModularConformalCalibrator
+    >>> from calwatch.engine.regression.calibrator import ModularConformalCalibrator
     >>> F = ModularConformalCalibrator().fit(np.zeros(3), np.array([-1.0, 0.0, 1.0])).predict(np.zeros(1))
     >>> round(float(crps(F, np.zeros(1))[0]), 4)  # uniform on [-2, 2] at its centre: 1 − 2/3
     0.3333

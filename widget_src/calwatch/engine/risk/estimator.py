@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_labels, check_probabilities
-from calwatch.engine.binning import (
+from calwatch.engine.calibration.binning import (
     BIN_STRATEGIES,
     BinStrategy,
     HistogramBinning,
@@ -46,9 +46,9 @@ from calwatch.engine.binning import (
     top_k_confidence,
     top_k_correct,
 )
-from calwatch.engine.calibration import TemperatureScaling, fit_sigmoid, log_odds, platt_targets
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.scores import label_scores
+from calwatch.engine.calibration.maps import TemperatureScaling, fit_sigmoid, log_odds, platt_targets
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.conformal.scores import label_scores
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]

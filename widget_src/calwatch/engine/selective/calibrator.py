@@ -4,17 +4,17 @@ A *selector* decides, per row, whether to keep the model's prediction and confid
 is that the kept rows are well calibrated (002 Def. 4.1), at a coverage ``ξ`` the user picks.
 
 - :class:`SelectiveCalibrator`: 002's method. A soft selector ``g̃ = σ(MLP(φ_meta))`` over the
-  meta features of :mod:`calwatch.engine.selective_features`, trained with the regularised
-  S-MMCE loss (Eq. 15, :mod:`calwatch.engine.selective_loss`) by Alg. 1: every step draws
+  meta features of :mod:`calwatch.engine.selective.features`, trained with the regularised
+  S-MMCE loss (Eq. 15, :mod:`calwatch.engine.selective.loss`) by Alg. 1: every step draws
   ``n_perturbations`` perturbed copies of the training rows
-  (:mod:`calwatch.engine.selective_perturb`), measures each one's selective calibration error
+  (:mod:`calwatch.engine.selective.perturb`), measures each one's selective calibration error
   at coverage ``ξ``, and steps on the loss of the ``kappa`` worst.
 - :class:`BaselineSelector`: 002 §5.3's baselines with the same thresholding: ``"full"`` (keep
   everything), ``"confidence"`` (``max p``), ``"isolation_forest"``, ``"one_class_svm"`` and
   ``"knn"`` (minus the mean distance to the nearest reference embeddings).
 
 Both share the threshold of Eq. 16, ``τ̂ = sup{τ : mean(g̃ ≥ τ) ≥ ξ}``
-(:func:`~calwatch.engine.calibration_metrics.coverage_threshold`): tuned on the fit rows at fit
+(:func:`~calwatch.engine.metrics.calibration.coverage_threshold`): tuned on the fit rows at fit
 time, or on any unlabelled rows later, e.g. each window of a stream (:meth:`tune`,
 :meth:`tune_scores`, or ``select(..., tune_on=...)``). On the rows it is tuned on, the share
 kept is always ``≥ ξ``; on new rows from the same distribution it is ``≥ ξ − ε`` with
@@ -35,7 +35,8 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_labels, check_probabilities
-from calwatch.engine.calibration_metrics import (
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.metrics.calibration import (
     DEFAULT_COVERAGES,
     _binned_error,
     _reduce,
@@ -44,16 +45,15 @@ from calwatch.engine.calibration_metrics import (
     coverage_threshold,
     default_bins,
 )
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.selective_features import (
+from calwatch.engine.selective.features import (
     FEATURE_NAMES,
     FeatureName,
     MetaFeatures,
     check_embeddings,
     limit_threads,
 )
-from calwatch.engine.selective_loss import KERNEL_WIDTH, make_selector_network, smmce_loss
-from calwatch.engine.selective_perturb import (
+from calwatch.engine.selective.loss import KERNEL_WIDTH, make_selector_network, smmce_loss
+from calwatch.engine.selective.perturb import (
     ClassPriorShift,
     CustomPerturbation,
     FeatureDropout,
@@ -242,7 +242,7 @@ class BaselineSelector(_Selector):
     coverage : float
         Target coverage ``ξ`` in ``(0, 1]``.
     n_neighbors, subsample, max_reference, max_dims
-        As in :class:`~calwatch.engine.selective_features.MetaFeatures`.
+        As in :class:`~calwatch.engine.selective.features.MetaFeatures`.
     reference_fraction : float
         When embeddings but no reference are given to ``fit``, this share of the fit rows
         (seeded) becomes the reference and the threshold is tuned on the rest.
@@ -433,7 +433,7 @@ class SelectiveCalibrator(_Selector):
         Target coverage ``ξ`` in ``(0, 1]``: used to rank perturbed datasets during training
         (``rank_by="coverage"``) and for the threshold.
     perturbations : list of Perturbation, optional
-        The family ``T`` (:mod:`calwatch.engine.selective_perturb`). Default ``None``:
+        The family ``T`` (:mod:`calwatch.engine.selective.perturb`). Default ``None``:
         :class:`ClassPriorShift`, plus :class:`GroupResample` when ``groups`` are given, plus
         :class:`FeatureNoise` and :class:`FeatureDropout` when embeddings *and* ``head`` are
         (without a head, noisy embeddings leave the probabilities as they were and only blur
@@ -467,11 +467,11 @@ class SelectiveCalibrator(_Selector):
         footnote 4, for a selector shared across coverages).
     head : callable, optional
         The model's map from embeddings to probabilities; when given, transformed embeddings
-        get recomputed probabilities (see :mod:`~calwatch.engine.selective_perturb`).
+        get recomputed probabilities (see :mod:`~calwatch.engine.selective.perturb`).
     features : sequence of str
-        Meta features (:data:`~calwatch.engine.selective_features.FEATURE_NAMES`).
+        Meta features (:data:`~calwatch.engine.selective.features.FEATURE_NAMES`).
     max_classes, n_neighbors, subsample, max_reference, max_dims
-        As in :class:`~calwatch.engine.selective_features.MetaFeatures`.
+        As in :class:`~calwatch.engine.selective.features.MetaFeatures`.
     reference_fraction : float
         When embeddings but no reference are given to ``fit``, this share of the fit rows
         (seeded) becomes the reference and is not trained on.

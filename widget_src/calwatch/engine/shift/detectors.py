@@ -49,8 +49,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.martingale import ScoreBag, cusum, shiryaev_roberts, simple_jumper
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.shift.martingale import ScoreBag, cusum, shiryaev_roberts, simple_jumper
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -150,14 +150,14 @@ class ConformalTestMartingale:
     merged into the run before it while it is at least a quarter of that run's size (a
     log-structured merge), so there are ``O(log N)`` runs, a p-value costs one binary search
     per run, and within a batch each row is ranked against the rows before it by a
-    merge-sort count (:func:`calwatch.engine.martingale.earlier_counts`), ``O(b log b)``. A
+    merge-sort count (:func:`calwatch.engine.shift.martingale.earlier_counts`), ``O(b log b)``. A
     fixed-resolution sketch would shift every p-value by up to one cell's mass, and a product
     martingale compounds a per-row bias ``δ`` into a factor up to ``(1 + δ)^n``: over a long
     stream that alone could cross ``c``. Exactness keeps the bounds exact; memory is 16 bytes
     per *distinct* score (16 MB per million continuous scores), and ``resolution`` bounds it
     without approximating the guarantee. The martingale works in log space: a batch's 3×3
     factors ``D_n M`` are multiplied by a blocked parallel prefix scan
-    (:func:`calwatch.engine.martingale.simple_jumper`), and CUSUM and Shiryaev–Roberts by
+    (:func:`calwatch.engine.shift.martingale.simple_jumper`), and CUSUM and Shiryaev–Roberts by
     cumulative sums, running minima and ``logaddexp`` accumulation.
 
     Examples

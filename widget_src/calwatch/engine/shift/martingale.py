@@ -9,7 +9,7 @@
 - :func:`cusum`, :func:`shiryaev_roberts`: the change-detection statistics on the
   martingale's factors, in log space, restarted after every alarm.
 
-:class:`calwatch.engine.shift.ConformalTestMartingale` puts these together.
+:class:`calwatch.engine.shift.detectors.ConformalTestMartingale` puts these together.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ exchangeability every calwatch guarantee rests on).
 - :class:`CoverageDrop` (labels needed): are labelled rows missed more often than the
   calibrator promises? A betting test of the miss rate (below).
 - :class:`RiskJump` (label-free): the window's mean estimated risk (any per-row risk, e.g.
-  :meth:`~calwatch.engine.risk.RiskEstimator.row_risk`) against its calibration value, with a
+  :meth:`~calwatch.engine.risk.estimator.RiskEstimator.row_risk`) against its calibration value, with a
   confidence interval; repeated looks are paid for by alpha spending.
 - :class:`ReferenceExceedance` (label-free): the share of rows whose distance to the
   reference set exceeds the calibration rows' 95th percentile, against 5%; the betting test.
@@ -63,9 +63,9 @@ from scipy.special import logsumexp
 from scipy.stats import beta, chi2, norm
 
 from calwatch.engine._validation import check_alpha
-from calwatch.engine.conformal import NotFittedError
-from calwatch.engine.metrics import clopper_pearson
-from calwatch.engine.quantiles import conformal_rank
+from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.conformal.quantiles import conformal_rank
+from calwatch.engine.metrics.intervals import clopper_pearson
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

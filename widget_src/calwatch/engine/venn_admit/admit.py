@@ -6,7 +6,7 @@ labels) and one labelled calibration set, which it splits 10% / 45% / 45% (seede
 ``D_ca^mc`` (calibrates ADMIT) and ``D_ca^vp`` (the Venn predictor). Every step of §2:
 
 1. ``f_tr^KNN`` (Eq. 2-3) over the ``K`` nearest reference rows (faiss), trained as App. C
-   (:mod:`calwatch.engine.knn_approx`); ``π^KNN = softmax(a)``, ``ŷ^KNN = argmax a``.
+   (:mod:`calwatch.engine.venn_admit.approximation`); ``π^KNN = softmax(a)``, ``ŷ^KNN = argmax a``.
 2. ``q`` (Eq. 4): leading neighbours, nearest first, whose model prediction equals both
    ``ŷ^KNN`` and their true label; ``d`` (Eq. 5): distance to the nearest reference row.
 3. Band radius ``ω = δ·ŝ``, ``ŝ`` the sample standard deviation (ddof 1) of ``d`` over the
@@ -40,7 +40,7 @@ labels) and one labelled calibration set, which it splits 10% / 45% / 45% (seede
    left out is at most ``(n − k)·exp(−(d_(k) − d_(1))/η')`` times the nearest row's weight.
 
 Vectorised: no Python loop over rows (only over classes and blocks); the band quantiles are
-exact rank queries (:mod:`calwatch.engine.venn_bands`).
+exact rank queries (:mod:`calwatch.engine.venn_admit.bands`).
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_alpha, check_labels
-from calwatch.engine.calibration import check_logits
-from calwatch.engine.conformal import NotFittedError
+from calwatch.engine.calibration.maps import check_logits
+from calwatch.engine.conformal.classifier import NotFittedError
 from calwatch.engine.knn import INDEX_KINDS, IndexKind, KNNIndex, check_embeddings
-from calwatch.engine.knn_approx import (
+from calwatch.engine.venn_admit.approximation import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_EPOCHS,
     ApproximationParams,
@@ -63,15 +63,20 @@ from calwatch.engine.knn_approx import (
     argmax_lowest,
     fit_approximation,
 )
-from calwatch.engine.knn_localizer import LocalizerSupport, category_mass, fit_localizer, localizer_logits
-from calwatch.engine.venn_bands import (
+from calwatch.engine.venn_admit.bands import (
     AdmitCalibration,
     VennCategories,
     band_radius,
     reliability_features,
     venn_bounds,
 )
-from calwatch.engine.venn_results import (
+from calwatch.engine.venn_admit.localizer import (
+    LocalizerSupport,
+    category_mass,
+    fit_localizer,
+    localizer_logits,
+)
+from calwatch.engine.venn_admit.results import (
     VennAdmitResult,
     VennBatch,
     decode_state,

@@ -5,7 +5,7 @@
   ``w = softmax_k(−‖r_t − r_k‖₂ / η)`` and ``ỹ_k^c = ±1`` (one-vs-rest true label), ``2C + 1``
   parameters.
 - The localizer ``f_ca^KNN`` (Eq. 8, one parameter ``η'``) lives in
-  :mod:`calwatch.engine.knn_localizer`.
+  :mod:`calwatch.engine.venn_admit.localizer`.
 - :func:`fit_approximation` (and the localizer's ``fit_localizer``) train as App. C says, through
   :func:`train_to_agree`: per-row loss ``(1/C) Σ_c BCE(σ(o_c) → σ(a_c))`` against the logits
   ``o`` being approximated; Adadelta with learning rate 1.0 on shuffled mini-batches of the

@@ -169,7 +169,7 @@ class PrefixCounts:
         return out
 
 
-#: Slack on ``⌈(n+1)(1−α)⌉`` against float rounding (as in :mod:`calwatch.engine.quantiles`).
+#: Slack on ``⌈(n+1)(1−α)⌉`` against float rounding (as in :mod:`calwatch.engine.conformal.quantiles`).
 _RANK_SLACK = 1e-9
 
 

@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.engine.calibration import TemperatureScaling
-from calwatch.engine.conformal import SplitConformalClassifier, TuneName
-from calwatch.engine.knn_approx import argmax_lowest
-from calwatch.engine.knn_localizer import LocalizerSupport
-from calwatch.engine.venn_admit import SPLIT_KNN, VennAdmit
+from calwatch.engine.calibration.maps import TemperatureScaling
+from calwatch.engine.conformal.classifier import SplitConformalClassifier, TuneName
+from calwatch.engine.venn_admit.admit import SPLIT_KNN, VennAdmit
+from calwatch.engine.venn_admit.approximation import argmax_lowest
+from calwatch.engine.venn_admit.localizer import LocalizerSupport
 
 if TYPE_CHECKING:
     import polars as pl

@@ -5,7 +5,7 @@
 - :func:`localizer_logits`: the localizer's output ``Σ_j ψ_j a_j`` (``a_j`` the ``f_tr^KNN``
   logits of the support rows).
 - :func:`fit_localizer`: trains ``η'`` as App. C trains the approximation
-  (:func:`calwatch.engine.knn_approx.train_to_agree`).
+  (:func:`calwatch.engine.venn_admit.approximation.train_to_agree`).
 - :func:`category_mass`: ``ψ' = Σ_{j∈T} ψ_j`` over a Venn category (Eq. 9), the test-point
   weight ``1/ψ'`` of the weighted Venn-ADMIT predictor (Alg. 3).
 """
@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine.knn import IndexKind, KNNIndex
-from calwatch.engine.knn_approx import (
+from calwatch.engine.venn_admit.approximation import (
     BLOCK_ELEMENTS,
     DEFAULT_BATCH_SIZE,
     DEFAULT_EPOCHS,
@@ -31,7 +31,7 @@ from calwatch.engine.knn_approx import (
     start_on_grid,
     train_to_agree,
 )
-from calwatch.engine.venn_bands import GroupedWindows
+from calwatch.engine.venn_admit.bands import GroupedWindows
 
 FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]

@@ -1,4 +1,4 @@
-"""Result types of :class:`calwatch.engine.venn_admit.VennAdmit` and their plain-data forms.
+"""Result types of :class:`calwatch.engine.venn_admit.admit.VennAdmit` and their plain-data forms.
 
 - :class:`VennAdmitResult`: per-row arrays of ``predict_arrays``; :func:`result_frame` turns
   them into the polars frame of ``predict``.
@@ -16,9 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_labels
-from calwatch.engine.calibration import check_logits
+from calwatch.engine.calibration.maps import check_logits
 from calwatch.engine.knn import check_embeddings
-from calwatch.engine.knn_approx import ApproximationParams, TrainingResult
+from calwatch.engine.venn_admit.approximation import ApproximationParams, TrainingResult
 
 if TYPE_CHECKING:
     import polars as pl
