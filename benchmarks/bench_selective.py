@@ -6,7 +6,7 @@
 2. ``selective_curve`` (20 coverages, thresholds of Eq. 16 on the same rows) on ``n_cal`` rows
    vs the reference above called once per coverage after a full sort of the scores.
 3. Scoring ``n_cal`` rows (K = 2, 64-d embeddings of the UCI Adult network,
-   :func:`calwatch.data_shift.shift_task`) with a fitted ``SelectiveCalibrator`` (every meta
+   :func:`calwatch.datasets.shift.shift_task`) with a fitted ``SelectiveCalibrator`` (every meta
    feature), and each meta feature on its own, against the confidence baseline: what a
    Monitor pays per batch.
 
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         verdict = "PASS" if a <= TARGET_VS_NUMPY * b else "FAIL"
         print(f"{label:<44} {fmt_ms(a):>12} {fmt_ms(b):>10} {a / b:7.2f} {verdict:>7}")
 
-    from calwatch.data_shift import shift_task
+    from calwatch.datasets.shift import shift_task
 
     task = shift_task("adult-sex")
     fit = task.source.subsample(2_000, SEED)

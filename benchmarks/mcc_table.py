@@ -1,6 +1,6 @@
 """Modular conformal calibration on real data: paper 001's Tables 2-3 layout, and conformal intervals.
 
-Data (offline, ``calwatch.data_regression.regression_pool``): diamonds (log price), hotel_rates
+Data (offline, ``calwatch.datasets.regression.regression_pool``): diamonds (log price), hotel_rates
 (price per room), gss_wages (log real income) and NYC flights (arrival delay, minutes). Large
 tables are subsampled to 20,000 rows (diamonds from 53,940, gss_wages from 37,230, flights from
 327,346; hotel_rates keeps its 15,402) to keep the run to a few minutes; each is split 60/20/20:
@@ -48,7 +48,7 @@ import numpy as np
 from scipy.special import ndtr
 from scipy.stats import rankdata
 
-from calwatch.data_regression import REGRESSION_DATASETS, regression_pool
+from calwatch.datasets.regression import REGRESSION_DATASETS, regression_pool
 from calwatch.engine.conformal.regression import SplitConformalRegressor
 from calwatch.engine.regression.calibrator import ModularConformalCalibrator
 from calwatch.engine.regression.metrics import (

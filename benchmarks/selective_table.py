@@ -1,6 +1,6 @@
 """Paper 002's comparison on real shifted tasks: S-MMCE selectors against the baselines.
 
-Tasks (:func:`calwatch.data_shift.shift_task`, cached; a one-hidden-layer network of 64 ReLU
+Tasks (:func:`calwatch.datasets.shift.shift_task`, cached; a one-hidden-layer network of 64 ReLU
 units gives probabilities and embeddings):
 
 - ``adult-sex``: UCI Adult, income > 50K; the network was trained on men; selectors are fitted
@@ -52,7 +52,7 @@ import numpy as np
 import polars as pl
 
 from _common import machine_line
-from calwatch.data_shift import SHIFT_TASKS, shift_task
+from calwatch.datasets.shift import SHIFT_TASKS, shift_task
 from calwatch.engine.metrics.calibration import DEFAULT_COVERAGES, selective_auc, selective_curve
 from calwatch.engine.selective.calibrator import BaselineSelector, SelectiveCalibrator
 

@@ -14,7 +14,7 @@ RAPS-size, APS, Local-conf, ADMIT, Venn-ADMIT-w, Venn-ADMIT_qK-w, Venn-ADMIT, Ve
 Table 2's analogue lists the model's and ``f_tr^KNN``'s accuracy on the calibration set and each
 test set, and their agreement (share of rows with the same predicted class).
 
-Data (``calwatch.data_embeddings``, cached on disk, seed 0):
+Data (``calwatch.datasets.embeddings``, cached on disk, seed 0):
 
 - ``text``: Rotten Tomatoes snippets, a TF-IDF torch MLP (hidden layer = embedding, 64-d);
   reference 4,077 snippets, calibration 4,586, in-distribution test 1,529, shifted test = 102
@@ -54,7 +54,7 @@ import numpy as np
 import polars as pl
 
 from _common import machine_line
-from calwatch.data_embeddings import EmbeddingTask, flights_mlp_task, rotten_tomatoes_task
+from calwatch.datasets.embeddings import EmbeddingTask, flights_mlp_task, rotten_tomatoes_task
 from calwatch.engine.venn_admit.admit import SPLIT_KNN, SPLIT_MC, SPLIT_VP, VennAdmit
 from calwatch.engine.venn_admit.approximation import argmax_lowest
 from calwatch.engine.venn_admit.baselines import METHODS, PAPER_NAMES, admitted_accuracy, compare_methods

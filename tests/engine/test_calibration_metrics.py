@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from calwatch.engine.metrics import selective_calibration_error as reexported
 from calwatch.engine.metrics.calibration import (
     DEFAULT_COVERAGES,
     binned_calibration_error,
@@ -20,7 +21,6 @@ from calwatch.engine.metrics.calibration import (
     selective_calibration_error,
     selective_curve,
 )
-from calwatch.engine.metrics import selective_calibration_error as reexported
 
 # Seven rows, three bins by rank, as numpy.array_split cuts 7 into 3: sizes 3, 2, 2.
 #   sorted r: .10 .20 .30 | .50 .60 | .80 .90

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from calwatch.data_digits import digits_task, mnist_5k, sklearn_digits_as_mnist
+from calwatch.datasets.digits import digits_task, mnist_5k, sklearn_digits_as_mnist
 
 
 def test_images_are_in_mnist_format():

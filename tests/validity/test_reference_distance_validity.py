@@ -1,6 +1,6 @@
 """Monte Carlo validity of the reference distance martingale on real embeddings (SHIFT.md §1).
 
-Data: the flights MLP of ``calwatch.data_embeddings.flights_mlp_task(seed=0)`` (trained on
+Data: the flights MLP of ``calwatch.datasets.embeddings.flights_mlp_task(seed=0)`` (trained on
 January-June 2013; 64-d embedding: its last hidden layer). Score: each row's distance to the
 nearest of half the calibration embeddings (:class:`ReferenceDistanceMartingale`).
 
@@ -12,7 +12,7 @@ nearest of half the calibration embeddings (:class:`ReferenceDistanceMartingale`
    reaches c = 20 by 1/c = 0.05. Tolerance: the number of alarmed streams is
    Binomial(R, q) with q ≤ 0.05; it must not exceed the 0.999 quantile of Binomial(200, 0.05)
    (= 22, i.e. 11%), a failure probability ≤ 0.001 for a valid detector.
-2. Power, on a real covariate shift: the MNIST CNN of ``calwatch.data_digits.digits_task``
+2. Power, on a real covariate shift: the MNIST CNN of ``calwatch.datasets.digits.digits_task``
    (256-d penultimate layer) calibrated on 2,000 real MNIST digits, then 500 other MNIST
    digits (clean), then scikit-learn's 8×8 digits upsampled to MNIST's format (median
    distance to the reference 17.8 against 13.2 in domain). CUSUM at c = 10⁶ must stay quiet
@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from calwatch.data_digits import digits_task
-from calwatch.data_embeddings import flights_mlp_task
+from calwatch.datasets.digits import digits_task
+from calwatch.datasets.embeddings import flights_mlp_task
 from calwatch.shift_watch import CalibrationData, ReferenceDistanceMartingale
 
 pytestmark = pytest.mark.slow

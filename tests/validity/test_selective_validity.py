@@ -1,6 +1,6 @@
 """Selective calibration on a real shifted task (paper 002; ALGORITHMS.md §6, §8).
 
-Data: UCI Adult (``calwatch.data_shift.shift_task("adult-sex")``, cached): a one-hidden-layer
+Data: UCI Adult (``calwatch.datasets.shift.shift_task("adult-sex")``, cached): a one-hidden-layer
 network (64 ReLU units) predicts ``income > 50K`` and was trained on half of the men; the
 selector is fitted on 3,000 other men (``source``), and judged on the women (``target``,
 16,192 rows, 10.9% positive instead of 30.4%), whose probabilities the network overstates.
@@ -25,7 +25,7 @@ import math
 import numpy as np
 import pytest
 
-from calwatch.data_shift import shift_task
+from calwatch.datasets.shift import shift_task
 from calwatch.engine.metrics.calibration import (
     calibration_error,
     coverage_threshold,

@@ -1,6 +1,6 @@
 """Monte Carlo check of Venn-ADMIT on real data (paper 000; ALGORITHMS.md §2 and §8).
 
-Data (``calwatch.data_embeddings``, cached on disk and shared by all seeds):
+Data (``calwatch.datasets.embeddings``, cached on disk and shared by all seeds):
 
 - ``text``: Rotten Tomatoes snippets, a TF-IDF torch MLP whose 64-d hidden layer is the
   embedding; reference ``D_tr`` = its 4,077 training snippets. Per seed, the 6,115 calibration
@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from calwatch.data_embeddings import EmbeddingTask, flights_mlp_task, rotten_tomatoes_task
+from calwatch.datasets.embeddings import EmbeddingTask, flights_mlp_task, rotten_tomatoes_task
 from calwatch.engine.venn_admit.admit import VennAdmit
 from calwatch.engine.venn_admit.approximation import argmax_lowest
 from calwatch.engine.venn_admit.results import VennAdmitResult

@@ -13,7 +13,6 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import log_softmax, softmax
 
 from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE, check_probabilities
 
@@ -75,6 +74,8 @@ class ModelOutputs:
         ``n_classes`` is the number of columns expected; ``tolerance`` how far a row of
         probabilities may sum from 1.
         """
+        from scipy.special import softmax  # on first use: `import calwatch` stays fast
+
         if probs is None and logits is None:
             msg = f"{name} is required: pass class probabilities of shape (rows, classes)"
             raise ValueError(msg)
@@ -135,6 +136,8 @@ class SklearnAdapter:
 
     def __call__(self, X: Any) -> ModelOutputs:
         """Probabilities (and log-probabilities as logits) for a batch of inputs."""
+        from scipy.special import softmax  # on first use: `import calwatch` stays fast
+
         if hasattr(self.model, "predict_proba"):
             P = check_probabilities(self.model.predict_proba(X), "model.predict_proba(X)")
             with np.errstate(divide="ignore"):
@@ -177,6 +180,8 @@ class TorchAdapter:
 
     def __call__(self, X: Any) -> ModelOutputs:
         """Logits, softmax probabilities and (if asked) embeddings, in eval mode without grad."""
+        from scipy.special import log_softmax  # on first use: `import calwatch` stays fast
+
         torch = self._torch
         inputs = X if isinstance(X, torch.Tensor) else torch.as_tensor(np.asarray(X), dtype=torch.float32)
         captured: list[Any] = []

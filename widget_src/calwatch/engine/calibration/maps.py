@@ -18,8 +18,6 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import minimize_scalar
-from scipy.special import expit, log_expit, log_softmax, logsumexp
 
 from calwatch.engine._validation import check_labels, check_probabilities
 from calwatch.engine.calibration.binning import HistogramBinning, IsotonicCalibration
@@ -68,6 +66,8 @@ def check_logits(logits: Any, name: str = "logits", *, n_classes: int | None = N
 
 def temperature_nll(logits: FloatArray, y: IntArray, temperature: float) -> float:
     """Mean negative log-likelihood of ``softmax(logits / T)`` at the true labels."""
+    from scipy.special import logsumexp  # on first use: `import calwatch` stays fast
+
     scaled = logits / temperature
     rows = np.arange(logits.shape[0])
     return float(np.mean(logsumexp(scaled, axis=1) - scaled[rows, y]))
@@ -130,6 +130,8 @@ class TemperatureScaling:
 
     def fit(self, logits: Any, y: Any) -> TemperatureScaling:
         """Fit ``T`` on calibration logits and class indices."""
+        from scipy.optimize import minimize_scalar  # on first use: `import calwatch` stays fast
+
         z = check_logits(logits, "logits")
         labels = check_labels(y, z.shape[1], "y", n_rows=z.shape[0])
         lo, hi = (math.log(b) for b in self.bounds)
@@ -151,6 +153,8 @@ class TemperatureScaling:
 
     def transform(self, logits: Any) -> FloatArray:
         """Calibrated probabilities ``softmax(logits / T)``, float64."""
+        from scipy.special import log_softmax  # on first use: `import calwatch` stays fast
+
         self._check_fitted()
         z = check_logits(logits, "logits", n_classes=self.n_classes_)
         probs: FloatArray = np.exp(log_softmax(z / self.temperature_, axis=1))
@@ -158,6 +162,8 @@ class TemperatureScaling:
 
     def log_transform(self, logits: Any) -> FloatArray:
         """Calibrated log-probabilities ``log_softmax(logits / T)``, float64."""
+        from scipy.special import log_softmax  # on first use: `import calwatch` stays fast
+
         self._check_fitted()
         z = check_logits(logits, "logits", n_classes=self.n_classes_)
         log_probs: FloatArray = log_softmax(z / self.temperature_, axis=1)
@@ -207,6 +213,8 @@ def fit_sigmoid(scores: FloatArray, targets: FloatArray) -> tuple[float, float]:
     >>> round(a, 9), abs(round(b, 9))
     (0.693147181, 0.0)
     """
+    from scipy.special import expit, log_expit  # on first use: `import calwatch` stays fast
+
     mean_target = float(np.clip(np.mean(targets), LOG_ODDS_CLIP, 1.0 - LOG_ODDS_CLIP))
     intercept = math.log(mean_target) - math.log1p(-mean_target)
     if float(np.ptp(scores)) == 0.0:
@@ -334,6 +342,8 @@ class PlattScaling:
 
     def transform(self, X: Any) -> FloatArray:
         """Calibrated probabilities, shape ``(m, K)``, float64, rows summing to 1."""
+        from scipy.special import expit, log_expit, logsumexp  # on first use: `import calwatch` stays fast
+
         if not hasattr(self, "coef_"):
             msg = "this PlattScaling is not fitted yet: call fit(X, y) first"
             raise NotFittedError(msg)

@@ -33,8 +33,6 @@ from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import gammaln
-from scipy.stats import binom
 
 from calwatch.engine._validation import check_labels
 from calwatch.engine.calibration.maps import TemperatureScaling, check_logits
@@ -131,6 +129,8 @@ def _exact_cdf_below(k: int, n: int, epsilon: float, delta: float) -> bool:
 
 def _binomial_feasible(k: int, n: int, epsilon: float, delta: float) -> bool:
     """Whether ``P[Binomial(n, ε) ≤ k] < δ``."""
+    from scipy.stats import binom  # on first use: `import calwatch` stays fast
+
     cdf = float(binom.cdf(k, n, epsilon))
     if n <= EXACT_CHECK_MAX_N and abs(cdf - delta) <= _BORDERLINE_RTOL * delta:
         return _exact_cdf_below(k, n, epsilon, delta)
@@ -600,6 +600,8 @@ class Ellipsoids:
 
     def volume(self) -> FloatArray:
         """``π^{d/2}/Γ(d/2 + 1) · r^d · sqrt(det S)`` (the length ``2 r sqrt(S)`` in 1-D)."""
+        from scipy.special import gammaln  # on first use: `import calwatch` stays fast
+
         d = self.n_dims
         _, logdet = np.linalg.slogdet(self.shape)
         log_unit = 0.5 * d * math.log(math.pi) - float(gammaln(0.5 * d + 1.0))

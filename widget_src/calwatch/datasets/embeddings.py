@@ -37,7 +37,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.datasets import FLIGHT_CATEGORICAL, LATE, ON_TIME, cache_dir, load_flights
+from calwatch.datasets.cache import cache_dir
+from calwatch.datasets.tabular import FLIGHT_CATEGORICAL, LATE, ON_TIME, load_flights
 
 FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]

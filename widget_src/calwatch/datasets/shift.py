@@ -45,7 +45,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.datasets import _write_parquet_atomic, cache_dir, load_flights
+from calwatch.datasets.cache import cache_dir, write_parquet_atomic
+from calwatch.datasets.tabular import load_flights
 
 FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]
@@ -399,7 +400,7 @@ def shift_task(name: str, *, seed: int = 0, refresh: bool = False) -> ShiftTask:
     rows_path, head_path = cache_dir() / f"{stem}.parquet", cache_dir() / f"{stem}.json"
     if refresh or not (rows_path.is_file() and head_path.is_file()):
         frame, info = build(seed)
-        _write_parquet_atomic(frame, rows_path)
+        write_parquet_atomic(frame, rows_path)
         _write_json_atomic(info, head_path)
     frame = pl.read_parquet(rows_path)
     info = json.loads(head_path.read_text())

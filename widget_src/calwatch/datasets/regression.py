@@ -24,7 +24,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.datasets import _cached, _rdataset, load_flights
+from calwatch.datasets.cache import cached, rdataset
+from calwatch.datasets.tabular import load_flights
 from calwatch.engine.regression.scores import rearrange_quantiles
 
 FloatArray = npt.NDArray[np.float64]
@@ -120,7 +121,7 @@ def _frame_to_matrix(
 def _raw_task(name: str) -> tuple[Any, FloatArray, list[str], dict[str, int | None]]:
     """(frame, target, numeric columns, one-hot columns with their top-k) of a task."""
     if name == "diamonds":
-        raw = _rdataset("ggplot2", "diamonds")
+        raw = rdataset("ggplot2", "diamonds")
         frame = raw.copy()
         for column, order in (
             ("cut", ("Fair", "Good", "Very Good", "Premium", "Ideal")),
@@ -131,7 +132,7 @@ def _raw_task(name: str) -> tuple[Any, FloatArray, list[str], dict[str, int | No
         y = np.log(raw["price"].to_numpy(dtype=np.float64))
         return frame, y, ["carat", "cut", "color", "clarity", "depth", "table", "x", "y", "z"], {}
     if name == "hotel_rates":
-        frame = _rdataset("modeldata", "hotel_rates")
+        frame = rdataset("modeldata", "hotel_rates")
         numeric = [
             "lead_time", "stays_in_weekend_nights", "stays_in_week_nights", "adults", "children", "babies",
             "is_repeated_guest", "previous_cancellations", "previous_bookings_not_canceled",
@@ -145,7 +146,7 @@ def _raw_task(name: str) -> tuple[Any, FloatArray, list[str], dict[str, int | No
         }  # fmt: skip
         return frame, frame["avg_price_per_room"].to_numpy(dtype=np.float64), numeric, categories
     if name == "gss_wages":
-        raw = _rdataset("stevedata", "gss_wages")
+        raw = rdataset("stevedata", "gss_wages")
         frame = raw[raw["realrinc"].notna() & (raw["realrinc"] > 0)].copy()
         frame = frame[frame[["age", "prestg10", "childs"]].notna().all(axis=1)]
         frame["male"] = (frame["gender"] == "Male").astype(np.float64)
@@ -443,7 +444,7 @@ def regression_pool(
         f"-torch{version}"
     )
     start = time.perf_counter()
-    frame = _cached(
+    frame = cached(
         f"{key}.parquet", lambda: _build_pool(name, seed, max_rows, epochs, progress), refresh=refresh
     )
     built = time.perf_counter() - start > 1.0
@@ -592,7 +593,7 @@ def hotel_rates_task(
     if prediction not in ("quantile", "point"):
         msg = f"prediction must be 'quantile' or 'point'; got {prediction!r}"
         raise ValueError(msg)
-    raw = _rdataset("modeldata", "hotel_rates")
+    raw = rdataset("modeldata", "hotel_rates")
     frame = pl.from_pandas(raw).with_columns(
         month=pl.col("arrival_date").str.slice(0, 7),
         id=pl.format("hotel-{}", pl.col("rownames")),

