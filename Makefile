@@ -3,7 +3,7 @@
 #   make test   lint, then every test: vitest, pytest (engine, monitor, widget, validity, notebooks, browser)
 #   make bench  speed and memory benchmarks against the alternatives
 #   make bench-shift  shift detectors vs NannyML / Evidently / alibi-detect (own venv)
-#   make lint   ruff, mypy --strict, tsc
+#   make lint   ruff, mypy --strict, import-linter (layers, no circles), tsc
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -37,6 +37,7 @@ lint: $(VENV)/.stamp-lint js
 	$(PY) -m ruff check widget_src tests benchmarks
 	$(PY) -m ruff format --check widget_src tests benchmarks
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 	npx tsc --noEmit -p tsconfig.json
 
 venv: $(VENV)/.stamp-run

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from calwatch.engine.conformal.adaptive import Adaptive, ConformalLevels, CoverLimits, LevelSets
-from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
+from calwatch.engine.conformal.classifier import SplitConformalClassifier
+from calwatch.engine.errors import NotFittedError
 
 from ..synthetic import softmax_data
 

@@ -15,8 +15,8 @@ from calwatch.engine.calibration.maps import (
     platt_targets,
     temperature_nll,
 )
-from calwatch.engine.conformal.classifier import NotFittedError
 from calwatch.engine.conformal.scores import aps_scores, descending_order
+from calwatch.engine.errors import NotFittedError
 
 from ..synthetic import softmax_data
 

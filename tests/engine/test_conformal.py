@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
+from calwatch.engine.conformal.classifier import SplitConformalClassifier
+from calwatch.engine.errors import NotFittedError
 
 from ..synthetic import softmax_data
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.knn import KNNIndex, check_embeddings
 from calwatch.engine.venn_admit.approximation import (
     ApproximationParams,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import chi2, norm
 
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.shift.monitors import (
     BET_FRACTIONS,
     BernoulliBetting,

@@ -9,7 +9,7 @@ import pytest
 from scipy.special import log_softmax
 
 from calwatch.engine.calibration.maps import TemperatureScaling
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.pac.sets import (
     Ellipsoids,
     PACConfidenceSets,

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 from scipy.special import ndtri
 
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.regression.calibrator import CalibratedCDF, ModularConformalCalibrator
 from calwatch.engine.regression.interpolation import (
     LinearInterpolation,

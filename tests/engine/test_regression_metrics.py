@@ -7,8 +7,8 @@ import pytest
 from scipy import stats
 from scipy.special import ndtri
 
-from calwatch.engine.conformal.classifier import NotFittedError
 from calwatch.engine.conformal.regression import SplitConformalRegressor
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.regression.calibrator import ModularConformalCalibrator
 from calwatch.engine.regression.interpolation import LinearInterpolation, RandomInterpolation
 from calwatch.engine.regression.metrics import (

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.risk.estimator import RISK_METHODS, RiskEstimator, invcp_gamma
 
 from ..synthetic import softmax_data

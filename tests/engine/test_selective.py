@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.metrics.calibration import selective_calibration_error
 from calwatch.engine.selective.calibrator import (
     BaselineSelector,

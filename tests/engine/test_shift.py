@@ -11,7 +11,7 @@ import numpy.typing as npt
 import polars as pl
 import pytest
 
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.shift.detectors import MAX_CHUNK, STATISTICS, ConformalTestMartingale
 from calwatch.engine.shift.martingale import (
     MERGE_RATIO,

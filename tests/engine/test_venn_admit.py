@@ -13,8 +13,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from calwatch.engine.conformal.classifier import NotFittedError
 from calwatch.engine.conformal.quantiles import conformal_quantile
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.venn_admit.admit import SPLIT_MC, SPLIT_VP, VennAdmit
 from calwatch.engine.venn_admit.bands import (
     AdmitCalibration,

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
+from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.conformal.quantiles import conformal_quantile
 from calwatch.engine.conformal.weighted import (
     WeightedConformalClassifier,
@@ -13,6 +13,7 @@ from calwatch.engine.conformal.weighted import (
     effective_sample_size,
     weighted_conformal_quantile,
 )
+from calwatch.engine.errors import NotFittedError
 
 from ..synthetic import softmax_data
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import calwatch.regression_monitor  # noqa: F401 - registers Monitor(task="regression")
 from calwatch.compare import compare
 from calwatch.engine.conformal.adaptive import Adaptive
-from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
+from calwatch.engine.conformal.classifier import SplitConformalClassifier
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.pac.sets import PACConfidenceSets
 from calwatch.engine.risk.estimator import RiskEstimator
 from calwatch.models import ModelOutputs, wrap

@@ -61,8 +61,8 @@ def datasets(
     ends = {record.index: end for record, end in buckets}
     if getattr(monitor, "task", None) == "regression":
         return _regression_datasets(monitor, records, ends, resolution)
-    sizes = monitor._set_size_counts_of(records)
-    classes = monitor._class_coverage_of(records).select(
+    sizes = monitor.set_size_counts_of(records)
+    classes = monitor.class_coverage_of(records).select(
         "batch", "calibrator", "class", "n_labelled", "n_covered", "target"
     )
     return {
@@ -94,7 +94,7 @@ def _summary_rows(
 ) -> pl.DataFrame:
     """The ``batches`` dataset of some (pooled) records: the summary with labels and spans."""
     labels = calibrator_labels(monitor)
-    summary = monitor._summary_of(records).drop("observed_at")
+    summary = monitor.summary_of(records).drop("observed_at")
     summary = summary.with_columns(label=pl.col("calibrator").replace_strict(labels, return_dtype=pl.String))
     return _spans(summary, ends, resolution, "calibrator")
 
@@ -165,7 +165,7 @@ def _regression_datasets(
     monitor: Any, records: list[BatchRecord], ends: dict[int, int], resolution: Resolution
 ) -> dict[str, pl.DataFrame]:
     """A regression monitor's datasets: per-bucket summary, PIT counts and the latest batch's fan."""
-    pit = _spans(monitor._pit_histogram_of(records), ends, resolution, "calibrator", "bin")
+    pit = _spans(monitor.pit_histogram_of(records), ends, resolution, "calibrator", "bin")
     out = dict.fromkeys(DATASETS, _EMPTY)
     out |= {"batches": _summary_rows(monitor, records, ends, resolution), "pit": pit, "fan": _fan(monitor)}
     return out

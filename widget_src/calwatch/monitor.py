@@ -18,9 +18,11 @@ import polars as pl
 from calwatch.classes import ClassEncoder, as_1d_array
 from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE, check_alpha
 from calwatch.engine.conformal.adaptive import Adaptive, ConformalLevels
-from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
+from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.conformal.scores import label_ranks
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.metrics.intervals import clopper_pearson
+from calwatch.ids import as_id_list, uniform_scalar_ids
 from calwatch.models import ModelAdapter, ModelOutputs, wrap
 from calwatch.shift_watch import CalibrationData, Detector, ShiftWatch, default_detectors
 from calwatch.stream import (
@@ -147,6 +149,12 @@ class Note:
 Listener = Callable[[tuple[int, ...]], None]
 
 
+#: Monitor classes of other tasks, by task name. ``calwatch.regression_monitor`` registers
+#: ``"regression"`` when it is imported (``import calwatch`` does), so this module never imports
+#: the subclasses that build on it.
+TASK_MONITORS: dict[str, type[Monitor]] = {}
+
+
 class Monitor:
     """Watch whether a model's prediction sets keep their promised coverage on a stream.
 
@@ -196,9 +204,7 @@ class Monitor:
     def __new__(cls, *args: Any, **kwargs: Any) -> Monitor:
         """A :class:`~calwatch.regression_monitor.RegressionMonitor` for regression tasks."""
         if cls is Monitor and _is_regression(kwargs.get("task"), args[0] if args else kwargs.get("model")):
-            from calwatch.regression_monitor import RegressionMonitor
-
-            return super().__new__(RegressionMonitor)
+            return super().__new__(TASK_MONITORS["regression"])
         return super().__new__(cls)
 
     def __init__(
@@ -648,7 +654,7 @@ class Monitor:
         if ids is None:
             row_ids: list[Hashable] = list(range(self._next_auto_id, self._next_auto_id + m))
         else:
-            row_ids = _as_id_list(ids)
+            row_ids = as_id_list(ids)
             if len(row_ids) != m:
                 msg = f"ids has {len(row_ids)} values but the batch has {m} rows"
                 raise ValueError(msg)
@@ -685,7 +691,7 @@ class Monitor:
             counted in ``unmatched`` (and in :meth:`status`), never applied silently.
         """
         encoder = self._require_encoder()
-        id_list = _as_id_list(ids)
+        id_list = as_id_list(ids)
         labels = encoder.encode(y, "y", n_rows=len(id_list))
         found, where = self._locate(id_list)
         unmatched = int((~found).sum())
@@ -1191,10 +1197,16 @@ class Monitor:
         δ: ≥ 0 means conservative). Columns of the other kind are null, as are labelled
         metrics until a row of the batch is labelled.
         """
-        return self._summary_of(self._records(batches))
+        return self.summary_of(self._records(batches))
 
-    def _summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
-        """:meth:`summary` of some batch records (observed batches, or merged runs of them)."""
+    def summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+        """:meth:`summary` of some batch records (observed batches, or merged runs of them).
+
+        Part of the read API the views use: ``records`` come from :attr:`batch_records` or
+        :meth:`window_records`, possibly pooled by :func:`calwatch.stream.merge_records` (a bucket
+        of consecutive batches drawn as one point); the statistics are counts, so a pooled
+        record's summary is exactly that of all its rows.
+        """
         targets = self.targets()
         rows: list[dict[str, Any]] = []
         for record in records:
@@ -1278,9 +1290,10 @@ class Monitor:
 
     def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
         """Rows per set size: ``batch, calibrator, size, count`` (sizes with count > 0)."""
-        return self._set_size_counts_of(self._records(batches))
+        return self.set_size_counts_of(self._records(batches))
 
-    def _set_size_counts_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+    def set_size_counts_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+        """:meth:`set_size_counts` of some batch records (see :meth:`summary_of`)."""
         out: dict[str, list[Any]] = {"batch": [], "calibrator": [], "size": [], "count": []}
         for record in records:
             for key, stats in record.stats.items():
@@ -1302,9 +1315,10 @@ class Monitor:
         Columns ``[batch,] calibrator, class, n_labelled, n_covered, coverage, coverage_lo,
         coverage_hi, target``; only classes with labelled rows appear.
         """
-        return self._class_coverage_of(self._records(batches), by_batch=by_batch)
+        return self.class_coverage_of(self._records(batches), by_batch=by_batch)
 
-    def _class_coverage_of(self, records: Sequence[BatchRecord], *, by_batch: bool = True) -> pl.DataFrame:
+    def class_coverage_of(self, records: Sequence[BatchRecord], *, by_batch: bool = True) -> pl.DataFrame:
+        """:meth:`class_coverage` of some batch records (see :meth:`summary_of`)."""
         classes = self.classes_
         out: dict[str, list[Any]] = {
             "batch": [], "calibrator": [], "class": [], "n_labelled": [], "n_covered": [],
@@ -1371,7 +1385,7 @@ class Monitor:
             columns: dict[str, Any] = {
                 "batch": np.full(record.n_rows, record.index),
                 "id": pl.Series("id", rows.ids, dtype=pl.Object)
-                if not _uniform_scalar_ids(rows.ids)
+                if not uniform_scalar_ids(rows.ids)
                 else rows.ids,
                 "prediction": classes[y_hat].tolist(),
                 "confidence": rows.probs.max(axis=1),
@@ -1490,24 +1504,3 @@ def default_author() -> str:
 def _describe(model: Any) -> str:
     cls = type(model)
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _as_id_list(ids: Any) -> list[Hashable]:
-    if hasattr(ids, "to_list"):
-        return list(ids.to_list())
-    if isinstance(ids, np.ndarray):
-        if ids.ndim != 1:
-            msg = f"ids must be 1-D; got shape {ids.shape}"
-            raise ValueError(msg)
-        return list(ids.tolist())
-    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-        msg = f"ids must be a sequence of ids (list, array or Series); got {type(ids).__name__}"
-        raise TypeError(msg)
-    return list(ids)
-
-
-def _uniform_scalar_ids(ids: list[Hashable]) -> bool:
-    if not ids:
-        return True
-    first = type(ids[0])
-    return first in (int, str, float) and all(type(i) is first for i in ids)

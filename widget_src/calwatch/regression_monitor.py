@@ -28,7 +28,19 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.engine.metrics.intervals import clopper_pearson
-from calwatch.monitor import DEFAULT_WINDOW, LabelReport, Monitor, _uniform_scalar_ids
+from calwatch.ids import as_id_list, uniform_scalar_ids
+from calwatch.invariants import (
+    count_problems,
+    counts_problems,
+    floats_problems,
+    is_count,
+    is_counts,
+    number_problems,
+    order_problems,
+    relative_tolerance,
+    same_rows_problems,
+)
+from calwatch.monitor import DEFAULT_WINDOW, TASK_MONITORS, LabelReport, Monitor
 from calwatch.stream import BatchRecord, BatchRows
 
 FloatArray = npt.NDArray[np.float64]
@@ -76,6 +88,77 @@ class RegressionBatchStats:
         bins = np.minimum((pit * PIT_BINS).astype(np.int64), PIT_BINS - 1)
         self.pit_counts += sign * np.bincount(bins, minlength=PIT_BINS)
         self.crps_sum += sign * float(scored["crps"].sum())
+
+    def check(self, n_rows: int) -> list[str]:
+        """Violations of these statistics' invariants, for a batch of ``n_rows`` rows (empty when sound).
+
+        ``levels`` is a non-empty tuple of levels in (0, 1); ``self.n_rows`` is the batch's
+        ``n_rows``; ``n_labelled ≤ n_rows``; ``width_sum`` has one entry per level, never NaN
+        nor negative (``+inf`` for improper CDFs); ``covered`` is empty before any label, else
+        one count per level, each at most ``n_labelled``; ``pit_counts`` has ``PIT_BINS``
+        non-negative counts summing to ``n_labelled``; ``crps_sum`` is not NaN nor negative.
+
+        Parameters
+        ----------
+        n_rows : int
+            Rows of the batch these statistics describe.
+
+        Returns
+        -------
+        list of str
+            One readable sentence per violation, naming the field, e.g.
+            ``"covered[1] (7) > n_labelled (5)"``.
+
+        Examples
+        --------
+        >>> stats = RegressionBatchStats(levels=(0.5, 0.9), n_rows=2, width_sum=np.array([7.0, 12.0]))
+        >>> stats.check(2)
+        []
+        >>> stats.crps_sum = float("nan")
+        >>> stats.check(2)
+        ['crps_sum (nan) is NaN']
+        """
+        problems = count_problems("n_rows", n_rows) + same_rows_problems(self.n_rows, n_rows)
+        n_levels = None
+        if not (isinstance(self.levels, tuple) and self.levels):
+            problems.append(f"levels ({self.levels!r}) is not a non-empty tuple of levels")
+        else:
+            n_levels = len(self.levels)
+            for i, level in enumerate(self.levels):
+                wrong = number_problems(f"levels[{i}]", level)
+                if not wrong and not 0.0 < float(level) < 1.0:
+                    wrong = [f"levels[{i}] ({float(level)!r}) is not in (0, 1)"]
+                problems += wrong
+        problems += count_problems("n_labelled", self.n_labelled)
+        problems += order_problems([("n_labelled", self.n_labelled), ("n_rows", n_rows)])
+        tolerance = relative_tolerance(n_rows)
+        problems += floats_problems("width_sum", self.width_sum, allow_inf=True, low=-tolerance)
+        if (
+            isinstance(self.width_sum, np.ndarray)
+            and n_levels is not None
+            and self.width_sum.shape != (n_levels,)
+        ):
+            problems.append(
+                f"width_sum has shape {self.width_sum.shape}, not one entry per level ({n_levels})"
+            )
+        covered_empty = isinstance(self.covered, np.ndarray) and self.covered.shape == (0,)
+        if covered_empty:
+            if is_count(self.n_labelled) and self.n_labelled > 0:
+                problems.append(f"covered is empty but n_labelled is {self.n_labelled}")
+        else:
+            problems += counts_problems("covered", self.covered, n_levels, "the number of levels")
+            if is_counts(self.covered) and is_count(self.n_labelled):
+                above = np.flatnonzero(self.covered > self.n_labelled)
+                if above.size:
+                    i = int(above[0])
+                    problems.append(f"covered[{i}] ({int(self.covered[i])}) > n_labelled ({self.n_labelled})")
+        problems += counts_problems("pit_counts", self.pit_counts, PIT_BINS, "PIT_BINS")
+        if is_counts(self.pit_counts, PIT_BINS) and is_count(self.n_labelled):
+            total = int(self.pit_counts.sum())
+            if total != self.n_labelled:
+                problems.append(f"pit_counts sum to {total}, not n_labelled ({self.n_labelled})")
+        problems += number_problems("crps_sum", self.crps_sum, low=0.0, tolerance=tolerance, allow_inf=True)
+        return problems
 
 
 def _pct(level: float) -> str:
@@ -287,7 +370,7 @@ class RegressionMonitor(Monitor):
             raise TypeError(msg)
         if self.calibration_ is None:
             msg = "the monitor is not calibrated yet: call calibrate(X, y) or calibrate(pred=..., y=...)"
-            from calwatch.engine.conformal.classifier import NotFittedError
+            from calwatch.engine.errors import NotFittedError
 
             raise NotFittedError(msg)
         base = self._predictions(X, pred)
@@ -338,9 +421,7 @@ class RegressionMonitor(Monitor):
     # ------------------------------------------------------------------ labels
     def label(self, ids: Any, y: Any) -> LabelReport:
         """Join late true values to their rows: PIT, interval coverage and CRPS of those batches."""
-        from calwatch.monitor import _as_id_list
-
-        id_list = _as_id_list(ids)
+        id_list = as_id_list(ids)
         values = _true_values(y, len(id_list), per="id")
         found, where = self._locate(id_list)
         unmatched = int((~found).sum())
@@ -390,9 +471,10 @@ class RegressionMonitor(Monitor):
         ``coverage_<pct>`` per level, ``crps`` (mean over labelled rows), ``in_window``,
         ``observed_at``.
         """
-        return self._summary_of(self._records(batches))
+        return self.summary_of(self._records(batches))
 
-    def _summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+    def summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+        """:meth:`summary` of some batch records (see :meth:`Monitor.summary_of`)."""
         rows: list[dict[str, Any]] = []
         head = _pct(self.levels[-1])
         for record in records:
@@ -434,9 +516,10 @@ class RegressionMonitor(Monitor):
 
     def pit_histogram(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
         """PIT values of labelled rows, binned per batch: ``batch, calibrator, bin, lo, hi, count``."""
-        return self._pit_histogram_of(self._records(batches))
+        return self.pit_histogram_of(self._records(batches))
 
-    def _pit_histogram_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+    def pit_histogram_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+        """:meth:`pit_histogram` of some batch records (see :meth:`Monitor.summary_of`)."""
         out: dict[str, list[Any]] = {
             "batch": [],
             "calibrator": [],
@@ -481,7 +564,7 @@ class RegressionMonitor(Monitor):
             ids = record.rows.ids
             columns: dict[str, Any] = {
                 "batch": np.full(record.n_rows, record.index),
-                "id": ids if _uniform_scalar_ids(ids) else pl.Series("id", ids, dtype=pl.Object),
+                "id": ids if uniform_scalar_ids(ids) else pl.Series("id", ids, dtype=pl.Object),
                 "label": [None if np.isnan(v) else float(v) for v in y],
             }
             labelled = np.flatnonzero(~np.isnan(y))
@@ -535,3 +618,6 @@ def check_regressor(model: Any) -> None:
 def _regression_stats(record: BatchRecord) -> dict[str, RegressionBatchStats]:
     out: dict[str, Any] = record.stats
     return out
+
+
+TASK_MONITORS["regression"] = RegressionMonitor  # Monitor(task="regression") builds one

@@ -20,6 +20,12 @@ so a crash leaves either the old snapshot or the new one, never half of one. Loa
 every checksum first and builds a new :class:`~calwatch.monitor.Monitor` (a
 :class:`~calwatch.regression_monitor.RegressionMonitor` for a regression snapshot); a corrupted
 or truncated snapshot raises :class:`~calwatch.state_codec.SnapshotError` and changes nothing.
+Checksums catch accidents, not impossible numbers, so the decoded values are checked too: each
+batch's statistics against their own invariants (``check(n_rows)`` on each statistics type) and
+each calibrator's levels and fitted thresholds (:mod:`calwatch.state_checks`; the helpers are in
+:mod:`calwatch.invariants`); a violation
+raises :class:`~calwatch.state_codec.SnapshotError` naming the file, the batch or calibrator and
+the field, e.g. ``batches.parquet: batch 3, calibrator 'risk': n_missed (12) > n_labelled (10)``.
 The model itself is not saved (its weights belong to its own framework): pass it again to
 :meth:`Monitor.load <calwatch.monitor.Monitor.load>` to keep streaming inputs ``X``.
 """
@@ -40,7 +46,9 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from calwatch.invariants import problem_message
 from calwatch.regression_monitor import PIT_BINS, RegressionBatchStats, check_regressor, row_fields
+from calwatch.state_checks import check_calibrators
 from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder, check_dtype
 from calwatch.stream import (
     NO_LABEL,
@@ -457,7 +465,9 @@ def load_monitor(
     Raises
     ------
     SnapshotError
-        If the folder is not a complete, unaltered snapshot, or names classes outside calwatch.
+        If the folder is not a complete, unaltered snapshot, names classes outside calwatch, or
+        holds numbers no monitor could have written (negative or inconsistent counts, levels
+        outside (0, 1), NaN thresholds): the message names the file, batch or calibrator, and field.
     """
     from calwatch.models import wrap
     from calwatch.monitor import Monitor
@@ -473,6 +483,7 @@ def load_monitor(
             raise SnapshotError(msg)
         arrays = _read_arrays(pl.read_parquet(folder / "arrays.parquet"))
         attrs = StateDecoder(arrays).decode(state["monitor"])
+        check_calibrators(attrs.get("_calibrators", {}))
         stream = _read_stream(
             state["stream"],
             state["row_columns"],
@@ -549,11 +560,13 @@ def _read_stream(
             )
             records[row["batch"]] = record
         stats: dict[str, Any] = record.stats  # regression monitors keep RegressionBatchStats
-        stats[row["calibrator"]] = _stats_from_row(row)
+        stats[row["calibrator"]] = _checked_stats(_stats_from_row(row), record, row["calibrator"])
     stream.batches = [records[i] for i in sorted(records)]
     if stream.batches and [r.index for r in stream.batches] != list(range(len(stream.batches))):
         msg = "batches.parquet does not hold consecutive batches 0..n-1"
         raise SnapshotError(msg)
+    for record in stream.batches:
+        _check_labelled_agree(record)
     for index, part in rows.group_by("batch", maintain_order=True):
         record = stream.batches[int(index[0])]
         record.rows = (_regression_batch_rows if task == "regression" else _batch_rows)(part, mapping)
@@ -571,6 +584,25 @@ def _read_stream(
     for name in ("rows_seen", "rows_labelled", "labels_unmatched", "rows_expired"):
         setattr(stream, name, int(counters[name]))
     return stream
+
+
+def _checked_stats(stats: Any, record: BatchRecord, key: str) -> Any:
+    """``stats`` if its invariants hold for the batch's rows (its own ``check``), else raise."""
+    problems = stats.check(record.n_rows)
+    if problems:
+        raise SnapshotError(
+            problem_message(f"batches.parquet: batch {record.index}, calibrator {key!r}", problems)
+        )
+    return stats
+
+
+def _check_labelled_agree(record: BatchRecord) -> None:
+    """Every calibrator of a batch counts the same labelled rows (labels are the batch's, not theirs)."""
+    counts = {key: int(stats.n_labelled) for key, stats in record.stats.items()}
+    if len(set(counts.values())) > 1:
+        shown = ", ".join(f"{key!r}: {n}" for key, n in counts.items())
+        msg = f"batches.parquet: batch {record.index}: calibrators disagree on n_labelled ({shown})"
+        raise SnapshotError(msg)
 
 
 def _stats_from_row(

@@ -17,6 +17,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from calwatch.invariants import (
+    array_order_problems,
+    count_problems,
+    counts_problems,
+    is_count,
+    is_counts,
+    number_problems,
+    order_problems,
+    relative_tolerance,
+    same_rows_problems,
+)
+
 IntArray = npt.NDArray[np.intp]
 NO_LABEL = -1
 
@@ -56,6 +68,51 @@ class CalibratorBatchStats:
     def n_covered(self) -> int:
         """Labelled rows whose prediction set contains their label."""
         return int(self.class_covered.sum())
+
+    def check(self, n_rows: int) -> list[str]:
+        """Violations of these counts' invariants, for a batch of ``n_rows`` rows (empty when sound).
+
+        ``size_counts`` (length ``K + 1``) are non-negative and sum to ``n_rows``;
+        ``class_labelled`` and ``class_covered`` have length ``K``, are non-negative, and
+        ``class_covered ≤ class_labelled`` per class; labelled rows are at most ``n_rows``;
+        ``alpha_level`` is finite or None (ACI's level may leave (0, 1), so no range is asked).
+
+        Parameters
+        ----------
+        n_rows : int
+            Rows of the batch these counts describe.
+
+        Returns
+        -------
+        list of str
+            One readable sentence per violation, naming the field, e.g.
+            ``"class_covered[2] (5) > class_labelled[2] (3)"``.
+
+        Examples
+        --------
+        >>> stats = CalibratorBatchStats(np.array([0, 2, 0]), np.array([2, 0]), np.array([1, 0]), 0.1)
+        >>> stats.check(2)
+        []
+        >>> stats.check(3)
+        ['size_counts sum to 2, not n_rows (3)']
+        """
+        problems = count_problems("n_rows", n_rows)
+        problems += counts_problems("size_counts", self.size_counts)
+        K = self.size_counts.shape[0] - 1 if is_counts(self.size_counts) else None
+        if K is not None and K < 1:
+            problems.append(f"size_counts has length {K + 1}: a batch has at least one class")
+            K = None
+        problems += counts_problems("class_labelled", self.class_labelled, K)
+        problems += counts_problems("class_covered", self.class_covered, K)
+        problems += array_order_problems(
+            "class_covered", self.class_covered, "class_labelled", self.class_labelled
+        )
+        if is_count(n_rows) and is_counts(self.size_counts) and int(self.size_counts.sum()) != n_rows:
+            problems.append(f"size_counts sum to {int(self.size_counts.sum())}, not n_rows ({n_rows})")
+        if is_counts(self.class_labelled):
+            problems += order_problems([("n_labelled", int(self.class_labelled.sum())), ("n_rows", n_rows)])
+        problems += number_problems("alpha_level", self.alpha_level, allow_none=True)
+        return problems
 
 
 @dataclass
@@ -118,6 +175,67 @@ class AdmitBatchStats(CalibratorBatchStats):
         self.pred_admitted += sign * np.bincount(chosen, minlength=K)
         self.pred_correct += sign * np.bincount(chosen[right], minlength=K)
 
+    def check(self, n_rows: int) -> list[str]:
+        """Violations of these counts' invariants, for a batch of ``n_rows`` rows (empty when sound).
+
+        Besides the set counts' (:meth:`CalibratorBatchStats.check`): ``n_admitted ≤ n_rows``;
+        the four admitted arrays have length ``K`` and are non-negative; per class
+        ``class_correct ≤ class_admitted ≤ class_labelled`` and ``pred_correct ≤ pred_admitted``;
+        counted by true or by predicted class, the labelled admitted rows and the right ones are
+        the same rows (``Σ class_admitted = Σ pred_admitted``, ``class_correct = pred_correct``);
+        labelled admitted rows are at most ``n_admitted``, and unlabelled admitted rows at most
+        the unlabelled rows.
+
+        Parameters
+        ----------
+        n_rows : int
+            Rows of the batch these counts describe.
+
+        Returns
+        -------
+        list of str
+            One readable sentence per violation, naming the field.
+        """
+        problems = super().check(n_rows)
+        K = self.class_labelled.shape[0] if is_counts(self.class_labelled) else None
+        problems += count_problems("n_admitted", self.n_admitted)
+        problems += order_problems([("n_admitted", self.n_admitted), ("n_rows", n_rows)])
+        arrays = ("class_admitted", "class_correct", "pred_admitted", "pred_correct")
+        for name in arrays:
+            problems += counts_problems(name, getattr(self, name), K)
+        for small, big in (
+            ("class_correct", "class_admitted"),
+            ("class_admitted", "class_labelled"),
+            ("pred_correct", "pred_admitted"),
+        ):
+            problems += array_order_problems(small, getattr(self, small), big, getattr(self, big))
+        if not all(is_counts(getattr(self, name), K) for name in arrays):
+            return problems
+        labelled_admitted = int(self.class_admitted.sum())
+        if labelled_admitted != int(self.pred_admitted.sum()):
+            problems.append(
+                f"class_admitted sum to {labelled_admitted} but pred_admitted to "
+                f"{int(self.pred_admitted.sum())}: both count the labelled admitted rows"
+            )
+        differ = np.flatnonzero(self.class_correct != self.pred_correct)
+        if differ.size:
+            k = int(differ[0])
+            problems.append(
+                f"class_correct[{k}] ({int(self.class_correct[k])}) differs from pred_correct[{k}] "
+                f"({int(self.pred_correct[k])}): a right prediction's true and predicted class agree"
+            )
+        problems += order_problems(
+            [("labelled admitted rows", labelled_admitted), ("n_admitted", self.n_admitted)]
+        )
+        if is_count(self.n_admitted) and is_count(n_rows):
+            problems += order_problems(
+                [
+                    ("unlabelled admitted rows", self.n_admitted - labelled_admitted),
+                    ("unlabelled rows", n_rows - int(self.class_labelled.sum())),
+                ]
+            )
+        return problems
+
 
 @dataclass
 class RiskBatchStats:
@@ -147,6 +265,50 @@ class RiskBatchStats:
         self.n_labelled += sign * int(missed.shape[0])
         self.n_missed += sign * int(missed.sum())
         self.risk_sum_labelled += sign * float(risks.sum())
+
+    def check(self, n_rows: int) -> list[str]:
+        """Violations of these counts' invariants, for a batch of ``n_rows`` rows (empty when sound).
+
+        ``top_k ≥ 1``; ``self.n_rows`` is the batch's ``n_rows``; ``n_missed ≤ n_labelled ≤
+        n_rows``, all non-negative; the per-row risks are probabilities, so ``risk_sum`` is
+        finite and within ``[0, n_rows]``, ``risk_sum_labelled`` within ``[0, n_labelled]`` and
+        at most ``risk_sum`` (up to float rounding).
+
+        Parameters
+        ----------
+        n_rows : int
+            Rows of the batch these counts describe.
+
+        Returns
+        -------
+        list of str
+            One readable sentence per violation, naming the field, e.g.
+            ``"n_missed (12) > n_labelled (10)"``.
+
+        Examples
+        --------
+        >>> RiskBatchStats(top_k=1, n_rows=400, risk_sum=30.0, n_labelled=10, n_missed=12).check(400)
+        ['n_missed (12) > n_labelled (10)']
+        """
+        problems = count_problems("n_rows", n_rows)
+        if not isinstance(self.top_k, (int, np.integer)) or isinstance(self.top_k, bool) or self.top_k < 1:
+            problems.append(f"top_k ({self.top_k!r}) is not a positive integer")
+        problems += same_rows_problems(self.n_rows, n_rows)
+        for name in ("n_labelled", "n_missed"):
+            problems += count_problems(name, getattr(self, name))
+        problems += order_problems(
+            [("n_missed", self.n_missed), ("n_labelled", self.n_labelled), ("n_rows", n_rows)]
+        )
+        tolerance = relative_tolerance(n_rows)
+        high = float(n_rows) if is_count(n_rows) else None
+        problems += number_problems("risk_sum", self.risk_sum, low=0.0, high=high, tolerance=tolerance)
+        labelled = float(self.n_labelled) if is_count(self.n_labelled) else None
+        problems += number_problems(
+            "risk_sum_labelled", self.risk_sum_labelled, low=0.0, high=labelled, tolerance=tolerance
+        )
+        if not problems and self.risk_sum_labelled > self.risk_sum + tolerance:
+            problems.append(f"risk_sum_labelled ({self.risk_sum_labelled!r}) > risk_sum ({self.risk_sum!r})")
+        return problems
 
 
 @dataclass
@@ -184,6 +346,53 @@ class SelectiveBatchStats:
         self.n_kept_labelled += sign * int(kept.sum())
         self.n_kept_correct += sign * int((kept & correct).sum())
         self.n_all_correct += sign * int(correct.sum())
+
+    def check(self, n_rows: int) -> list[str]:
+        """Violations of these counts' invariants, for a batch of ``n_rows`` rows (empty when sound).
+
+        ``self.n_rows`` is the batch's ``n_rows``; all counts are non-negative and nested:
+        ``n_kept_correct ≤ n_kept_labelled ≤ n_kept ≤ n_rows``, ``n_kept_labelled ≤ n_labelled
+        ≤ n_rows``, ``n_kept_correct ≤ n_all_correct ≤ n_labelled``, and unlabelled kept rows
+        are at most the unlabelled rows; ``threshold`` is a number, ``±inf`` allowed, not NaN.
+
+        Parameters
+        ----------
+        n_rows : int
+            Rows of the batch these counts describe.
+
+        Returns
+        -------
+        list of str
+            One readable sentence per violation, naming the field.
+
+        Examples
+        --------
+        >>> SelectiveBatchStats(n_rows=10, n_kept=4, threshold=0.5, n_labelled=6, n_kept_labelled=5).check(10)
+        ['n_kept_labelled (5) > n_kept (4)']
+        """
+        problems = count_problems("n_rows", n_rows)
+        problems += same_rows_problems(self.n_rows, n_rows)
+        for name in ("n_kept", "n_labelled", "n_kept_labelled", "n_kept_correct", "n_all_correct"):
+            problems += count_problems(name, getattr(self, name))
+        kept, labelled = ("n_kept", self.n_kept), ("n_labelled", self.n_labelled)
+        kept_labelled = ("n_kept_labelled", self.n_kept_labelled)
+        problems += order_problems(
+            [("n_kept_correct", self.n_kept_correct), kept_labelled, kept, ("n_rows", n_rows)]
+        )
+        problems += order_problems([kept_labelled, labelled])
+        problems += order_problems([labelled, ("n_rows", n_rows)])
+        problems += order_problems(
+            [("n_kept_correct", self.n_kept_correct), ("n_all_correct", self.n_all_correct), labelled]
+        )
+        if all(is_count(v) for v in (n_rows, self.n_kept, self.n_labelled, self.n_kept_labelled)):
+            problems += order_problems(
+                [
+                    ("unlabelled kept rows", self.n_kept - self.n_kept_labelled),
+                    ("unlabelled rows", n_rows - self.n_labelled),
+                ]
+            )
+        problems += number_problems("threshold", self.threshold, allow_inf=True)
+        return problems
 
 
 BatchStats = CalibratorBatchStats | RiskBatchStats | SelectiveBatchStats

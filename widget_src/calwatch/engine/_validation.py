@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -123,3 +124,41 @@ def check_alpha(alpha: float, name: str = "alpha") -> float:
         msg = f"{name} must be in (0, 1); got {alpha!r}"
         raise ValueError(msg)
     return value
+
+
+def as_float_array(
+    value: Any, name: str, *, ndim: int | tuple[int, ...], allow_inf: bool = False
+) -> npt.NDArray[np.float64]:
+    """``value`` as a float64 array with the given number of dimensions, finite unless allowed.
+
+    Raises
+    ------
+    TypeError
+        A non-numeric dtype.
+    ValueError
+        A wrong number of dimensions, or NaN (or ±inf unless ``allow_inf``).
+    """
+    arr = np.asarray(value)
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+    ):
+        msg = f"{name} must be a numeric array; got dtype {arr.dtype}"
+        raise TypeError(msg)
+    dims = (ndim,) if isinstance(ndim, int) else ndim
+    if arr.ndim not in dims:
+        want = " or ".join(f"{d}-D" for d in dims)
+        msg = f"{name} must be a {want} array; got shape {arr.shape}"
+        raise ValueError(msg)
+    out: npt.NDArray[np.float64] = np.asarray(arr, dtype=np.float64)
+    if out.size:
+        lo, hi = float(out.min()), float(out.max())  # min/max propagate NaN: one pass, no mask
+        if (
+            math.isnan(lo)
+            or math.isnan(hi)
+            or (not allow_inf and not (math.isfinite(lo) and math.isfinite(hi)))
+        ):
+            bad = np.isnan(out) if allow_inf else ~np.isfinite(out)
+            where = np.argwhere(bad)
+            msg = f"{name} contains {'NaN' if allow_inf else 'NaN or inf'} (first at index {tuple(where[0])})"
+            raise ValueError(msg)
+    return out

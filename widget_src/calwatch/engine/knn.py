@@ -30,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 
 FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]

@@ -23,8 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_labels, check_probabilities
-from calwatch.engine.conformal.classifier import NotFittedError
 from calwatch.engine.conformal.scores import label_ranks
+from calwatch.engine.errors import NotFittedError
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]

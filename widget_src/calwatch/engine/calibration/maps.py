@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from calwatch.engine._validation import check_labels, check_probabilities
 from calwatch.engine.calibration.binning import HistogramBinning, IsotonicCalibration
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]

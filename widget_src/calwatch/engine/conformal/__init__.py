@@ -9,7 +9,8 @@ from importlib import import_module
 from typing import Any
 
 from calwatch.engine.conformal.adaptive import Adaptive, ConformalLevels
-from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
+from calwatch.engine.conformal.classifier import SplitConformalClassifier
+from calwatch.engine.errors import NotFittedError
 
 _LAZY = {
     "SplitConformalRegressor": "calwatch.engine.conformal.regression",

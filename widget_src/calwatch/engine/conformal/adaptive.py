@@ -58,8 +58,9 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.engine._validation import check_alpha, check_labels, check_probabilities
-from calwatch.engine.conformal.classifier import NotFittedError, SplitConformalClassifier
+from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.conformal.quantiles import conformal_rank
+from calwatch.engine.errors import NotFittedError
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

@@ -17,6 +17,7 @@ import numpy.typing as npt
 from calwatch.engine._validation import check_alpha, check_labels, check_probabilities
 from calwatch.engine.conformal.quantiles import conformal_quantile, p_values_against
 from calwatch.engine.conformal.scores import SCORE_NAMES, ScoreName, class_scores, label_ranks, label_scores
+from calwatch.engine.errors import NotFittedError
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -30,10 +31,6 @@ RAPS_LAMBDA_GRID: tuple[float, ...] = (0.001, 0.01, 0.05, 0.1, 0.2, 0.5)
 RAPS_TUNE_FRACTION = 0.2
 #: Set-size strata for the size-stratified coverage violation (the "adapt" tuning).
 _SSCV_SIZE_EDGES = (1, 2, 4, 11, 101, 1001)
-
-
-class NotFittedError(RuntimeError):
-    """Raised when a calibrator is used before ``fit``."""
 
 
 class SplitConformalClassifier:

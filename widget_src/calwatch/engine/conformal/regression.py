@@ -21,10 +21,9 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.engine._validation import check_alpha
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine._validation import as_float_array, check_alpha
 from calwatch.engine.conformal.quantiles import conformal_quantile
-from calwatch.engine.regression.scores import as_float_array
+from calwatch.engine.errors import NotFittedError
 
 FloatArray = npt.NDArray[np.float64]
 RegressionScoreName = Literal["absolute", "normalized", "cqr"]

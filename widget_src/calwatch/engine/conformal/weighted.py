@@ -47,8 +47,8 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_alpha, check_labels, check_probabilities
-from calwatch.engine.conformal.classifier import NotFittedError
 from calwatch.engine.conformal.scores import SCORE_NAMES, ScoreName, class_scores, label_scores
+from calwatch.engine.errors import NotFittedError
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

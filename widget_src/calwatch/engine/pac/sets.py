@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from calwatch.engine._validation import check_labels
 from calwatch.engine.calibration.maps import TemperatureScaling, check_logits
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtr
 
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.regression.interpolation import (
     INTERPOLATIONS,
     Interpolation,

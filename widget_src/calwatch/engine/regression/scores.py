@@ -30,6 +30,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtr, ndtri
 
+from calwatch.engine._validation import as_float_array
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 PredictionName = Literal["point", "interval", "quantile", "distribution", "ensemble"]
@@ -49,44 +51,6 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 # ------------------------------------------------------------------------- validation
-def as_float_array(
-    value: Any, name: str, *, ndim: int | tuple[int, ...], allow_inf: bool = False
-) -> FloatArray:
-    """``value`` as a float64 array with the given number of dimensions, finite unless allowed.
-
-    Raises
-    ------
-    TypeError
-        A non-numeric dtype.
-    ValueError
-        A wrong number of dimensions, or NaN (or ±inf unless ``allow_inf``).
-    """
-    arr = np.asarray(value)
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
-    ):
-        msg = f"{name} must be a numeric array; got dtype {arr.dtype}"
-        raise TypeError(msg)
-    dims = (ndim,) if isinstance(ndim, int) else ndim
-    if arr.ndim not in dims:
-        want = " or ".join(f"{d}-D" for d in dims)
-        msg = f"{name} must be a {want} array; got shape {arr.shape}"
-        raise ValueError(msg)
-    out = np.asarray(arr, dtype=np.float64)
-    if out.size:
-        lo, hi = float(out.min()), float(out.max())  # min/max propagate NaN: one pass, no mask
-        if (
-            math.isnan(lo)
-            or math.isnan(hi)
-            or (not allow_inf and not (math.isfinite(lo) and math.isfinite(hi)))
-        ):
-            bad = np.isnan(out) if allow_inf else ~np.isfinite(out)
-            where = np.argwhere(bad)
-            msg = f"{name} contains {'NaN' if allow_inf else 'NaN or inf'} (first at index {tuple(where[0])})"
-            raise ValueError(msg)
-    return out
-
-
 def check_levels(levels: Any, name: str = "quantile_levels") -> FloatArray:
     """Quantile levels: a 1-D array of at least 2 strictly increasing values in (0, 1)."""
     tau = as_float_array(levels, name, ndim=1)

@@ -47,8 +47,8 @@ from calwatch.engine.calibration.binning import (
     top_k_correct,
 )
 from calwatch.engine.calibration.maps import TemperatureScaling, fit_sigmoid, log_odds, platt_targets
-from calwatch.engine.conformal.classifier import NotFittedError
 from calwatch.engine.conformal.scores import label_scores
+from calwatch.engine.errors import NotFittedError
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]

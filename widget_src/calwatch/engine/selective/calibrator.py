@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_labels, check_probabilities
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.metrics.calibration import (
     DEFAULT_COVERAGES,
     _binned_error,

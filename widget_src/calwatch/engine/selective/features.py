@@ -312,7 +312,7 @@ class MetaFeatures:
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "names_"):
-            from calwatch.engine.conformal.classifier import NotFittedError
+            from calwatch.engine.errors import NotFittedError
 
             msg = "this MetaFeatures is not fitted yet: call fit(reference, n_classes) first"
             raise NotFittedError(msg)

@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.shift.martingale import ScoreBag, cusum, shiryaev_roberts, simple_jumper
 
 FloatArray = npt.NDArray[np.float64]

@@ -61,8 +61,8 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_alpha
-from calwatch.engine.conformal.classifier import NotFittedError
 from calwatch.engine.conformal.quantiles import conformal_rank
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.metrics.intervals import clopper_pearson
 
 FloatArray = npt.NDArray[np.float64]

@@ -53,7 +53,7 @@ import numpy.typing as npt
 
 from calwatch.engine._validation import check_alpha, check_labels
 from calwatch.engine.calibration.maps import check_logits
-from calwatch.engine.conformal.classifier import NotFittedError
+from calwatch.engine.errors import NotFittedError
 from calwatch.engine.knn import INDEX_KINDS, IndexKind, KNNIndex, check_embeddings
 from calwatch.engine.venn_admit.approximation import (
     DEFAULT_BATCH_SIZE,
