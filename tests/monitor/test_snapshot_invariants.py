@@ -16,10 +16,13 @@ import polars as pl
 import pytest
 
 import calwatch as cw
+from calwatch.kinds.admit import AdmitKind, AdmitRows
+from calwatch.kinds.risk import RiskBatchStats
+from calwatch.kinds.selective import SelectiveBatchStats
+from calwatch.kinds.sets import CalibratorBatchStats
 from calwatch.regression_monitor import RegressionBatchStats
 from calwatch.state_checks import calibrator_problems
 from calwatch.state_codec import SnapshotError
-from calwatch.stream import AdmitBatchStats, CalibratorBatchStats, RiskBatchStats, SelectiveBatchStats
 
 from ..synthetic import pets_monitor, softmax_data
 
@@ -393,7 +396,10 @@ def test_each_statistics_type_checks_itself():
     assert sets.check(4) == ["class_labelled[1] (-1) is negative"]  # no order asked of a broken count
     sets.class_labelled[1] = 3
     assert sets.check(4) == ["class_covered[0] (3) > class_labelled[0] (2)", "n_labelled (5) > n_rows (4)"]
-    admit = AdmitBatchStats.from_admit(np.eye(2, dtype=bool), np.array([True, False]), 0.1)
+    rows = AdmitRows(
+        np.packbits(np.eye(2, dtype=bool), axis=1), 2, 0.1, {"admitted": np.array([True, False])}
+    )
+    admit = AdmitKind().observed(rows, 2)
     assert admit.check(2) == []
     admit.class_admitted[0] = 1
     assert admit.check(2) == [

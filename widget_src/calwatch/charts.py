@@ -15,6 +15,7 @@ import altair as alt
 import numpy as np
 import polars as pl
 
+from calwatch.kinds import KINDS, find_kind
 from calwatch.resolution import Resolution, bucket_records
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ def _fan(monitor: Any) -> pl.DataFrame:
 
 def _admit_class(monitor: Monitor, records: list[BatchRecord]) -> pl.DataFrame:
     """Per batch, Venn-ADMIT calibrator and true class: labelled admitted rows and correct ones."""
-    from calwatch.stream import AdmitBatchStats
+    from calwatch.kinds.admit import AdmitBatchStats
 
     classes = [str(c) for c in monitor.classes_.tolist()] if monitor.calibration_ else []
     out: dict[str, list[Any]] = {
@@ -248,12 +249,12 @@ def _admit_features(monitor: Monitor) -> pl.DataFrame:
     one for distances beyond every calibration row (new regions of the embedding space). The
     whole frame is recomputed on each update (its keys are fixed, so views upsert every bin).
     """
-    from calwatch.monitor import is_admit
+    from calwatch.kinds.admit import AdmitKind
 
     rows: list[dict[str, Any]] = []
     windows = monitor.window_records()
     for name, cal in monitor.calibrators.items():
-        if not is_admit(cal) or not hasattr(cal, "calibration_q_"):
+        if not isinstance(find_kind(cal), AdmitKind) or not hasattr(cal, "calibration_q_"):
             continue
         q_cal = np.asarray(cal.calibration_q_)
         d_cal = np.asarray(cal.calibration_d_)  # type: ignore[union-attr]
@@ -296,13 +297,13 @@ def _selective_datasets(monitor: Monitor) -> dict[str, pl.DataFrame]:
     (002 Fig. 4). Recomputed on every update, with fixed keys.
     """
     from calwatch.engine.metrics.calibration import selective_curve
-    from calwatch.monitor import is_selective
+    from calwatch.kinds.selective import SelectiveKind
 
     curve: list[dict[str, Any]] = []
     confidence: list[dict[str, Any]] = []
     windows = [r for r in monitor.window_records() if r.rows is not None]
     for name, cal in monitor.calibrators.items():
-        if not is_selective(cal):
+        if not isinstance(find_kind(cal), SelectiveKind):
             continue
         parts = [r.rows for r in windows if r.rows is not None and name in r.rows.selective]
         if not parts:
@@ -1085,23 +1086,13 @@ def chart_kinds(monitor: Monitor) -> list[str]:
     """The charts that apply to a monitor's calibrators, in display order."""
     if getattr(monitor, "task", None) == "regression":
         return [*REGRESSION_CHARTS, "labels"]
-    has_risk = any(getattr(c, "kind", None) == "risk" for c in monitor.calibrators.values())
-    from calwatch.monitor import is_admit, is_selective
-
-    has_sets = any(
-        getattr(c, "kind", None) != "risk" and not is_selective(c) for c in monitor.calibrators.values()
-    )
-    skip = set() if has_sets else set(SET_CHARTS)
-    if not has_risk:
-        skip |= set(RISK_CHARTS)
+    # Each calibrator's kind contributes its panels; panels no calibrator contributes are left out.
+    contributed = {
+        panel for cal in monitor.calibrators.values() for panel in getattr(find_kind(cal), "panels", ())
+    }
+    skip = {panel for kind in KINDS for panel in kind.panels} - contributed
     if monitor.shift_watch is None or not monitor.shift_watch.detectors:
         skip.add("shift")
-    if not any(hasattr(c, "alpha_t_") for c in monitor.calibrators.values()):
-        skip.add("aci")
-    if not any(is_admit(c) for c in monitor.calibrators.values()):
-        skip |= set(ADMIT_CHARTS)
-    if not any(is_selective(c) for c in monitor.calibrators.values()):
-        skip |= set(SELECTIVE_CHARTS)
     skip |= set(REGRESSION_CHARTS)
     return [kind for kind in CHARTS if kind not in skip]
 

@@ -17,25 +17,16 @@ import polars as pl
 
 from calwatch.classes import ClassEncoder, as_1d_array
 from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE, check_alpha
-from calwatch.engine.conformal.adaptive import Adaptive, ConformalLevels
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
-from calwatch.engine.conformal.scores import label_ranks
 from calwatch.engine.errors import NotFittedError
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.ids import as_id_list, uniform_scalar_ids
+from calwatch.kinds import KINDS, kind_of
+from calwatch.kinds.admit import admitted_accuracy
+from calwatch.kinds.selective import SelectiveKind, retune
 from calwatch.models import ModelAdapter, ModelOutputs, wrap
 from calwatch.shift_watch import CalibrationData, Detector, ShiftWatch, default_detectors
-from calwatch.stream import (
-    NO_LABEL,
-    AdmitBatchStats,
-    BatchRecord,
-    BatchRows,
-    BatchStats,
-    CalibratorBatchStats,
-    RiskBatchStats,
-    SelectiveBatchStats,
-    StreamState,
-)
+from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats, StreamState
 
 if TYPE_CHECKING:
     import altair as alt
@@ -44,8 +35,21 @@ if TYPE_CHECKING:
 
 IntArray = npt.NDArray[np.intp]
 DEFAULT_WINDOW = 100_000
-#: Per-row Venn-ADMIT results kept in the window (``rows()`` shows them as ``<field>_<name>``).
-ADMIT_ROW_FIELDS = ("y_hat", "q", "d", "admitted", "p_lower", "p_upper")
+#: Columns of :meth:`Monitor.summary`, in order. Kinds fill the middle ones
+#: (:attr:`calwatch.kinds.base.CalibratorKind.summary_columns`); a new kind's columns that are not
+#: listed here come after them, before ``in_window``.
+SUMMARY_ORDER = (
+    "batch", "name", "calibrator", "kind", "target", "n_rows", "n_labelled", "n_pending",
+    "n_covered", "coverage", "coverage_lo", "coverage_hi", "mean_set_size", "singleton_share",
+    "full_share", "estimated_error", "observed_error", "error_gap", "estimated_error_labelled",
+    "alpha_level", "admitted_share", "n_admitted_labelled", "admitted_accuracy", "kept_share",
+    "threshold", "n_kept_labelled", "kept_accuracy", "accuracy", "in_window", "observed_at",
+)  # fmt: skip
+_BASE_SUMMARY: dict[str, Any] = {
+    "batch": pl.Int64, "name": pl.String, "calibrator": pl.String, "kind": pl.String,
+    "target": pl.Float64, "n_rows": pl.Int64, "n_labelled": pl.Int64, "in_window": pl.Boolean,
+    "observed_at": pl.Datetime("us", "UTC"),
+}  # fmt: skip
 
 
 class SetCalibrator(Protocol):
@@ -77,38 +81,6 @@ class RiskCalibrator(Protocol):
 
 
 Calibrator = SetCalibrator | RiskCalibrator
-
-
-def is_risk_estimator(calibrator: Any) -> bool:
-    """Whether a calibrator estimates risk per row (rather than predicting sets)."""
-    return getattr(calibrator, "kind", None) == "risk"
-
-
-def is_admit(calibrator: Any) -> bool:
-    """Whether a calibrator is Venn-ADMIT-like: fitted on a reference set, reads embeddings + logits."""
-    return callable(getattr(calibrator, "predict_arrays", None)) and hasattr(calibrator, "q_k_only")
-
-
-def is_selective(calibrator: Any) -> bool:
-    """Whether a calibrator is a selector (keeps or abstains per row: ``cw.SelectiveCalibrator``)."""
-    return callable(getattr(calibrator, "select_scores", None)) and callable(
-        getattr(calibrator, "tune_scores", None)
-    )
-
-
-def is_adaptive(calibrator: Any) -> bool:
-    """Whether a calibrator moves its level as labels arrive (``cw.Adaptive``: ACI)."""
-    return hasattr(calibrator, "alpha_t_") and callable(getattr(calibrator, "update", None))
-
-
-def target_coverage(calibrator: Any) -> float | None:
-    """The coverage a set calibrator promises (``1 − ε`` or ``1 − α``); None for risk estimators."""
-    if is_risk_estimator(calibrator):
-        return None
-    level = getattr(calibrator, "epsilon", None)
-    if level is None:
-        level = getattr(calibrator, "alpha", None)
-    return None if level is None else 1.0 - float(level)
 
 
 @dataclass(frozen=True)
@@ -236,12 +208,9 @@ class Monitor:
             if not isinstance(key, str) or not key:
                 msg = f"calibrators keys must be non-empty strings; got {key!r}"
                 raise TypeError(msg)
-            predicts = (
-                hasattr(calibrator, "predict_sets")
-                or (is_risk_estimator(calibrator) and hasattr(calibrator, "row_risk"))
-                or is_admit(calibrator)
-                or is_selective(calibrator)
-            )
+            predicts = any(kind.claims(calibrator) for kind in KINDS)
+            if predicts and getattr(calibrator, "kind", None) == "risk":
+                predicts = hasattr(calibrator, "row_risk")
             if not (hasattr(calibrator, "fit") and predicts):
                 msg = (
                     f"calibrators[{key!r}] must have fit(P, y) and predict_sets(P) (or row_risk(P) "
@@ -380,16 +349,6 @@ class Monitor:
             raise ValueError(msg)
         return ClassEncoder(classes)
 
-    @staticmethod
-    def _inputs_for(calibrator: Any, outputs: ModelOutputs, categories: Any) -> tuple[Any, dict[str, Any]]:
-        """The array a calibrator reads (probabilities or logits) and its keyword arguments."""
-        kwargs: dict[str, Any] = {}
-        if getattr(calibrator, "mondrian", None) == "category":
-            kwargs["categories"] = categories
-        if getattr(calibrator, "input_kind", "probs") == "logits":
-            return outputs.logits_or_log_probs(), kwargs
-        return outputs.probs, kwargs
-
     # ------------------------------------------------------------------ calibrate
     def calibrate(
         self,
@@ -434,8 +393,9 @@ class Monitor:
         outputs = self._outputs(X, probs, logits, n_classes=None, embeddings=embeddings)
         encoder = self._make_encoder(outputs.n_classes)
         y_idx = encoder.encode(y, "y", n_rows=len(outputs))
-        admit_keys = [key for key, cal in self._calibrators.items() if is_admit(cal)]
-        uses_reference = admit_keys or any(is_selective(c) for c in self._calibrators.values())
+        kinds = {key: kind_of(cal) for key, cal in self._calibrators.items()}
+        admit_keys = [key for key, kind in kinds.items() if kind.reference == "full"]
+        uses_reference = admit_keys or any(kind.reference for kind in kinds.values())
         if admit_keys:
             train = self._reference_set(reference, encoder, admit_keys)
         elif reference is not None and uses_reference and isinstance(reference, np.ndarray):
@@ -453,15 +413,7 @@ class Monitor:
         fitted = {}
         for key, calibrator in self._calibrators.items():
             candidate: Any = copy.deepcopy(calibrator)
-            if key in admit_keys:
-                E = _require_embeddings(outputs, f"calibrators[{key!r}] (Venn-ADMIT)")
-                candidate.fit(train=train, calibration=(E, outputs.logits_or_log_probs(), y_idx))
-            elif is_selective(calibrator):
-                ref = None if train is None else train[0]
-                candidate.fit(outputs.probs, y_idx, embeddings=outputs.embeddings, reference=ref)
-            else:
-                inputs, kwargs = self._inputs_for(calibrator, outputs, categories)
-                candidate.fit(inputs, y_idx, **kwargs)
+            kinds[key].fit(key, candidate, outputs, y_idx, categories=categories, reference=train)
             fitted[key] = candidate
         shift = self._shift
         if self._shift_spec is not None:
@@ -513,7 +465,13 @@ class Monitor:
             outputs = ModelOutputs.from_arrays(
                 None, logits=L_ref, embeddings=E_ref, n_classes=len(encoder), tolerance=self._tolerance
             )
-        E = _require_embeddings(outputs, "reference")
+        if outputs.embeddings is None:
+            msg = (
+                "reference needs embeddings: use a torch model with Monitor(model, embedding_layer=...), "
+                "or pass embeddings= with precomputed outputs"
+            )
+            raise ValueError(msg)
+        E = outputs.embeddings
         return (
             E,
             outputs.logits_or_log_probs(),
@@ -569,81 +527,35 @@ class Monitor:
         ):
             msg = "categories must be None: no calibrator was built with mondrian='category'"
             raise ValueError(msg)
-        sets: dict[str, npt.NDArray[np.bool_]] = {}
-        risks: dict[str, npt.NDArray[np.float64]] = {}
-        admit: dict[str, dict[str, npt.NDArray[Any]]] = {}
-        selective: dict[str, dict[str, npt.NDArray[Any]]] = {}
-        for key, cal in self._calibrators.items():
-            if is_selective(cal):
-                selector: Any = cal
-                scores = np.asarray(
-                    selector.scores(outputs.probs, embeddings=outputs.embeddings), dtype=np.float64
-                )
-                selective[key] = {
-                    "score": scores,
-                    "kept": np.asarray(selector.select_scores(scores), dtype=bool),
-                }
-                continue
-            if is_admit(cal):
-                E = _require_embeddings(outputs, f"calibrators[{key!r}] (Venn-ADMIT)")
-                result = cal.predict_arrays(E, outputs.logits_or_log_probs())  # type: ignore[union-attr]
-                sets[key] = np.asarray(result.sets, dtype=bool)
-                admit[key] = {name: np.asarray(getattr(result, name)) for name in ADMIT_ROW_FIELDS}
-                continue
-            if is_risk_estimator(cal):
-                risks[key] = np.asarray(cal.row_risk(outputs.probs), dtype=np.float64)  # type: ignore[union-attr]
-                if risks[key].shape != (m,):
-                    msg = f"calibrator {key!r} returned risks of shape {risks[key].shape}; expected ({m},)"
-                    raise TypeError(msg)
-                continue
-            inputs, kwargs = self._inputs_for(cal, outputs, cats)
-            matrix = np.asarray(cal.predict_sets(inputs, **kwargs))  # type: ignore[union-attr]
-            if matrix.shape != outputs.probs.shape or matrix.dtype != np.bool_:
-                msg = f"calibrator {key!r} returned sets of shape {matrix.shape}, dtype {matrix.dtype}"
-                raise TypeError(msg)
-            sets[key] = matrix
+        K = len(encoder)
+        results: dict[str, Any] = {}
         stats: dict[str, BatchStats] = {}
         for key, cal in self._calibrators.items():
-            if key in selective:
-                kept = selective[key]["kept"]
-                threshold = float(cal.threshold_)  # type: ignore[union-attr]
-                stats[key] = SelectiveBatchStats(n_rows=m, n_kept=int(kept.sum()), threshold=threshold)
-            elif key in admit:
-                stats[key] = AdmitBatchStats.from_admit(sets[key], admit[key]["admitted"], float(cal.alpha))  # type: ignore[union-attr]
-            elif key in sets:
-                level = getattr(cal, "alpha_t_", getattr(cal, "alpha", None))
-                stats[key] = CalibratorBatchStats.from_sets(
-                    sets[key], None if level is None else float(level)
-                )
-            else:
-                top_k = int(getattr(cal, "top_k", 1))
-                stats[key] = RiskBatchStats(top_k=top_k, n_rows=m, risk_sum=float(risks[key].sum()))
+            kind = kind_of(cal)
+            results[key] = kind.apply(key, cal, outputs, cats)
+            stats[key] = kind.observed(results[key], K)
         # Everything is validated and computed: commit.
         index = len(self._stream.batches)
+        rows = BatchRows(
+            ids=row_ids, probs=outputs.probs, packed_sets={}, labels=np.full(m, NO_LABEL, dtype=np.intp),
+            categories=cats,
+        )  # fmt: skip
+        for key, cal in self._calibrators.items():
+            kind_of(cal).keep(rows, key, results[key])
         record = BatchRecord(
             index=index,
             name=str(index) if name is None else str(name),
             observed_at=datetime.now(UTC),
             n_rows=m,
             stats=stats,
-            rows=BatchRows(
-                ids=row_ids,
-                probs=outputs.probs,
-                packed_sets={key: np.packbits(matrix, axis=1) for key, matrix in sets.items()},
-                labels=np.full(m, NO_LABEL, dtype=np.intp),
-                categories=cats,
-                risks=risks,
-                admit=admit,
-                selective=selective,
-            ),
+            rows=rows,
         )
         if ids is None:
             self._next_auto_id += m
         first_row = self._stream.rows_seen
         self._stream.append(record)
-        rows = (first_row, first_row + m - 1)
         if self._shift is not None:
-            self._shift.observe(index, rows, outputs.probs, outputs.embeddings)
+            self._shift.observe(index, (first_row, first_row + m - 1), outputs.probs, outputs.embeddings)
         if labels is not None:
             self._apply_labels(record, np.arange(m), labels)
             self._feed_labels([(record, np.arange(m), labels)])
@@ -725,38 +637,24 @@ class Monitor:
         return found, where
 
     def _apply_labels(self, record: BatchRecord, rows: IntArray, labels: IntArray) -> int:
-        """Set labels of rows of one batch and update its counts; return how many were relabels."""
+        """Set labels of rows of one batch and update its statistics; return how many were relabels.
+
+        Each calibrator's kind turns the labelled rows into a statistic of their own, merged into
+        the batch's (a relabel first merges the old labels' statistic with the sign reversed).
+        """
         assert record.rows is not None
-        K = record.rows.probs.shape[1]
         old = record.rows.labels[rows]
         had = old != NO_LABEL
-        correct = record.rows.probs[rows].argmax(axis=1) == labels
+        probs = record.rows.probs
         for key, stats in record.stats.items():
-            if isinstance(stats, RiskBatchStats):
-                self._apply_risk_labels(record.rows, key, stats, rows, labels, old, had)
-                continue
-            if isinstance(stats, SelectiveBatchStats):
-                kept = record.rows.selective[key]["kept"]
-                if had.any():
-                    old_rows = rows[had]
-                    was_correct = record.rows.probs[old_rows].argmax(axis=1) == old[had]
-                    stats.add(kept[old_rows], was_correct, sign=-1)
-                stats.add(kept[rows], correct)
-                continue
+            cal = self._calibrators[key]
+            kind = kind_of(cal)
+            results = kind.results_of(record.rows, key, cal)
+            delta = kind.labelled(results.take(rows), probs[rows], labels)
             if had.any():
-                old_rows, old_labels = rows[had], old[had]
-                was_covered = record.rows.contains(key, old_rows, old_labels)
-                stats.class_labelled -= np.bincount(old_labels, minlength=K)
-                stats.class_covered -= np.bincount(old_labels[was_covered], minlength=K)
-            covered = record.rows.contains(key, rows, labels)
-            stats.class_labelled += np.bincount(labels, minlength=K)
-            stats.class_covered += np.bincount(labels[covered], minlength=K)
-            if isinstance(stats, AdmitBatchStats):
-                per_row = record.rows.admit[key]
-                if had.any():
-                    old_rows = rows[had]
-                    stats.add_labels(per_row["y_hat"][old_rows], old[had], per_row["admitted"][old_rows], -1)
-                stats.add_labels(per_row["y_hat"][rows], labels, per_row["admitted"][rows])
+                old_rows = rows[had]
+                delta = delta.merge(kind.labelled(results.take(old_rows), probs[old_rows], old[had], sign=-1))
+            record.stats[key] = stats.merge(delta)
         record.rows.labels[rows] = labels
         newly = int((~had).sum())
         self._stream.rows_labelled += newly
@@ -774,13 +672,13 @@ class Monitor:
         covered = {
             key: np.concatenate(
                 [
-                    record.rows.contains(key, rows, labels)
+                    kind.covered(kind.results_of(record.rows, key, cal).take(rows), labels)
                     for record, rows, labels in groups
                     if record.rows is not None
                 ]
             )
-            for key, stats in groups[0][0].stats.items()
-            if isinstance(stats, CalibratorBatchStats)
+            for key, cal in self._calibrators.items()
+            if (kind := kind_of(cal)).has_sets
         }
         latest = len(self._stream.batches) - 1
         seen = self._stream.rows_seen
@@ -808,48 +706,15 @@ class Monitor:
             msg = f"by must be 'true' or 'predicted'; got {by!r}"
             raise ValueError(msg)
         classes = [str(c) for c in self.classes_.tolist()]
-        totals: dict[str, list[npt.NDArray[np.int64]]] = {}
-        for record in self._records(batches):
-            for key, stats in record.stats.items():
-                if not isinstance(stats, AdmitBatchStats):
-                    continue
-                admitted, correct = (
-                    (stats.class_admitted, stats.class_correct)
-                    if by == "true"
-                    else (stats.pred_admitted, stats.pred_correct)
-                )
-                if key not in totals:
-                    totals[key] = [admitted.copy(), correct.copy()]
-                else:
-                    totals[key][0] += admitted
-                    totals[key][1] += correct
-        out: dict[str, list[Any]] = {"calibrator": [], "class": [], "n_admitted": [], "n_correct": []}
-        for key, (admitted, correct) in totals.items():
-            present = np.flatnonzero(admitted)
-            out["calibrator"] += [key] * len(present)
-            out["class"] += [classes[i] for i in present]
-            out["n_admitted"] += admitted[present].tolist()
-            out["n_correct"] += correct[present].tolist()
-        schema: dict[str, Any] = {
-            "calibrator": pl.String, "class": pl.String, "n_admitted": pl.Int64, "n_correct": pl.Int64,
-        }  # fmt: skip
-        frame = pl.DataFrame(out, schema=schema)
-        lo, hi = clopper_pearson(frame["n_correct"].to_numpy(), frame["n_admitted"].to_numpy())
-        return frame.with_columns(
-            accuracy=pl.col("n_correct") / pl.col("n_admitted"),
-            accuracy_lo=pl.Series(lo, dtype=pl.Float64),
-            accuracy_hi=pl.Series(hi, dtype=pl.Float64),
-            target=pl.col("calibrator").replace_strict(self.targets(), return_dtype=pl.Float64),
-        )
+        return admitted_accuracy(self._records(batches), classes, self.targets(), by=by)
 
     def _feed_adaptive(self, groups: list[tuple[BatchRecord, IntArray, IntArray]]) -> None:
         """Give newly labelled rows, with the sets they were shown, to ACI calibrators."""
         for key, cal in self._calibrators.items():
-            if not is_adaptive(cal):
-                continue
+            kind = kind_of(cal)
             for record, rows, labels in groups:
                 if record.rows is not None and rows.shape[0]:
-                    cal.update(record.rows.sets(key)[rows], labels)  # type: ignore[union-attr]
+                    kind.after_labels(cal, kind.results_of(record.rows, key, cal).take(rows), labels)
 
     # ------------------------------------------------------------------ shift warnings
     def warnings(self) -> pl.DataFrame:
@@ -966,7 +831,7 @@ class Monitor:
         float
             The new threshold.
         """
-        keys = [key for key, cal in self._calibrators.items() if is_selective(cal)]
+        keys = [key for key, cal in self._calibrators.items() if isinstance(kind_of(cal), SelectiveKind)]
         if calibrator is None:
             if len(keys) != 1:
                 msg = f"calibrator must name one of the selective calibrators {keys}"
@@ -982,28 +847,8 @@ class Monitor:
         if not records:
             msg = "there are no rows in the window to tune on: observe a batch first"
             raise ValueError(msg)
-        selector: Any = self._calibrators[calibrator]
-        scores = np.concatenate(
-            [r.rows.selective[calibrator]["score"] for r in records if r.rows is not None]
-        )
-        candidate = copy.deepcopy(selector)
-        candidate.coverage = float(coverage)
-        threshold = float(candidate.tune_scores(scores))
+        candidate, threshold = retune(self._calibrators[calibrator], float(coverage), calibrator, records)
         self._calibrators[calibrator] = candidate
-        for record in records:
-            assert record.rows is not None
-            per_row = record.rows.selective[calibrator]
-            per_row["kept"] = np.asarray(candidate.select_scores(per_row["score"]), dtype=bool)
-            stats = record.stats[calibrator]
-            assert isinstance(stats, SelectiveBatchStats)
-            labelled = np.flatnonzero(record.rows.labels != NO_LABEL)
-            correct = record.rows.probs[labelled].argmax(axis=1) == record.rows.labels[labelled]
-            kept = per_row["kept"]
-            record.stats[calibrator] = SelectiveBatchStats(
-                n_rows=record.n_rows, n_kept=int(kept.sum()), threshold=threshold,
-                n_labelled=int(labelled.shape[0]), n_kept_labelled=int(kept[labelled].sum()),
-                n_kept_correct=int((kept[labelled] & correct).sum()), n_all_correct=int(correct.sum()),
-            )  # fmt: skip
         self._notify(tuple(r.index for r in records))
         return threshold
 
@@ -1122,24 +967,6 @@ class Monitor:
         """The shift detectors and their log (None without detectors or before calibrate)."""
         return self._shift
 
-    @staticmethod
-    def _apply_risk_labels(
-        rows_of: BatchRows,
-        key: str,
-        stats: RiskBatchStats,
-        rows: IntArray,
-        labels: IntArray,
-        old: IntArray,
-        had: npt.NDArray[np.bool_],
-    ) -> None:
-        risk = rows_of.risks[key]
-        if had.any():
-            old_rows = rows[had]
-            missed_before = label_ranks(rows_of.probs[old_rows], old[had]) > stats.top_k
-            stats.add(missed_before, risk[old_rows], sign=-1)
-        missed = label_ranks(rows_of.probs[rows], labels) > stats.top_k
-        stats.add(missed, risk[rows])
-
     # ------------------------------------------------------------------ views
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(batch_indices)`` whenever batches change; returns an unsubscribe."""
@@ -1169,7 +996,7 @@ class Monitor:
 
     def targets(self) -> dict[str, float]:
         """Target coverage of each set calibrator (``1 − α``, or ``1 − ε`` for PAC sets)."""
-        out = {key: target_coverage(cal) for key, cal in self._calibrators.items()}
+        out = {key: kind_of(cal).target(cal) for key, cal in self._calibrators.items()}
         return {key: value for key, value in out.items() if value is not None}
 
     def _records(self, batches: tuple[int, ...] | None) -> list[BatchRecord]:
@@ -1208,85 +1035,51 @@ class Monitor:
         record's summary is exactly that of all its rows.
         """
         targets = self.targets()
+        kinds = {key: kind_of(cal) for key, cal in self._calibrators.items()}
         rows: list[dict[str, Any]] = []
         for record in records:
             for key, stats in record.stats.items():
-                row: dict[str, Any] = {
-                    "batch": record.index,
-                    "name": record.name,
-                    "calibrator": key,
-                    "target": targets.get(key),
-                    "n_rows": record.n_rows,
-                    "n_labelled": stats.n_labelled,
-                    "in_window": record.rows is not None,
-                    "observed_at": record.observed_at,
-                }
-                if isinstance(stats, RiskBatchStats):
-                    n_lab = stats.n_labelled
-                    row |= {
-                        "kind": "risk",
-                        "estimated_error": stats.risk_sum / record.n_rows,
-                        "observed_error": stats.n_missed / n_lab if n_lab else None,
-                        "estimated_error_labelled": stats.risk_sum_labelled / n_lab if n_lab else None,
+                kind = kinds[key]
+                rows.append(
+                    {
+                        "batch": record.index,
+                        "name": record.name,
+                        "calibrator": key,
+                        "kind": kind.summary_kind,
+                        "target": targets.get(key),
+                        "n_rows": record.n_rows,
+                        "n_labelled": stats.n_labelled,
+                        "in_window": record.rows is not None,
+                        "observed_at": record.observed_at,
                     }
-                elif isinstance(stats, SelectiveBatchStats):
-                    n_lab, n_kept = stats.n_labelled, stats.n_kept_labelled
-                    row |= {
-                        "kind": "selective",
-                        "kept_share": stats.n_kept / record.n_rows,
-                        "threshold": stats.threshold,
-                        "n_kept_labelled": n_kept,
-                        "kept_accuracy": stats.n_kept_correct / n_kept if n_kept else None,
-                        "accuracy": stats.n_all_correct / n_lab if n_lab else None,
-                    }
-                else:
-                    K = stats.class_labelled.shape[0]
-                    row |= {
-                        "kind": "sets",
-                        "n_covered": stats.n_covered,
-                        "mean_set_size": float(stats.size_counts @ np.arange(K + 1)) / record.n_rows,
-                        "singleton_share": float(stats.size_counts[1]) / record.n_rows,
-                        "full_share": float(stats.size_counts[K]) / record.n_rows,
-                        "alpha_level": stats.alpha_level,
-                    }
-                    if isinstance(stats, AdmitBatchStats):
-                        n_adm = int(stats.class_admitted.sum())
-                        row |= {
-                            "admitted_share": stats.n_admitted / record.n_rows,
-                            "n_admitted_labelled": n_adm,
-                            "admitted_accuracy": int(stats.class_correct.sum()) / n_adm if n_adm else None,
-                        }
-                rows.append(row)
-        schema: dict[str, Any] = {
-            "batch": pl.Int64, "name": pl.String, "calibrator": pl.String, "kind": pl.String,
-            "target": pl.Float64, "n_rows": pl.Int64, "n_labelled": pl.Int64, "n_covered": pl.Int64,
-            "mean_set_size": pl.Float64, "singleton_share": pl.Float64, "full_share": pl.Float64,
-            "estimated_error": pl.Float64, "observed_error": pl.Float64,
-            "estimated_error_labelled": pl.Float64, "alpha_level": pl.Float64,
-            "admitted_share": pl.Float64, "n_admitted_labelled": pl.Int64, "admitted_accuracy": pl.Float64,
-            "kept_share": pl.Float64, "threshold": pl.Float64, "n_kept_labelled": pl.Int64,
-            "kept_accuracy": pl.Float64, "accuracy": pl.Float64,
-            "in_window": pl.Boolean, "observed_at": pl.Datetime("us", "UTC"),
-        }  # fmt: skip
+                    | kind.summary_row(stats, record.n_rows)
+                )
+        schema = dict(_BASE_SUMMARY)
+        for present in kinds.values():
+            schema |= present.summary_columns
         frame = pl.DataFrame(rows, schema=schema)
+        if "n_covered" not in frame.columns:
+            frame = frame.with_columns(n_covered=pl.lit(None, dtype=pl.Int64))
+        # Coverage and its exact interval, for the kinds that count covered rows.
+        has_coverage = pl.col("n_covered").is_not_null() & (pl.col("n_labelled") > 0)
         covered = frame["n_covered"].fill_null(0).to_numpy()
-        set_labelled = np.where(frame["kind"].to_numpy() == "sets", frame["n_labelled"].to_numpy(), 0)
-        lo, hi = clopper_pearson(covered, set_labelled)
-        has_coverage = (pl.col("kind") == "sets") & (pl.col("n_labelled") > 0)
-        return frame.with_columns(
+        trials = np.where(frame["n_covered"].is_not_null().to_numpy(), frame["n_labelled"].to_numpy(), 0)
+        lo, hi = clopper_pearson(covered, trials)
+        frame = frame.with_columns(
             n_pending=pl.col("n_rows") - pl.col("n_labelled"),
             coverage=pl.when(has_coverage).then(pl.col("n_covered") / pl.col("n_labelled")),
             coverage_lo=pl.Series(lo).fill_nan(None),
             coverage_hi=pl.Series(hi).fill_nan(None),
-            error_gap=pl.col("estimated_error_labelled") - pl.col("observed_error"),
-        ).select(
-            "batch", "name", "calibrator", "kind", "target", "n_rows", "n_labelled", "n_pending",
-            "n_covered", "coverage", "coverage_lo", "coverage_hi", "mean_set_size",
-            "singleton_share", "full_share", "estimated_error", "observed_error", "error_gap",
-            "estimated_error_labelled", "alpha_level", "admitted_share", "n_admitted_labelled",
-            "admitted_accuracy", "kept_share", "threshold", "n_kept_labelled", "kept_accuracy", "accuracy",
-            "in_window", "observed_at",
-        )  # fmt: skip
+        )
+        missing = {name: dtype for kind in KINDS for name, dtype in kind.summary_columns.items()}
+        frame = frame.with_columns(
+            pl.lit(None, dtype=dtype).alias(name)
+            for name, dtype in missing.items()
+            if name not in frame.columns
+        )
+        known = [name for name in SUMMARY_ORDER if name in frame.columns]
+        extra = [name for name in frame.columns if name not in SUMMARY_ORDER]
+        return frame.select(*known[:-2], *extra, *known[-2:])
 
     def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
         """Rows per set size: ``batch, calibrator, size, count`` (sizes with count > 0)."""
@@ -1295,17 +1088,23 @@ class Monitor:
     def set_size_counts_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
         """:meth:`set_size_counts` of some batch records (see :meth:`summary_of`)."""
         out: dict[str, list[Any]] = {"batch": [], "calibrator": [], "size": [], "count": []}
+        with_sets = self._keys_with_sets()
         for record in records:
             for key, stats in record.stats.items():
-                if not isinstance(stats, CalibratorBatchStats):
+                if key not in with_sets:
                     continue
-                sizes = np.flatnonzero(stats.size_counts)
+                counts: Any = stats  # a set kind's statistics (CalibratorBatchStats)
+                sizes = np.flatnonzero(counts.size_counts)
                 out["batch"] += [record.index] * len(sizes)
                 out["calibrator"] += [key] * len(sizes)
                 out["size"] += sizes.tolist()
-                out["count"] += stats.size_counts[sizes].tolist()
+                out["count"] += counts.size_counts[sizes].tolist()
         schema = {"batch": pl.Int64, "calibrator": pl.String, "size": pl.Int64, "count": pl.Int64}
         return pl.DataFrame(out, schema=schema)
+
+    def _keys_with_sets(self) -> set[str]:
+        """Calibrators whose kind predicts sets (their statistics count set sizes and coverage)."""
+        return {key for key, cal in self._calibrators.items() if kind_of(cal).has_sets}
 
     def class_coverage(
         self, batches: tuple[int, ...] | None = None, *, by_batch: bool = True
@@ -1320,19 +1119,21 @@ class Monitor:
     def class_coverage_of(self, records: Sequence[BatchRecord], *, by_batch: bool = True) -> pl.DataFrame:
         """:meth:`class_coverage` of some batch records (see :meth:`summary_of`)."""
         classes = self.classes_
+        with_sets = self._keys_with_sets()
         out: dict[str, list[Any]] = {
             "batch": [], "calibrator": [], "class": [], "n_labelled": [], "n_covered": [],
         }  # fmt: skip
         for record in records:
             for key, stats in record.stats.items():
-                if not isinstance(stats, CalibratorBatchStats):
+                if key not in with_sets:
                     continue
-                present = np.flatnonzero(stats.class_labelled)
+                counts: Any = stats  # a set kind's statistics (CalibratorBatchStats)
+                present = np.flatnonzero(counts.class_labelled)
                 out["batch"] += [record.index] * len(present)
                 out["calibrator"] += [key] * len(present)
                 out["class"] += [str(c) for c in classes[present].tolist()]
-                out["n_labelled"] += stats.class_labelled[present].tolist()
-                out["n_covered"] += stats.class_covered[present].tolist()
+                out["n_labelled"] += counts.class_labelled[present].tolist()
+                out["n_covered"] += counts.class_covered[present].tolist()
         schema: dict[str, Any] = {
             "batch": pl.Int64, "calibrator": pl.String, "class": pl.String,
             "n_labelled": pl.Int64, "n_covered": pl.Int64,
@@ -1393,25 +1194,9 @@ class Monitor:
                     c if h else None for c, h in zip(classes[rows.labels].tolist(), has_label, strict=True)
                 ],
             }
-            for key, risk in rows.risks.items():
-                columns[f"risk_{key}"] = risk
-            for key, per_row in rows.selective.items():
-                columns[f"score_{key}"] = per_row["score"]
-                columns[f"kept_{key}"] = per_row["kept"]
-            for key, per_row in rows.admit.items():
-                for field_name in ADMIT_ROW_FIELDS:
-                    values = per_row[field_name]
-                    columns[f"{field_name}_{key}"] = (
-                        classes[values].tolist() if field_name == "y_hat" else values
-                    )
-            for key in rows.packed_sets:
-                sets = rows.sets(key)
-                columns[f"set_{key}"] = [classes[np.flatnonzero(s)].tolist() for s in sets]
-                columns[f"size_{key}"] = sets.sum(axis=1)
-                covered = sets[np.arange(record.n_rows), np.where(has_label, rows.labels, 0)]
-                columns[f"covered_{key}"] = [
-                    bool(c) if h else None for c, h in zip(covered, has_label, strict=True)
-                ]
+            for key, cal in self._calibrators.items():
+                kind = kind_of(cal)
+                columns |= kind.row_columns(key, kind.results_of(rows, key, cal), rows.labels, classes)
             frames.append(pl.DataFrame(columns))
         if not frames:
             return pl.DataFrame()
@@ -1465,28 +1250,10 @@ def _is_regression(task: Any, model: Any) -> bool:
     return not (is_torch or hasattr(model, "predict_proba") or hasattr(model, "decision_function"))
 
 
-def _levels_of(calibrator: Any) -> ConformalLevels | None:
-    """A fitted calibrator's sets at any level, when it has them (split conformal, or ACI's)."""
-    if isinstance(calibrator, Adaptive):
-        levels = getattr(calibrator, "levels_", None)
-        return levels if isinstance(levels, ConformalLevels) else None
-    if (
-        isinstance(calibrator, SplitConformalClassifier)
-        and hasattr(calibrator, "_sorted_scores")
-        and calibrator.mode_ != "category"
-    ):
-        return ConformalLevels(calibrator, calibrator._sorted_scores, allow_empty=calibrator.allow_empty)
-    return None
-
-
-def _require_embeddings(outputs: ModelOutputs, who: str) -> npt.NDArray[np.float32]:
-    if outputs.embeddings is None:
-        msg = (
-            f"{who} needs embeddings: use a torch model with Monitor(model, embedding_layer=...), "
-            "or pass embeddings= with precomputed outputs"
-        )
-        raise ValueError(msg)
-    return outputs.embeddings
+def _levels_of(calibrator: Any) -> Any:
+    """A fitted calibrator's sets at any level, when its kind has them (split conformal, or ACI's)."""
+    levels = getattr(kind_of(calibrator), "levels", None)
+    return None if levels is None else levels(calibrator)
 
 
 def default_author() -> str:

@@ -63,31 +63,74 @@ class RegressionBatchStats:
     crps_sum: float = 0.0
 
     @classmethod
-    def merged(cls, parts: Sequence[RegressionBatchStats], n_rows: Sequence[int]) -> RegressionBatchStats:
-        """Sums over consecutive batches (each part counts its own rows)."""
-        levels = parts[-1].levels
-        covered = [p.covered for p in parts if p.covered.shape[0]]
-        return cls(
-            levels=levels,
-            n_rows=sum(p.n_rows for p in parts),
-            width_sum=np.sum([p.width_sum for p in parts], axis=0),
-            n_labelled=sum(p.n_labelled for p in parts),
-            covered=np.sum(covered, axis=0, dtype=np.int64) if covered else np.zeros(0, dtype=np.int64),
-            pit_counts=np.sum([p.pit_counts for p in parts], axis=0, dtype=np.int64),
-            crps_sum=sum(p.crps_sum for p in parts),
+    def empty(cls, n_classes: int = 0) -> RegressionBatchStats:
+        """Statistics of no rows (no levels yet: a merge takes the other side's)."""
+        return cls(levels=(), n_rows=0, width_sum=np.zeros(0, dtype=np.float64))
+
+    def merge(self, other: RegressionBatchStats) -> RegressionBatchStats:
+        """Sums over the rows of both (a monoid: :meth:`empty` is its identity).
+
+        ``covered`` and ``width_sum`` may be empty on one side (no labels yet; a label update
+        has no widths): the other side's are taken as they are.
+
+        Examples
+        --------
+        >>> a = RegressionBatchStats(levels=(0.9,), n_rows=2, width_sum=np.array([3.0]))
+        >>> b = RegressionBatchStats.labelled({"pit": np.array([0.5]), "covered_90": np.array([True]),
+        ...                                    "crps": np.array([0.25])}, (0.9,))
+        >>> ab = a.merge(b)
+        >>> ab.n_rows, ab.n_labelled, ab.covered.tolist(), ab.crps_sum, ab.width_sum.tolist()
+        (2, 1, [1], 0.25, [3.0])
+        """
+        return RegressionBatchStats(
+            levels=other.levels or self.levels,
+            n_rows=self.n_rows + other.n_rows,
+            width_sum=_add_sums(self.width_sum, other.width_sum),
+            n_labelled=self.n_labelled + other.n_labelled,
+            covered=_add_sums(self.covered, other.covered),
+            pit_counts=self.pit_counts + other.pit_counts,
+            crps_sum=self.crps_sum + other.crps_sum,
         )
 
-    def add(self, scored: dict[str, FloatArray], sign: int = 1) -> None:
-        """Count scored labelled rows in (``sign=1``) or out (``sign=-1``, a relabel)."""
+    @classmethod
+    def labelled(
+        cls, scored: dict[str, FloatArray], levels: tuple[float, ...], sign: int = 1
+    ) -> RegressionBatchStats:
+        """What scored labelled rows add to their batch's statistics (``sign=-1``: take away)."""
         pit = scored["pit"]
-        self.n_labelled += sign * int(pit.shape[0])
-        if self.covered.shape[0] == 0:
-            self.covered = np.zeros(len(self.levels), dtype=np.int64)
-        for i, level in enumerate(self.levels):
-            self.covered[i] += sign * int(scored[f"covered_{_pct(level)}"].sum())
+        covered = np.array([int(scored[f"covered_{_pct(level)}"].sum()) for level in levels], dtype=np.int64)
         bins = np.minimum((pit * PIT_BINS).astype(np.int64), PIT_BINS - 1)
-        self.pit_counts += sign * np.bincount(bins, minlength=PIT_BINS)
-        self.crps_sum += sign * float(scored["crps"].sum())
+        return cls(
+            levels=levels,
+            n_rows=0,
+            width_sum=np.zeros(0, dtype=np.float64),
+            n_labelled=sign * int(pit.shape[0]),
+            covered=sign * covered,
+            pit_counts=sign * np.bincount(bins, minlength=PIT_BINS).astype(np.int64),
+            crps_sum=sign * float(scored["crps"].sum()),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RegressionBatchStats):
+            return NotImplemented
+        return (
+            self.levels == other.levels
+            and self.n_rows == other.n_rows
+            and self.n_labelled == other.n_labelled
+            and self.crps_sum == other.crps_sum
+            and all(
+                np.array_equal(getattr(self, f), getattr(other, f))
+                for f in ("width_sum", "covered", "pit_counts")
+            )
+        )
+
+    def to_row(self) -> dict[str, Any]:
+        """One row of ``batches.parquet``."""
+        return {
+            "kind": "regression", "n_labelled": self.n_labelled, "levels": list(self.levels),
+            "width_sum": self.width_sum.tolist(), "covered": self.covered.tolist(),
+            "pit_counts": self.pit_counts.tolist(), "crps_sum": self.crps_sum,
+        }  # fmt: skip
 
     def check(self, n_rows: int) -> list[str]:
         """Violations of these statistics' invariants, for a batch of ``n_rows`` rows (empty when sound).
@@ -444,9 +487,11 @@ class RegressionMonitor(Monitor):
         for key, cal in self._regressors().items():
             saved = store["per_calibrator"][key]
             stats = _regression_stats(record)[key]
+            delta = RegressionBatchStats.labelled(self._score(cal, saved, rows, values), self.levels)
             if had.any():
-                stats.add(self._score(cal, saved, rows[had], old[had]), sign=-1)
-            stats.add(self._score(cal, saved, rows, values))
+                scored_before = self._score(cal, saved, rows[had], old[had])
+                delta = delta.merge(RegressionBatchStats.labelled(scored_before, self.levels, sign=-1))
+            record.stats[key] = stats.merge(delta)
         store["y"][rows] = values
         record.rows.labels[rows] = 0  # marks the row as labelled for the generic counters
         self._stream.rows_labelled += int((~had).sum())
@@ -621,3 +666,13 @@ def _regression_stats(record: BatchRecord) -> dict[str, RegressionBatchStats]:
 
 
 TASK_MONITORS["regression"] = RegressionMonitor  # Monitor(task="regression") builds one
+
+
+def _add_sums(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``a + b``, where an empty side (nothing counted yet) adds nothing."""
+    if a.shape[0] == 0:
+        return b.copy()
+    if b.shape[0] == 0:
+        return a.copy()
+    total: npt.NDArray[Any] = a + b
+    return total

@@ -47,19 +47,11 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.invariants import problem_message
+from calwatch.kinds import kind_named
 from calwatch.regression_monitor import PIT_BINS, RegressionBatchStats, check_regressor, row_fields
 from calwatch.state_checks import check_calibrators
 from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder, check_dtype
-from calwatch.stream import (
-    NO_LABEL,
-    AdmitBatchStats,
-    BatchRecord,
-    BatchRows,
-    CalibratorBatchStats,
-    RiskBatchStats,
-    SelectiveBatchStats,
-    StreamState,
-)
+from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats, StreamState
 
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
@@ -190,7 +182,6 @@ _BATCH_SCHEMA: dict[str, Any] = {
     "risk_sum_labelled": pl.Float64, "n_admitted": pl.Int64, "class_admitted": pl.List(pl.Int64),
     "class_correct": pl.List(pl.Int64), "pred_admitted": pl.List(pl.Int64), "pred_correct": pl.List(pl.Int64),
 }  # fmt: skip
-_ADMIT_COUNTS = ("class_admitted", "class_correct", "pred_admitted", "pred_correct")
 _SELECTIVE_SCHEMA: dict[str, Any] = {
     "n_kept": pl.Int64, "threshold": pl.Float64, "n_kept_labelled": pl.Int64, "n_kept_correct": pl.Int64,
     "n_all_correct": pl.Int64,
@@ -211,30 +202,7 @@ def _batches_frame(stream: StreamState) -> pl.DataFrame:
                 "batch": record.index, "name": record.name, "observed_at": record.observed_at,
                 "n_rows": record.n_rows, "calibrator": key,
             }  # fmt: skip
-            if isinstance(stats, CalibratorBatchStats):
-                values |= {
-                    "kind": "sets", "size_counts": stats.size_counts.tolist(),
-                    "class_labelled": stats.class_labelled.tolist(),
-                    "class_covered": stats.class_covered.tolist(), "alpha_level": stats.alpha_level,
-                }  # fmt: skip
-                if isinstance(stats, AdmitBatchStats):
-                    values |= {"kind": "admit", "n_admitted": stats.n_admitted}
-                    values |= {name: getattr(stats, name).tolist() for name in _ADMIT_COUNTS}
-            elif isinstance(stats, SelectiveBatchStats):
-                values |= {"kind": "selective", "n_labelled": stats.n_labelled}
-                values |= {name: getattr(stats, name) for name in _SELECTIVE_SCHEMA}
-            elif isinstance(stats, RegressionBatchStats):
-                values |= {
-                    "kind": "regression", "n_labelled": stats.n_labelled, "levels": list(stats.levels),
-                    "width_sum": stats.width_sum.tolist(), "covered": stats.covered.tolist(),
-                    "pit_counts": stats.pit_counts.tolist(), "crps_sum": stats.crps_sum,
-                }  # fmt: skip
-            else:
-                values |= {
-                    "kind": "risk", "top_k": stats.top_k, "risk_sum": stats.risk_sum,
-                    "n_labelled": stats.n_labelled, "n_missed": stats.n_missed,
-                    "risk_sum_labelled": stats.risk_sum_labelled,
-                }  # fmt: skip
+            values |= stats.to_row()  # each kind writes its own fields, and its kind
             for name in _BATCH_SCHEMA:
                 out[name].append(values.get(name))
     return pl.DataFrame(out, schema=_BATCH_SCHEMA)
@@ -605,40 +573,17 @@ def _check_labelled_agree(record: BatchRecord) -> None:
         raise SnapshotError(msg)
 
 
-def _stats_from_row(
-    row: dict[str, Any],
-) -> CalibratorBatchStats | RiskBatchStats | SelectiveBatchStats | RegressionBatchStats:
+def _stats_from_row(row: dict[str, Any]) -> BatchStats | RegressionBatchStats:
+    """A row of ``batches.parquet`` as the statistics of its kind."""
     if row["kind"] == "regression":
         return _regression_stats_from_row(row)
-    if row["kind"] == "selective":
-        return SelectiveBatchStats(
-            n_rows=row["n_rows"],
-            n_labelled=row["n_labelled"],
-            **{name: row[name] for name in _SELECTIVE_SCHEMA},
-        )
-    if row["kind"] == "admit":
-        return AdmitBatchStats(
-            size_counts=np.asarray(row["size_counts"], dtype=np.int64),
-            class_labelled=np.asarray(row["class_labelled"], dtype=np.int64),
-            class_covered=np.asarray(row["class_covered"], dtype=np.int64),
-            alpha_level=row["alpha_level"],
-            n_admitted=row["n_admitted"],
-            **{name: np.asarray(row[name], dtype=np.int64) for name in _ADMIT_COUNTS},
-        )
-    if row["kind"] == "sets":
-        return CalibratorBatchStats(
-            size_counts=np.asarray(row["size_counts"], dtype=np.int64),
-            class_labelled=np.asarray(row["class_labelled"], dtype=np.int64),
-            class_covered=np.asarray(row["class_covered"], dtype=np.int64),
-            alpha_level=row["alpha_level"],
-        )
-    if row["kind"] == "risk":
-        return RiskBatchStats(
-            top_k=row["top_k"], n_rows=row["n_rows"], risk_sum=row["risk_sum"], n_labelled=row["n_labelled"],
-            n_missed=row["n_missed"], risk_sum_labelled=row["risk_sum_labelled"],
-        )  # fmt: skip
-    msg = f"batches.parquet has a row of unknown kind {row['kind']!r}"
-    raise SnapshotError(msg)
+    try:
+        kind = kind_named(row["kind"])
+    except KeyError:
+        msg = f"batches.parquet has a row of unknown kind {row['kind']!r}"
+        raise SnapshotError(msg) from None
+    restored: BatchStats = kind.from_row(row)
+    return restored
 
 
 def _regression_stats_from_row(row: dict[str, Any]) -> RegressionBatchStats:

@@ -64,7 +64,9 @@ def _classes(monitor: Monitor) -> list[str]:
 
 def view_state(monitor: Monitor) -> dict[str, Any]:
     """The synced traits a view of ``monitor`` starts from (also what a static report renders)."""
-    from calwatch.monitor import default_author, is_selective
+    from calwatch.kinds import find_kind
+    from calwatch.kinds.selective import SelectiveKind
+    from calwatch.monitor import default_author
 
     kinds = charts.chart_kinds(monitor)
     panels = dashboard.panels_for(monitor) if monitor.calibration_ is not None else []
@@ -80,7 +82,9 @@ def view_state(monitor: Monitor) -> dict[str, Any]:
         "_warnings": warning_rows(monitor),
         "_default_author": default_author(),
         "_alpha_info": dashboard.what_if_info(monitor, None),
-        "_selectives": [key for key, cal in monitor.calibrators.items() if is_selective(cal)],
+        "_selectives": [
+            key for key, cal in monitor.calibrators.items() if isinstance(find_kind(cal), SelectiveKind)
+        ],
     }
 
 

@@ -1,0 +1,77 @@
+"""Calibrator kinds: each kind of calibrator in one module, behind one protocol (:mod:`.base`).
+
+:data:`KINDS` lists them in the order they claim calibrators (the first kind whose
+:meth:`~calwatch.kinds.base.CalibratorKind.claims` says yes is the calibrator's kind):
+
+* :mod:`.sets` — :class:`~.sets.AdaptiveKind` (ACI: sets whose level moves as labels arrive),
+  then, as the fallback, :class:`~.sets.SetsKind` (split and Mondrian conformal, PAC sets);
+* :mod:`.admit` — Venn-ADMIT admission;
+* :mod:`.risk` — label-free risk estimates;
+* :mod:`.selective` — selective keep/abstain.
+
+Adding a kind is one module implementing :class:`~calwatch.kinds.base.CalibratorKind` and one
+line in :data:`KINDS` (docs/architecture.md walks through it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from calwatch.kinds.admit import AdmitKind
+from calwatch.kinds.base import CalibratorKind, RowResults
+from calwatch.kinds.risk import RiskKind
+from calwatch.kinds.selective import SelectiveKind
+from calwatch.kinds.sets import AdaptiveKind, SetsKind
+from calwatch.stream import BatchStats
+
+#: Every kind, in the order they claim calibrators (the fallback, plain sets, last).
+KINDS: tuple[CalibratorKind[Any, Any], ...] = (
+    AdaptiveKind(),
+    AdmitKind(),
+    RiskKind(),
+    SelectiveKind(),
+    SetsKind(),
+)
+
+
+def kind_of(calibrator: Any) -> CalibratorKind[Any, Any]:
+    """The kind of a calibrator.
+
+    Raises
+    ------
+    TypeError
+        When no kind claims it (it has neither ``predict_sets``, ``row_risk``,
+        ``predict_arrays`` nor ``select_scores``).
+    """
+    for kind in KINDS:
+        if kind.claims(calibrator):
+            return kind
+    msg = (
+        f"{type(calibrator).__name__} is not a calibrator calwatch can watch: it needs predict_sets "
+        "(prediction sets), row_risk (risk estimates), predict_arrays (Venn-ADMIT) or select_scores "
+        "(selective classification)"
+    )
+    raise TypeError(msg)
+
+
+def find_kind(calibrator: Any) -> CalibratorKind[Any, Any] | None:
+    """The kind of a calibrator, or None (a regression monitor's calibrators have none yet)."""
+    return next((kind for kind in KINDS if kind.claims(calibrator)), None)
+
+
+def kind_named(name: str) -> CalibratorKind[Any, Any]:
+    """The kind whose statistics are saved as ``name`` in ``batches.parquet``.
+
+    Raises
+    ------
+    KeyError
+        For a name no kind has.
+    """
+    named = [kind for kind in KINDS if kind.name == name]
+    if not named:
+        raise KeyError(name)
+    found: CalibratorKind[Any, Any] = named[-1]  # plain sets rather than ACI, which saves the same statistics
+    return found
+
+
+__all__ = ["KINDS", "BatchStats", "CalibratorKind", "RowResults", "find_kind", "kind_named", "kind_of"]

@@ -1,0 +1,156 @@
+"""The calibrator-kind protocol: what the monitor, the store and the views ask of a kind of calibrator.
+
+A *kind* (prediction sets, Venn-ADMIT admission, label-free risk, selective keep/abstain,
+adaptive sets) says in one module:
+
+* which calibrators it handles (:meth:`CalibratorKind.claims`) and how one is fitted;
+* how a fitted calibrator is applied to a batch's model outputs: typed per-row results
+  (:class:`RowResults`), kept in the window's raw rows;
+* its per-batch statistics type (:class:`BatchStats`): a monoid, so the statistics of a batch
+  are the merge of the statistics of any split of its rows, labels included;
+* how labels update those statistics: the labelled rows' contribution is itself a statistic
+  (:meth:`CalibratorKind.labelled`), merged in (and merged in negated for a relabel);
+* the summary columns and dashboard panels it contributes, and its ``rows()`` columns.
+
+The monitor loops over its calibrators and asks each one's kind; it never branches on kinds.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from calwatch.models import ModelOutputs
+from calwatch.stream import BatchRows, BatchStats
+
+IntArray = npt.NDArray[np.intp]
+
+
+class RowResults(Protocol):
+    """Per-row results of one calibrator on one batch: arrays aligned with the batch's rows."""
+
+    def take(self, rows: IntArray) -> Self:
+        """The results of the given rows only (a part of the batch)."""
+        ...
+
+
+R = TypeVar("R", bound=RowResults)
+S = TypeVar("S", bound=BatchStats)
+
+
+class CalibratorKind(ABC, Generic[R, S]):
+    """One kind of calibrator, as the monitor, the store and the views see it.
+
+    Subclasses set the class attributes and implement the abstract methods; one instance of
+    each lives in :data:`calwatch.kinds.KINDS`.
+    """
+
+    #: The ``kind`` of its statistics in a snapshot's ``batches.parquet``.
+    name: ClassVar[str]
+    #: The ``kind`` column of :meth:`Monitor.summary <calwatch.monitor.Monitor.summary>`.
+    summary_kind: ClassVar[str]
+    #: Its statistics type (restored from ``batches.parquet`` by ``from_row``).
+    stats_type: ClassVar[type[Any]]
+    #: Summary columns it fills, with their dtypes (null for calibrators of other kinds).
+    summary_columns: ClassVar[Mapping[str, Any]]
+    #: Dashboard panels (chart kinds of :mod:`calwatch.charts`) it contributes.
+    panels: ClassVar[tuple[str, ...]] = ()
+    #: What it needs of ``calibrate(reference=...)``: nothing, the embeddings, or the whole set.
+    reference: ClassVar[str | None] = None
+    #: Whether it predicts sets (its coverage feeds the coverage-drop detectors and ``what_if``).
+    has_sets: ClassVar[bool] = False
+
+    @abstractmethod
+    def claims(self, calibrator: Any) -> bool:
+        """Whether ``calibrator`` is of this kind."""
+
+    def fit(
+        self,
+        key: str,
+        calibrator: Any,
+        outputs: ModelOutputs,
+        y: IntArray,
+        *,
+        categories: Any,
+        reference: Any,
+    ) -> None:
+        """Fit ``calibrator`` (in place) on labelled calibration outputs.
+
+        The default fits on the probabilities (or logits, for ``input_kind == "logits"``) and
+        the class indices, passing Mondrian categories to ``mondrian="category"`` calibrators.
+        """
+        inputs, kwargs = calibrator_inputs(calibrator, outputs, categories)
+        calibrator.fit(inputs, y, **kwargs)
+
+    @abstractmethod
+    def apply(self, key: str, calibrator: Any, outputs: ModelOutputs, categories: Any) -> R:
+        """The fitted calibrator's per-row results on a batch (raises naming ``key`` on bad output)."""
+
+    @abstractmethod
+    def observed(self, results: R, n_classes: int) -> S:
+        """Statistics of freshly observed rows (no labels yet)."""
+
+    @abstractmethod
+    def labelled(self, results: R, probs: npt.NDArray[np.float64], labels: IntArray, sign: int = 1) -> S:
+        """What labelling these rows adds to their batch's statistics (``sign=-1``: takes away).
+
+        ``results`` and ``probs`` are those of the labelled rows only; observed-only fields
+        (rows, sizes, estimated sums) are zero, so ``observed(r).merge(labelled(r, p, y))`` is
+        the statistics of the rows once labelled.
+        """
+
+    @abstractmethod
+    def keep(self, rows: BatchRows, key: str, results: R) -> None:
+        """Store the per-row results in the window's raw rows of the batch."""
+
+    @abstractmethod
+    def results_of(self, rows: BatchRows, key: str, calibrator: Any) -> R:
+        """The per-row results kept in the window's raw rows of a batch."""
+
+    @abstractmethod
+    def summary_row(self, stats: S, n_rows: int) -> dict[str, Any]:
+        """Its summary columns for one batch (or pooled batches) of ``n_rows`` rows."""
+
+    @abstractmethod
+    def row_columns(
+        self, key: str, results: R, labels: IntArray, classes: npt.NDArray[Any]
+    ) -> dict[str, Any]:
+        """Its ``rows()`` columns for one batch (``labels`` is ``-1`` where a row has none)."""
+
+    def covered(self, results: R, labels: IntArray) -> npt.NDArray[np.bool_] | None:
+        """Whether each labelled row's set holds its label (None for kinds without sets)."""
+        return None
+
+    def after_labels(self, calibrator: Any, results: R, labels: IntArray) -> None:
+        """React to newly labelled rows (adaptive calibrators move their level); default: nothing."""
+
+    def target(self, calibrator: Any) -> float | None:
+        """The coverage the calibrator promises (``1 − ε`` or ``1 − α``), None when it promises none."""
+        level = getattr(calibrator, "epsilon", None)
+        if level is None:
+            level = getattr(calibrator, "alpha", None)
+        return None if level is None else 1.0 - float(level)
+
+    def from_row(self, row: Mapping[str, Any]) -> S:
+        """Statistics restored from one row of ``batches.parquet``."""
+        restored: S = self.stats_type.from_row(row)
+        return restored
+
+
+def calibrator_inputs(calibrator: Any, outputs: ModelOutputs, categories: Any) -> tuple[Any, dict[str, Any]]:
+    """The array a calibrator reads (probabilities, or logits) and its keyword arguments."""
+    kwargs: dict[str, Any] = {}
+    if getattr(calibrator, "mondrian", None) == "category":
+        kwargs["categories"] = categories
+    if getattr(calibrator, "input_kind", "probs") == "logits":
+        return outputs.logits_or_log_probs(), kwargs
+    return outputs.probs, kwargs
+
+
+def int_array(values: Any) -> npt.NDArray[np.int64]:
+    """``values`` as an int64 array (a list read from parquet, or an array)."""
+    return np.asarray(values, dtype=np.int64)

@@ -1,0 +1,265 @@
+"""Selective classification (paper 002; ALGORITHMS.md §6): keep a row or abstain.
+
+A calibrator of this kind (``cw.SelectiveCalibrator``, ``cw.BaselineSelector``) scores each row
+and keeps those whose score clears its threshold. Its batch statistics count rows kept (at the
+threshold in force), and once labelled, the accuracy of kept rows and of all rows.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from calwatch.invariants import count_problems, is_count, number_problems, order_problems, same_rows_problems
+from calwatch.kinds.base import CalibratorKind, IntArray
+from calwatch.models import ModelOutputs
+from calwatch.stream import NO_LABEL, BatchRecord, BatchRows
+
+
+@dataclass(frozen=True)
+class SelectiveRows:
+    """Each row's selector score and whether it was kept."""
+
+    score: npt.NDArray[np.float64]
+    kept: npt.NDArray[np.bool_]
+    threshold: float = math.nan
+
+    def take(self, rows: IntArray) -> Self:
+        """The results of the given rows."""
+        return type(self)(self.score[rows], self.kept[rows], self.threshold)
+
+
+@dataclass
+class SelectiveBatchStats:
+    """A selective calibrator's batch: rows kept (at the threshold in force) and their accuracy.
+
+    ``n_kept`` counts rows kept; once labelled, ``n_kept_labelled`` / ``n_kept_correct`` and
+    ``n_all_correct`` give the top-label accuracy of kept rows and of all labelled rows. A
+    monoid: counts add; ``threshold`` is the later side's (the one in force) unless that side
+    has none (NaN: :meth:`empty` and label updates), an associative rule.
+
+    Examples
+    --------
+    >>> a = SelectiveBatchStats(n_rows=4, n_kept=3, threshold=0.2)
+    >>> b = SelectiveBatchStats(n_rows=2, n_kept=1, threshold=0.3, n_labelled=2, n_kept_labelled=1)
+    >>> a.merge(b).n_kept, a.merge(b).threshold, b.merge(SelectiveBatchStats.empty()).threshold
+    (4, 0.3, 0.3)
+    """
+
+    n_rows: int
+    n_kept: int
+    threshold: float
+    n_labelled: int = 0
+    n_kept_labelled: int = 0
+    n_kept_correct: int = 0
+    n_all_correct: int = 0
+
+    @classmethod
+    def empty(cls, n_classes: int = 0) -> Self:
+        """Statistics of no rows (no threshold)."""
+        return cls(n_rows=0, n_kept=0, threshold=math.nan)
+
+    def merge(self, other: Self) -> Self:
+        """Counts of the rows of both; the threshold in force is the later one."""
+        return type(self)(
+            n_rows=self.n_rows + other.n_rows,
+            n_kept=self.n_kept + other.n_kept,
+            threshold=self.threshold if math.isnan(other.threshold) else other.threshold,
+            n_labelled=self.n_labelled + other.n_labelled,
+            n_kept_labelled=self.n_kept_labelled + other.n_kept_labelled,
+            n_kept_correct=self.n_kept_correct + other.n_kept_correct,
+            n_all_correct=self.n_all_correct + other.n_all_correct,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        same = all(
+            getattr(self, f) == getattr(other, f) for f in self.__dataclass_fields__ if f != "threshold"
+        )
+        both_nan = math.isnan(self.threshold) and math.isnan(other.threshold)
+        return same and (both_nan or self.threshold == other.threshold)
+
+    def check(self, n_rows: int) -> list[str]:
+        """Violations of these counts' invariants, for a batch of ``n_rows`` rows (empty when sound).
+
+        ``self.n_rows`` is the batch's ``n_rows``; all counts are non-negative and nested:
+        ``n_kept_correct ≤ n_kept_labelled ≤ n_kept ≤ n_rows``, ``n_kept_labelled ≤ n_labelled
+        ≤ n_rows``, ``n_kept_correct ≤ n_all_correct ≤ n_labelled``, and unlabelled kept rows
+        are at most the unlabelled rows; ``threshold`` is a number, ``±inf`` allowed, not NaN.
+
+        Parameters
+        ----------
+        n_rows : int
+            Rows of the batch these counts describe.
+
+        Returns
+        -------
+        list of str
+            One readable sentence per violation, naming the field.
+
+        Examples
+        --------
+        >>> SelectiveBatchStats(n_rows=10, n_kept=4, threshold=0.5, n_labelled=6, n_kept_labelled=5).check(10)
+        ['n_kept_labelled (5) > n_kept (4)']
+        """
+        problems = count_problems("n_rows", n_rows)
+        problems += same_rows_problems(self.n_rows, n_rows)
+        for name in ("n_kept", "n_labelled", "n_kept_labelled", "n_kept_correct", "n_all_correct"):
+            problems += count_problems(name, getattr(self, name))
+        kept, labelled = ("n_kept", self.n_kept), ("n_labelled", self.n_labelled)
+        kept_labelled = ("n_kept_labelled", self.n_kept_labelled)
+        problems += order_problems(
+            [("n_kept_correct", self.n_kept_correct), kept_labelled, kept, ("n_rows", n_rows)]
+        )
+        problems += order_problems([kept_labelled, labelled])
+        problems += order_problems([labelled, ("n_rows", n_rows)])
+        problems += order_problems(
+            [("n_kept_correct", self.n_kept_correct), ("n_all_correct", self.n_all_correct), labelled]
+        )
+        if all(is_count(v) for v in (n_rows, self.n_kept, self.n_labelled, self.n_kept_labelled)):
+            problems += order_problems(
+                [
+                    ("unlabelled kept rows", self.n_kept - self.n_kept_labelled),
+                    ("unlabelled rows", n_rows - self.n_labelled),
+                ]
+            )
+        problems += number_problems("threshold", self.threshold, allow_inf=True)
+        return problems
+
+    def to_row(self) -> dict[str, Any]:
+        """One row of ``batches.parquet``."""
+        return {"kind": "selective", **{name: getattr(self, name) for name in SELECTIVE_FIELDS}}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Self:
+        """Statistics restored from one row of ``batches.parquet``."""
+        return cls(n_rows=row["n_rows"], **{name: row[name] for name in SELECTIVE_FIELDS})
+
+
+#: Fields saved in ``batches.parquet`` (``n_rows`` is the batch's own column).
+SELECTIVE_FIELDS = (
+    "n_labelled", "n_kept", "threshold", "n_kept_labelled", "n_kept_correct", "n_all_correct",
+)  # fmt: skip
+
+
+class SelectiveKind(CalibratorKind[SelectiveRows, SelectiveBatchStats]):
+    """Selectors: ``scores(P, embeddings=...)``, ``select_scores``, ``tune_scores``."""
+
+    name = "selective"
+    summary_kind = "selective"
+    stats_type = SelectiveBatchStats
+    summary_columns: ClassVar[dict[str, Any]] = {
+        "kept_share": pl.Float64, "threshold": pl.Float64, "n_kept_labelled": pl.Int64,
+        "kept_accuracy": pl.Float64, "accuracy": pl.Float64,
+    }  # fmt: skip
+    panels = ("kept_share", "selective_curve", "kept_confidence")
+    reference = "embeddings"
+
+    def claims(self, calibrator: Any) -> bool:
+        """Selectors (keep or abstain per row)."""
+        return callable(getattr(calibrator, "select_scores", None)) and callable(
+            getattr(calibrator, "tune_scores", None)
+        )
+
+    def fit(
+        self,
+        key: str,
+        calibrator: Any,
+        outputs: ModelOutputs,
+        y: IntArray,
+        *,
+        categories: Any,
+        reference: Any,
+    ) -> None:
+        """Fit on probabilities, labels and embeddings (the reference embeddings for outlier features)."""
+        ref = None if reference is None else reference[0]
+        calibrator.fit(outputs.probs, y, embeddings=outputs.embeddings, reference=ref)
+
+    def apply(self, key: str, calibrator: Any, outputs: ModelOutputs, categories: Any) -> SelectiveRows:
+        """Selector scores, and the rows kept at the threshold in force."""
+        scores = np.asarray(calibrator.scores(outputs.probs, embeddings=outputs.embeddings), dtype=np.float64)
+        kept = np.asarray(calibrator.select_scores(scores), dtype=bool)
+        return SelectiveRows(scores, kept, float(calibrator.threshold_))
+
+    def observed(self, results: SelectiveRows, n_classes: int) -> SelectiveBatchStats:
+        """Rows and rows kept."""
+        m = int(results.kept.shape[0])
+        return SelectiveBatchStats(n_rows=m, n_kept=int(results.kept.sum()), threshold=results.threshold)
+
+    def labelled(
+        self, results: SelectiveRows, probs: npt.NDArray[np.float64], labels: IntArray, sign: int = 1
+    ) -> SelectiveBatchStats:
+        """Labelled rows, kept ones, and those whose top-label prediction is right."""
+        correct = probs.argmax(axis=1) == labels
+        kept = results.kept
+        return SelectiveBatchStats(
+            n_rows=0, n_kept=0, threshold=math.nan, n_labelled=sign * int(labels.shape[0]),
+            n_kept_labelled=sign * int(kept.sum()), n_kept_correct=sign * int((kept & correct).sum()),
+            n_all_correct=sign * int(correct.sum()),
+        )  # fmt: skip
+
+    def keep(self, rows: BatchRows, key: str, results: SelectiveRows) -> None:
+        """Scores and kept flags go to ``rows.selective``."""
+        rows.selective[key] = {"score": results.score, "kept": results.kept}
+
+    def results_of(self, rows: BatchRows, key: str, calibrator: Any) -> SelectiveRows:
+        """The scores and kept flags kept for the batch."""
+        per_row = rows.selective[key]
+        return SelectiveRows(per_row["score"], per_row["kept"])
+
+    def summary_row(self, stats: SelectiveBatchStats, n_rows: int) -> dict[str, Any]:
+        """Kept share, threshold, and the accuracy of kept and of all labelled rows."""
+        n_lab, n_kept = stats.n_labelled, stats.n_kept_labelled
+        return {
+            "kept_share": stats.n_kept / n_rows,
+            "threshold": stats.threshold,
+            "n_kept_labelled": n_kept,
+            "kept_accuracy": stats.n_kept_correct / n_kept if n_kept else None,
+            "accuracy": stats.n_all_correct / n_lab if n_lab else None,
+        }
+
+    def row_columns(
+        self, key: str, results: SelectiveRows, labels: IntArray, classes: npt.NDArray[Any]
+    ) -> dict[str, Any]:
+        """``score_<key>`` and ``kept_<key>``."""
+        return {f"score_{key}": results.score, f"kept_{key}": results.kept}
+
+    def target(self, calibrator: Any) -> None:
+        """Selectors promise no coverage of sets."""
+        return
+
+
+def retune(selector: Any, coverage: float, key: str, records: Sequence[BatchRecord]) -> tuple[Any, float]:
+    """A copy of ``selector`` re-tuned on the window's scores; the records' kept rows and counts follow.
+
+    Returns the new selector and its threshold. The records (those still in the window) are
+    updated in place: each row's kept flag at the new threshold, and the batch's statistics
+    recounted from its rows and labels.
+    """
+    scores = np.concatenate([r.rows.selective[key]["score"] for r in records if r.rows is not None])
+    candidate = copy.deepcopy(selector)
+    candidate.coverage = float(coverage)
+    threshold = float(candidate.tune_scores(scores))
+    kind = SelectiveKind()
+    for record in records:
+        assert record.rows is not None
+        per_row = record.rows.selective[key]
+        per_row["kept"] = np.asarray(candidate.select_scores(per_row["score"]), dtype=bool)
+        results = SelectiveRows(per_row["score"], per_row["kept"], threshold)
+        labelled = np.flatnonzero(record.rows.labels != NO_LABEL)
+        stats = kind.observed(results, 0).merge(
+            kind.labelled(results.take(labelled), record.rows.probs[labelled], record.rows.labels[labelled])
+        )
+        record.stats[key] = stats
+    return candidate, threshold
+
+
+__all__ = ["SelectiveBatchStats", "SelectiveKind", "SelectiveRows", "retune"]

@@ -1,0 +1,329 @@
+"""Prediction sets: split and Mondrian conformal classifiers, PAC confidence sets (ALGORITHMS.md §1, §4).
+
+A calibrator of this kind has ``predict_sets(P) -> (m, K) bool``. Its per-row results are the
+sets (kept as packed bits); its batch statistics count rows by set size and labelled rows by
+true class, with those whose set holds the label (coverage per class and overall).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from calwatch.engine.conformal.adaptive import Adaptive, ConformalLevels
+from calwatch.engine.conformal.classifier import SplitConformalClassifier
+from calwatch.invariants import (
+    array_order_problems,
+    count_problems,
+    counts_problems,
+    is_count,
+    is_counts,
+    number_problems,
+    order_problems,
+)
+from calwatch.kinds.base import CalibratorKind, IntArray, calibrator_inputs, int_array
+from calwatch.models import ModelOutputs
+from calwatch.stream import BatchRows
+
+BoolArray = npt.NDArray[np.bool_]
+#: Set bits of each byte value: row set sizes from packed bits without unpacking them.
+POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(axis=1).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class SetRows:
+    """Prediction sets of a batch's rows, packed 8 classes to a byte (``np.packbits`` on axis 1)."""
+
+    packed: npt.NDArray[np.uint8]
+    n_classes: int
+    level: float | None = None  # the α at which the sets were taken (ACI moves it)
+
+    @classmethod
+    def from_sets(cls, sets: BoolArray, level: float | None = None) -> SetRows:
+        """Pack an ``(m, K)`` boolean set matrix."""
+        return cls(np.packbits(sets, axis=1), int(sets.shape[1]), level)
+
+    def take(self, rows: IntArray) -> Self:
+        """The sets of the given rows."""
+        return type(self)(self.packed[rows], self.n_classes, self.level)
+
+    @property
+    def sets(self) -> BoolArray:
+        """The ``(m, K)`` boolean set matrix."""
+        return np.unpackbits(self.packed, axis=1, count=self.n_classes).astype(bool)
+
+    def sizes(self) -> npt.NDArray[np.int64]:
+        """Each row's set size."""
+        sizes: npt.NDArray[np.int64] = POPCOUNT[self.packed].sum(axis=1)
+        return sizes
+
+    def contains(self, labels: IntArray) -> BoolArray:
+        """Whether row ``i``'s set holds ``labels[i]``."""
+        rows = np.arange(self.packed.shape[0])
+        bits = self.packed[rows, labels // 8] >> (7 - labels % 8)
+        return (bits & 1).astype(bool)
+
+
+@dataclass
+class CalibratorBatchStats:
+    """Counts for one batch and one set calibrator (a monoid: :meth:`empty`, :meth:`merge`).
+
+    ``alpha_level`` is the level the sets were taken at; pooled over rows it is their
+    row-weighted mean (a merge weighs each side by its rows, ``size_counts.sum()``).
+
+    Examples
+    --------
+    >>> a = CalibratorBatchStats(np.array([0, 2, 0]), np.array([2, 0]), np.array([1, 0]), 0.1)
+    >>> b = CalibratorBatchStats(np.array([0, 1, 1]), np.array([0, 1]), np.array([0, 1]), 0.2)
+    >>> ab = a.merge(b)
+    >>> ab.size_counts.tolist(), ab.n_labelled, ab.n_covered, round(ab.alpha_level, 12)
+    ([0, 3, 1], 3, 2, 0.15)
+    >>> a.merge(CalibratorBatchStats.empty(2)) == a
+    True
+    """
+
+    size_counts: npt.NDArray[np.int64]  # (K + 1,): rows whose set has each size
+    class_labelled: npt.NDArray[np.int64]  # (K,): labelled rows by true class
+    class_covered: npt.NDArray[np.int64]  # (K,): labelled rows whose set holds the label
+    alpha_level: float | None = None  # the α at which the sets were taken (ACI moves it)
+
+    @classmethod
+    def empty(cls, n_classes: int) -> Self:
+        """Statistics of no rows."""
+        zeros = np.zeros(n_classes, dtype=np.int64)
+        return cls(np.zeros(n_classes + 1, dtype=np.int64), zeros, zeros.copy(), None)
+
+    def _merged_fields(self, other: CalibratorBatchStats) -> dict[str, Any]:
+        wa = int(self.size_counts.sum()) if self.alpha_level is not None else 0
+        wb = int(other.size_counts.sum()) if other.alpha_level is not None else 0
+        if wa + wb:
+            level: float | None = ((self.alpha_level or 0.0) * wa + (other.alpha_level or 0.0) * wb) / (
+                wa + wb
+            )
+        else:
+            level = other.alpha_level if other.alpha_level is not None else self.alpha_level
+        return {
+            "size_counts": self.size_counts + other.size_counts,
+            "class_labelled": self.class_labelled + other.class_labelled,
+            "class_covered": self.class_covered + other.class_covered,
+            "alpha_level": level,
+        }
+
+    def merge(self, other: Self) -> Self:
+        """Counts of the rows of both; ``alpha_level`` is their row-weighted mean."""
+        return type(self)(**self._merged_fields(other))
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(_equal(getattr(self, f), getattr(other, f)) for f in self.__dataclass_fields__)
+
+    @property
+    def n_labelled(self) -> int:
+        """Labelled rows."""
+        return int(self.class_labelled.sum())
+
+    @property
+    def n_covered(self) -> int:
+        """Labelled rows whose prediction set contains their label."""
+        return int(self.class_covered.sum())
+
+    def check(self, n_rows: int) -> list[str]:
+        """Violations of these counts' invariants, for a batch of ``n_rows`` rows (empty when sound).
+
+        ``size_counts`` (length ``K + 1``) are non-negative and sum to ``n_rows``;
+        ``class_labelled`` and ``class_covered`` have length ``K``, are non-negative, and
+        ``class_covered ≤ class_labelled`` per class; labelled rows are at most ``n_rows``;
+        ``alpha_level`` is finite or None (ACI's level may leave (0, 1), so no range is asked).
+
+        Parameters
+        ----------
+        n_rows : int
+            Rows of the batch these counts describe.
+
+        Returns
+        -------
+        list of str
+            One readable sentence per violation, naming the field, e.g.
+            ``"class_covered[2] (5) > class_labelled[2] (3)"``.
+
+        Examples
+        --------
+        >>> stats = CalibratorBatchStats(np.array([0, 2, 0]), np.array([2, 0]), np.array([1, 0]), 0.1)
+        >>> stats.check(2)
+        []
+        >>> stats.check(3)
+        ['size_counts sum to 2, not n_rows (3)']
+        """
+        problems = count_problems("n_rows", n_rows)
+        problems += counts_problems("size_counts", self.size_counts)
+        K = self.size_counts.shape[0] - 1 if is_counts(self.size_counts) else None
+        if K is not None and K < 1:
+            problems.append(f"size_counts has length {K + 1}: a batch has at least one class")
+            K = None
+        problems += counts_problems("class_labelled", self.class_labelled, K)
+        problems += counts_problems("class_covered", self.class_covered, K)
+        problems += array_order_problems(
+            "class_covered", self.class_covered, "class_labelled", self.class_labelled
+        )
+        if is_count(n_rows) and is_counts(self.size_counts) and int(self.size_counts.sum()) != n_rows:
+            problems.append(f"size_counts sum to {int(self.size_counts.sum())}, not n_rows ({n_rows})")
+        if is_counts(self.class_labelled):
+            problems += order_problems([("n_labelled", int(self.class_labelled.sum())), ("n_rows", n_rows)])
+        problems += number_problems("alpha_level", self.alpha_level, allow_none=True)
+        return problems
+
+    def to_row(self) -> dict[str, Any]:
+        """One row of ``batches.parquet``."""
+        return {
+            "kind": "sets", "size_counts": self.size_counts.tolist(),
+            "class_labelled": self.class_labelled.tolist(), "class_covered": self.class_covered.tolist(),
+            "alpha_level": self.alpha_level,
+        }  # fmt: skip
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Self:
+        """Counts restored from one row of ``batches.parquet``."""
+        return cls(
+            size_counts=int_array(row["size_counts"]),
+            class_labelled=int_array(row["class_labelled"]),
+            class_covered=int_array(row["class_covered"]),
+            alpha_level=row["alpha_level"],
+        )
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return bool(np.array_equal(a, b))
+    return bool(a == b)
+
+
+#: Summary columns of set calibrators (coverage and its interval are derived from ``n_covered``).
+SET_SUMMARY = {
+    "n_covered": pl.Int64, "mean_set_size": pl.Float64, "singleton_share": pl.Float64,
+    "full_share": pl.Float64, "alpha_level": pl.Float64,
+}  # fmt: skip
+
+
+class SetsKind(CalibratorKind[SetRows, CalibratorBatchStats]):
+    """Split and Mondrian conformal classifiers, PAC confidence sets: anything with ``predict_sets``."""
+
+    name = "sets"
+    summary_kind = "sets"
+    stats_type = CalibratorBatchStats
+    summary_columns: ClassVar[dict[str, Any]] = SET_SUMMARY
+    panels: ClassVar[tuple[str, ...]] = ("coverage", "class_coverage", "set_size", "set_shares", "set_sizes")
+    has_sets = True
+
+    def claims(self, calibrator: Any) -> bool:
+        """Anything with ``predict_sets`` (the fallback kind)."""
+        return callable(getattr(calibrator, "predict_sets", None))
+
+    def level(self, calibrator: Any) -> float | None:
+        """The level its sets are taken at now."""
+        level = getattr(calibrator, "alpha", None)
+        return None if level is None else float(level)
+
+    def apply(self, key: str, calibrator: Any, outputs: ModelOutputs, categories: Any) -> SetRows:
+        """Prediction sets of the batch (checked to be ``(m, K)`` booleans)."""
+        inputs, kwargs = calibrator_inputs(calibrator, outputs, categories)
+        matrix = np.asarray(calibrator.predict_sets(inputs, **kwargs))
+        if matrix.shape != outputs.probs.shape or matrix.dtype != np.bool_:
+            msg = f"calibrator {key!r} returned sets of shape {matrix.shape}, dtype {matrix.dtype}"
+            raise TypeError(msg)
+        return SetRows.from_sets(matrix, self.level(calibrator))
+
+    def observed(self, results: SetRows, n_classes: int) -> CalibratorBatchStats:
+        """Rows by set size; no labels yet."""
+        stats = CalibratorBatchStats.empty(n_classes)
+        stats.size_counts = np.bincount(results.sizes(), minlength=n_classes + 1).astype(np.int64)
+        stats.alpha_level = results.level
+        return stats
+
+    def labelled(
+        self, results: SetRows, probs: npt.NDArray[np.float64], labels: IntArray, sign: int = 1
+    ) -> CalibratorBatchStats:
+        """Labelled rows by true class, and those whose set holds the label."""
+        K = results.n_classes
+        stats = CalibratorBatchStats.empty(K)
+        covered = results.contains(labels)
+        stats.class_labelled = sign * np.bincount(labels, minlength=K).astype(np.int64)
+        stats.class_covered = sign * np.bincount(labels[covered], minlength=K).astype(np.int64)
+        return stats
+
+    def covered(self, results: SetRows, labels: IntArray) -> BoolArray:
+        """Whether each row's set holds its label."""
+        return results.contains(labels)
+
+    def keep(self, rows: BatchRows, key: str, results: SetRows) -> None:
+        """The packed sets go to ``rows.packed_sets``."""
+        rows.packed_sets[key] = results.packed
+
+    def results_of(self, rows: BatchRows, key: str, calibrator: Any) -> SetRows:
+        """The packed sets kept for the batch."""
+        return SetRows(rows.packed_sets[key], int(rows.probs.shape[1]))
+
+    def summary_row(self, stats: CalibratorBatchStats, n_rows: int) -> dict[str, Any]:
+        """Covered rows, mean set size, shares of singleton and full sets, the level."""
+        K = stats.class_labelled.shape[0]
+        return {
+            "n_covered": stats.n_covered,
+            "mean_set_size": float(stats.size_counts @ np.arange(K + 1)) / n_rows,
+            "singleton_share": float(stats.size_counts[1]) / n_rows,
+            "full_share": float(stats.size_counts[K]) / n_rows,
+            "alpha_level": stats.alpha_level,
+        }
+
+    def row_columns(
+        self, key: str, results: SetRows, labels: IntArray, classes: npt.NDArray[Any]
+    ) -> dict[str, Any]:
+        """``set_<key>`` (list of classes), ``size_<key>``, ``covered_<key>`` (null until labelled)."""
+        sets = results.sets
+        has_label = labels >= 0
+        covered = sets[np.arange(sets.shape[0]), np.where(has_label, labels, 0)]
+        return {
+            f"set_{key}": [classes[np.flatnonzero(s)].tolist() for s in sets],
+            f"size_{key}": sets.sum(axis=1),
+            f"covered_{key}": [bool(c) if h else None for c, h in zip(covered, has_label, strict=True)],
+        }
+
+    def levels(self, calibrator: Any) -> ConformalLevels | None:
+        """The calibrator's sets at any level, when it has them (for ``what_if``)."""
+        if (
+            isinstance(calibrator, SplitConformalClassifier)
+            and hasattr(calibrator, "_sorted_scores")
+            and calibrator.mode_ != "category"
+        ):
+            return ConformalLevels(calibrator, calibrator._sorted_scores, allow_empty=calibrator.allow_empty)
+        return None
+
+
+class AdaptiveKind(SetsKind):
+    """Adaptive conformal inference (``cw.Adaptive``): sets whose level moves as labels arrive."""
+
+    panels: ClassVar[tuple[str, ...]] = (*SetsKind.panels, "aci")
+
+    def claims(self, calibrator: Any) -> bool:
+        """Calibrators with a moving level ``alpha_t_`` and ``update(sets, labels)``."""
+        return hasattr(calibrator, "alpha_t_") and callable(getattr(calibrator, "update", None))
+
+    def level(self, calibrator: Any) -> float | None:
+        """``α_t``, the level in force."""
+        return float(calibrator.alpha_t_)
+
+    def after_labels(self, calibrator: Any, results: SetRows, labels: IntArray) -> None:
+        """Move ``α_t`` with the sets the labelled rows were shown."""
+        if labels.shape[0]:
+            calibrator.update(results.sets, labels)
+
+    def levels(self, calibrator: Any) -> ConformalLevels | None:
+        """ACI's sets at any level."""
+        levels = getattr(calibrator, "levels_", None)
+        return levels if isinstance(levels, ConformalLevels) and isinstance(calibrator, Adaptive) else None
+
+
+__all__ = ["AdaptiveKind", "CalibratorBatchStats", "SetRows", "SetsKind"]
