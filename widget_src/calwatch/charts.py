@@ -28,11 +28,6 @@ DATASETS = (
 )  # fmt: skip
 #: rows of the latest batch drawn in the regression fan chart (evenly spaced through the batch)
 FAN_ROWS = 60
-#: target coverages of the selective curve, and confidence bins of the kept-vs-all histogram
-_CURVE_COVERAGES = tuple(round(0.1 * i, 1) for i in range(1, 11))
-_CONFIDENCE_BINS = 10
-#: bins of the Venn-ADMIT distance ``d`` histogram: calibration deciles, then "beyond"
-_D_BINS = 10
 CALIBRATOR_PARAM = "calibrator"
 ALL_CALIBRATORS = "(all)"
 _FILTER = f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || datum.calibrator == {CALIBRATOR_PARAM}"
@@ -69,9 +64,7 @@ def datasets(
     return {
         "pit": _EMPTY,
         "fan": _EMPTY,
-        "admit_class": _spans(_admit_class(monitor, records), ends, resolution, "calibrator", "class"),
-        "admit_features": _admit_features(monitor),
-        **_selective_datasets(monitor),
+        **_kind_datasets(monitor, records, ends, resolution),
         "shift": _shift(monitor, resolution, ends),
         "batches": _summary_rows(monitor, records, ends, resolution),
         "set_sizes": _spans(sizes, ends, resolution, "calibrator", "size"),
@@ -210,142 +203,33 @@ def _fan(monitor: Any) -> pl.DataFrame:
     return pl.DataFrame(out, schema=schema)
 
 
-def _admit_class(monitor: Monitor, records: list[BatchRecord]) -> pl.DataFrame:
-    """Per batch, Venn-ADMIT calibrator and true class: labelled admitted rows and correct ones."""
-    from calwatch.kinds.admit import AdmitBatchStats
-
+def _kind_datasets(
+    monitor: Monitor, records: list[BatchRecord], ends: dict[int, int], resolution: Resolution
+) -> dict[str, pl.DataFrame]:
+    """The datasets the calibrators' kinds build for their panels (empty for kinds not present)."""
     classes = [str(c) for c in monitor.classes_.tolist()] if monitor.calibration_ else []
-    out: dict[str, list[Any]] = {
-        "batch": [],
-        "calibrator": [],
-        "class": [],
-        "n_admitted": [],
-        "n_correct": [],
-    }
-    for record in records:
-        for name, stats in record.stats.items():
-            if isinstance(stats, AdmitBatchStats):
-                for c in map(int, stats.class_admitted.nonzero()[0]):
-                    out["batch"].append(record.index)
-                    out["calibrator"].append(name)
-                    out["class"].append(classes[c])
-                    out["n_admitted"].append(int(stats.class_admitted[c]))
-                    out["n_correct"].append(int(stats.class_correct[c]))
-    schema: dict[str, Any] = {
-        "batch": pl.Int64, "calibrator": pl.String, "class": pl.String, "n_admitted": pl.Int64,
-        "n_correct": pl.Int64,
-    }  # fmt: skip
-    frame = pl.DataFrame(out, schema=schema)
     targets = monitor.targets()
-    return frame.with_columns(
-        target=pl.col("calibrator").replace_strict(targets, default=None, return_dtype=pl.Float64)
-    )
-
-
-def _admit_features(monitor: Monitor) -> pl.DataFrame:
-    """Venn-ADMIT's q and d: shares per bin in the calibration set and in the window's rows.
-
-    ``q`` has one bin per value ``0..K``; ``d`` has the calibration set's deciles as bins plus
-    one for distances beyond every calibration row (new regions of the embedding space). The
-    whole frame is recomputed on each update (its keys are fixed, so views upsert every bin).
-    """
-    from calwatch.kinds.admit import AdmitKind
-
-    rows: list[dict[str, Any]] = []
-    windows = monitor.window_records()
-    for name, cal in monitor.calibrators.items():
-        if not isinstance(find_kind(cal), AdmitKind) or not hasattr(cal, "calibration_q_"):
-            continue
-        q_cal = np.asarray(cal.calibration_q_)
-        d_cal = np.asarray(cal.calibration_d_)  # type: ignore[union-attr]
-        parts = [r.rows.admit[name] for r in windows if r.rows is not None and name in r.rows.admit]
-        q_win = np.concatenate([p["q"] for p in parts]) if parts else np.zeros(0)
-        d_win = np.concatenate([p["d"] for p in parts]) if parts else np.zeros(0)
-        k = int(cal.k)  # type: ignore[union-attr]
-        edges = np.quantile(d_cal, np.linspace(0, 1, _D_BINS + 1)[1:])
-        labels = [f"≤ {e:.3g}" for e in edges] + [f"> {edges[-1]:.3g}"]
-        for source, q, d in (("calibration", q_cal, d_cal), ("window", q_win, d_win)):
-            n = max(int(q.shape[0]), 1)
-            q_counts = np.bincount(q.astype(np.int64), minlength=k + 1)[: k + 1]
-            d_counts = np.bincount(np.searchsorted(edges, d, side="left"), minlength=_D_BINS + 1)
-            for feature, counts, bin_labels in (
-                ("q", q_counts, [str(i) for i in range(k + 1)]),
-                ("d", d_counts, labels),
-            ):
-                for b, count in enumerate(counts.tolist()):
-                    rows.append(
-                        {
-                            "key": f"{name}|{feature}|{source}|{b}", "calibrator": name, "feature": feature,
-                            "source": source, "bin": b, "bin_label": bin_labels[b], "count": count,
-                            "share": count / n, "n": int(q.shape[0]),
-                        }
-                    )  # fmt: skip
-    schema: dict[str, Any] = {
-        "key": pl.String, "calibrator": pl.String, "feature": pl.String, "source": pl.String,
-        "bin": pl.Int64, "bin_label": pl.String, "count": pl.Int64, "share": pl.Float64, "n": pl.Int64,
-    }  # fmt: skip
-    return pl.DataFrame(rows, schema=schema)
-
-
-def _selective_datasets(monitor: Monitor) -> dict[str, pl.DataFrame]:
-    """Selective calibrators over the window: error-vs-coverage curves and kept-vs-all confidence.
-
-    The curve is 002 §5.2's on the window's labelled rows: for each target coverage the rows
-    whose selector score is highest are kept and the ℓ2 selective calibration error of the kept
-    rows is computed, for the selector and for the confidence baseline (keep the most confident).
-    The histogram bins the top-label confidence of all window rows and of the kept ones
-    (002 Fig. 4). Recomputed on every update, with fixed keys.
-    """
-    from calwatch.engine.metrics.calibration import selective_curve
-    from calwatch.kinds.selective import SelectiveKind
-
-    curve: list[dict[str, Any]] = []
-    confidence: list[dict[str, Any]] = []
-    windows = [r for r in monitor.window_records() if r.rows is not None]
-    for name, cal in monitor.calibrators.items():
-        if not isinstance(find_kind(cal), SelectiveKind):
-            continue
-        parts = [r.rows for r in windows if r.rows is not None and name in r.rows.selective]
-        if not parts:
-            continue
-        probs = np.concatenate([p.probs for p in parts])
-        labels = np.concatenate([p.labels for p in parts])
-        scores = np.concatenate([p.selective[name]["score"] for p in parts])
-        kept = np.concatenate([p.selective[name]["kept"] for p in parts])
-        conf = probs.max(axis=1)
-        labelled = labels >= 0
-        if labelled.sum() >= 25:
-            for selector, s in (("selector", scores[labelled]), ("confidence", conf[labelled])):
-                xi, values = selective_curve(
-                    probs[labelled], labels[labelled], s, coverages=list(_CURVE_COVERAGES)
-                )
-                for c, v in zip(xi.tolist(), values.tolist(), strict=True):
-                    curve.append(
-                        {"key": f"{name}|{selector}|{c:g}", "calibrator": name, "selector": selector,
-                         "coverage": c, "error": v, "n": int(labelled.sum())}
-                    )  # fmt: skip
-        edges = np.linspace(0, 1, _CONFIDENCE_BINS + 1)
-        which = np.clip(np.searchsorted(edges, conf, side="right") - 1, 0, _CONFIDENCE_BINS - 1)
-        for group, mask in (("all rows", np.ones_like(kept)), ("kept", kept)):
-            counts = np.bincount(which[mask], minlength=_CONFIDENCE_BINS)
-            total = max(int(mask.sum()), 1)
-            for b, count in enumerate(counts.tolist()):
-                confidence.append(
-                    {"key": f"{name}|{group}|{b}", "calibrator": name, "group": group,
-                     "bin": f"{edges[b]:.1f}-{edges[b + 1]:.1f}", "count": count, "share": count / total}
-                )  # fmt: skip
-    curve_schema: dict[str, Any] = {
-        "key": pl.String, "calibrator": pl.String, "selector": pl.String, "coverage": pl.Float64,
-        "error": pl.Float64, "n": pl.Int64,
-    }  # fmt: skip
-    confidence_schema: dict[str, Any] = {
-        "key": pl.String, "calibrator": pl.String, "group": pl.String, "bin": pl.String, "count": pl.Int64,
-        "share": pl.Float64,
-    }  # fmt: skip
-    return {
-        "selective_curve": pl.DataFrame(curve, schema=curve_schema),
-        "selective_confidence": pl.DataFrame(confidence, schema=confidence_schema),
-    }
+    kinds = {key: find_kind(cal) for key, cal in monitor.calibrators.items()}
+    windows = [r.rows for r in monitor.window_records() if r.rows is not None]
+    out: dict[str, pl.DataFrame] = {}
+    for kind in KINDS:
+        mine = [key for key, k in kinds.items() if k is kind]
+        for name, (row_schema, keys) in kind.record_datasets.items():
+            rows = [
+                {"batch": record.index, "target": targets.get(key)} | row
+                for record in records
+                for key, stats in record.stats.items()
+                if key in mine
+                for row in kind.record_rows(name, key, stats, classes)
+            ]
+            frame = pl.DataFrame(rows, schema={"batch": pl.Int64, **row_schema})
+            out[name] = _spans(frame, ends, resolution, *keys)
+        for name, schema in kind.window_datasets.items():
+            rows = [
+                row for key in mine for row in kind.window_rows(name, key, monitor.calibrators[key], windows)
+            ]
+            out[name] = pl.DataFrame(rows, schema=dict(schema))
+    return out
 
 
 def calibrator_labels(monitor: Monitor) -> dict[str, str]:

@@ -42,6 +42,7 @@ import polars as pl
 from calwatch import charts
 from calwatch.cards import overview_rows
 from calwatch.engine.metrics.intervals import clopper_pearson
+from calwatch.kinds import find_kind
 
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
@@ -239,7 +240,7 @@ def panels_for(monitor: Monitor) -> list[str]:
     if monitor.what_if_calibrators():
         out.append("what_if")
     out.append("reliability")
-    if any(getattr(c, "kind", None) != "risk" for c in monitor.calibrators.values()):
+    if any(getattr(find_kind(c), "has_sets", False) for c in monitor.calibrators.values()):
         out.append("set_by_class")
     return out
 

@@ -23,7 +23,6 @@ from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.ids import as_id_list, uniform_scalar_ids
 from calwatch.kinds import KINDS, kind_of
 from calwatch.kinds.admit import admitted_accuracy
-from calwatch.kinds.selective import SelectiveKind, retune
 from calwatch.models import ModelAdapter, ModelOutputs, wrap
 from calwatch.shift_watch import CalibrationData, Detector, ShiftWatch, default_detectors
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats, StreamState
@@ -831,7 +830,7 @@ class Monitor:
         float
             The new threshold.
         """
-        keys = [key for key, cal in self._calibrators.items() if isinstance(kind_of(cal), SelectiveKind)]
+        keys = [key for key, cal in self._calibrators.items() if kind_of(cal).retunable]
         if calibrator is None:
             if len(keys) != 1:
                 msg = f"calibrator must name one of the selective calibrators {keys}"
@@ -847,7 +846,8 @@ class Monitor:
         if not records:
             msg = "there are no rows in the window to tune on: observe a batch first"
             raise ValueError(msg)
-        candidate, threshold = retune(self._calibrators[calibrator], float(coverage), calibrator, records)
+        selector = self._calibrators[calibrator]
+        candidate, threshold = kind_of(selector).retune(selector, float(coverage), calibrator, records)
         self._calibrators[calibrator] = candidate
         self._notify(tuple(r.index for r in records))
         return threshold
@@ -1252,8 +1252,7 @@ def _is_regression(task: Any, model: Any) -> bool:
 
 def _levels_of(calibrator: Any) -> Any:
     """A fitted calibrator's sets at any level, when its kind has them (split conformal, or ACI's)."""
-    levels = getattr(kind_of(calibrator), "levels", None)
-    return None if levels is None else levels(calibrator)
+    return kind_of(calibrator).levels(calibrator)
 
 
 def default_author() -> str:

@@ -21,7 +21,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -61,6 +61,12 @@ class RegressionBatchStats:
     covered: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     pit_counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(PIT_BINS, dtype=np.int64))
     crps_sum: float = 0.0
+
+    #: Its columns in a snapshot's ``batches.parquet`` (``n_rows`` is the batch's own).
+    SNAPSHOT_COLUMNS: ClassVar[dict[str, Any]] = {
+        "n_labelled": pl.Int64, "levels": pl.List(pl.Float64), "width_sum": pl.List(pl.Float64),
+        "covered": pl.List(pl.Int64), "pit_counts": pl.List(pl.Int64), "crps_sum": pl.Float64,
+    }  # fmt: skip
 
     @classmethod
     def empty(cls, n_classes: int = 0) -> RegressionBatchStats:

@@ -47,7 +47,7 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.invariants import problem_message
-from calwatch.kinds import kind_named
+from calwatch.kinds import KINDS, kind_named
 from calwatch.regression_monitor import PIT_BINS, RegressionBatchStats, check_regressor, row_fields
 from calwatch.state_checks import check_calibrators
 from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder, check_dtype
@@ -174,27 +174,26 @@ def _stream_counters(stream: StreamState) -> dict[str, int]:
     }
 
 
-_BATCH_SCHEMA: dict[str, Any] = {
+#: Columns of ``batches.parquet``: the batch's own, then each kind's statistics
+#: (``SNAPSHOT_COLUMNS`` of its statistics type, in :data:`calwatch.kinds.KINDS` order).
+_BASE_BATCH_SCHEMA: dict[str, Any] = {
     "batch": pl.Int64, "name": pl.String, "observed_at": pl.Datetime("us", "UTC"), "n_rows": pl.Int64,
-    "calibrator": pl.String, "kind": pl.String, "size_counts": pl.List(pl.Int64),
-    "class_labelled": pl.List(pl.Int64), "class_covered": pl.List(pl.Int64), "alpha_level": pl.Float64,
-    "top_k": pl.Int64, "risk_sum": pl.Float64, "n_labelled": pl.Int64, "n_missed": pl.Int64,
-    "risk_sum_labelled": pl.Float64, "n_admitted": pl.Int64, "class_admitted": pl.List(pl.Int64),
-    "class_correct": pl.List(pl.Int64), "pred_admitted": pl.List(pl.Int64), "pred_correct": pl.List(pl.Int64),
+    "calibrator": pl.String, "kind": pl.String,
 }  # fmt: skip
-_SELECTIVE_SCHEMA: dict[str, Any] = {
-    "n_kept": pl.Int64, "threshold": pl.Float64, "n_kept_labelled": pl.Int64, "n_kept_correct": pl.Int64,
-    "n_all_correct": pl.Int64,
-}  # fmt: skip
-_REGRESSION_SCHEMA: dict[str, Any] = {
-    "levels": pl.List(pl.Float64), "width_sum": pl.List(pl.Float64), "covered": pl.List(pl.Int64),
-    "pit_counts": pl.List(pl.Int64), "crps_sum": pl.Float64,
-}  # fmt: skip
-_BATCH_SCHEMA |= _SELECTIVE_SCHEMA | _REGRESSION_SCHEMA
+
+
+def _batch_schema() -> dict[str, Any]:
+    schema = dict(_BASE_BATCH_SCHEMA)
+    stats_types: list[Any] = [*(kind.stats_type for kind in KINDS), RegressionBatchStats]
+    for stats_type in stats_types:
+        for name, dtype in stats_type.SNAPSHOT_COLUMNS.items():
+            schema.setdefault(name, dtype)
+    return schema
 
 
 def _batches_frame(stream: StreamState) -> pl.DataFrame:
-    out: dict[str, list[Any]] = {name: [] for name in _BATCH_SCHEMA}
+    schema = _batch_schema()
+    out: dict[str, list[Any]] = {name: [] for name in schema}
     for record in stream.batches:
         per_calibrator: dict[str, Any] = record.stats  # regression monitors keep RegressionBatchStats
         for key, stats in per_calibrator.items():
@@ -203,9 +202,9 @@ def _batches_frame(stream: StreamState) -> pl.DataFrame:
                 "n_rows": record.n_rows, "calibrator": key,
             }  # fmt: skip
             values |= stats.to_row()  # each kind writes its own fields, and its kind
-            for name in _BATCH_SCHEMA:
+            for name in schema:
                 out[name].append(values.get(name))
-    return pl.DataFrame(out, schema=_BATCH_SCHEMA)
+    return pl.DataFrame(out, schema=schema)
 
 
 def _rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
@@ -216,6 +215,8 @@ def _rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
     admits: list[str] = []
     admit_fields: list[str] = []
     selectives: list[str] = []
+    extras: list[str] = []
+    extra_fields: dict[str, list[str]] = {}
     if records:
         assert records[0].rows is not None
         calibrators = list(records[0].rows.packed_sets)
@@ -223,6 +224,8 @@ def _rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
         admits = list(records[0].rows.admit)
         selectives = list(records[0].rows.selective)
         admit_fields = list(next(iter(records[0].rows.admit.values()), {}))
+        extras = list(records[0].rows.extra)
+        extra_fields = {key: list(values) for key, values in records[0].rows.extra.items()}
     ids = [i for r in records if r.rows is not None for i in r.rows.ids]
     id_kind, id_column = _encode_ids(ids)
     columns: dict[str, Any] = {
@@ -254,10 +257,17 @@ def _rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
             for name in admit_fields:
                 values = np.concatenate([rows.admit[key][name] for rows in present])
                 columns[f"admit_{i}_{name}"] = pl.Series(values)
-    mapping = {
+        for i, key in enumerate(extras):
+            for name in extra_fields[key]:
+                columns[f"extra_{i}_{name}"] = pl.Series(
+                    np.concatenate([rows.extra[key][name] for rows in present])
+                )
+    mapping: dict[str, Any] = {
         "id_kind": id_kind, "set_calibrators": calibrators, "risk_calibrators": risks,
         "admit_calibrators": admits, "admit_fields": admit_fields, "selective_calibrators": selectives,
     }  # fmt: skip
+    if extras:  # only snapshots with such kinds carry the keys (older readers never see them)
+        mapping |= {"extra_calibrators": extras, "extra_fields": extra_fields}
     return pl.DataFrame(columns), mapping
 
 
@@ -679,5 +689,9 @@ def _batch_rows(part: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
         selective={
             key: {name: part[f"selective_{i}_{name}"].to_numpy().copy() for name in ("score", "kept")}
             for i, key in enumerate(mapping.get("selective_calibrators", []))
+        },
+        extra={
+            key: {name: part[f"extra_{i}_{name}"].to_numpy().copy() for name in mapping["extra_fields"][key]}
+            for i, key in enumerate(mapping.get("extra_calibrators", []))
         },
     )

@@ -129,6 +129,9 @@ class BatchRows:
     selective: dict[str, dict[str, npt.NDArray[Any]]] = field(default_factory=dict)
     # regression monitors: true values ("y", NaN until labelled) and per-calibrator row results
     regression: dict[str, Any] = field(default_factory=dict)
+    # any other kind's per-row results: calibrator -> {name: one value per row}; snapshots keep
+    # them without knowing the kind (rows.parquet columns ``extra_<i>_<name>``)
+    extra: dict[str, dict[str, npt.NDArray[Any]]] = field(default_factory=dict)
 
     def contains(self, calibrator: str, rows: IntArray, labels: IntArray) -> npt.NDArray[np.bool_]:
         """Whether each row's prediction set holds the given label."""

@@ -65,7 +65,6 @@ def _classes(monitor: Monitor) -> list[str]:
 def view_state(monitor: Monitor) -> dict[str, Any]:
     """The synced traits a view of ``monitor`` starts from (also what a static report renders)."""
     from calwatch.kinds import find_kind
-    from calwatch.kinds.selective import SelectiveKind
     from calwatch.monitor import default_author
 
     kinds = charts.chart_kinds(monitor)
@@ -83,7 +82,7 @@ def view_state(monitor: Monitor) -> dict[str, Any]:
         "_default_author": default_author(),
         "_alpha_info": dashboard.what_if_info(monitor, None),
         "_selectives": [
-            key for key, cal in monitor.calibrators.items() if isinstance(find_kind(cal), SelectiveKind)
+            key for key, cal in monitor.calibrators.items() if getattr(find_kind(cal), "retunable", False)
         ],
     }
 

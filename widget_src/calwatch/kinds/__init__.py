@@ -9,8 +9,8 @@
 * :mod:`.risk` — label-free risk estimates;
 * :mod:`.selective` — selective keep/abstain.
 
-Adding a kind is one module implementing :class:`~calwatch.kinds.base.CalibratorKind` and one
-line in :data:`KINDS` (docs/architecture.md walks through it).
+Adding a kind is one module implementing :class:`~calwatch.kinds.base.CalibratorKind`, registered
+with :func:`register` (docs/architecture.md walks through it).
 """
 
 from __future__ import annotations
@@ -25,13 +25,27 @@ from calwatch.kinds.sets import AdaptiveKind, SetsKind
 from calwatch.stream import BatchStats
 
 #: Every kind, in the order they claim calibrators (the fallback, plain sets, last).
-KINDS: tuple[CalibratorKind[Any, Any], ...] = (
-    AdaptiveKind(),
-    AdmitKind(),
-    RiskKind(),
-    SelectiveKind(),
-    SetsKind(),
-)
+KINDS: list[CalibratorKind[Any, Any]] = [AdaptiveKind(), AdmitKind(), RiskKind(), SelectiveKind(), SetsKind()]
+
+
+def register(kind: CalibratorKind[Any, Any]) -> None:
+    """Add a kind of calibrator: it claims calibrators before the built-in plain sets do.
+
+    Register it before building a monitor with such calibrators, and before loading a snapshot
+    of one (the snapshot names the kind of each calibrator's statistics). Registering a kind
+    with a name already taken replaces that kind.
+
+    Raises
+    ------
+    TypeError
+        If ``kind`` is not a :class:`~calwatch.kinds.base.CalibratorKind`.
+    """
+    candidate: Any = kind
+    if not isinstance(candidate, CalibratorKind):
+        msg = f"kind must be a CalibratorKind; got {type(candidate).__name__}"
+        raise TypeError(msg)
+    KINDS[:] = [k for k in KINDS if k.name != kind.name or isinstance(k, SetsKind | AdaptiveKind)]
+    KINDS.insert(len(KINDS) - 1, kind)
 
 
 def kind_of(calibrator: Any) -> CalibratorKind[Any, Any]:
@@ -74,4 +88,13 @@ def kind_named(name: str) -> CalibratorKind[Any, Any]:
     return found
 
 
-__all__ = ["KINDS", "BatchStats", "CalibratorKind", "RowResults", "find_kind", "kind_named", "kind_of"]
+__all__ = [
+    "KINDS",
+    "BatchStats",
+    "CalibratorKind",
+    "RowResults",
+    "find_kind",
+    "kind_named",
+    "kind_of",
+    "register",
+]

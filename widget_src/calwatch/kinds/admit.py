@@ -32,6 +32,8 @@ from calwatch.stream import BatchRecord, BatchRows
 
 #: Per-row Venn-ADMIT results kept in the window (``rows()`` shows them as ``<field>_<name>``).
 ADMIT_ROW_FIELDS = ("y_hat", "q", "d", "admitted", "p_lower", "p_upper")
+#: Bins of the distance ``d`` histogram: the calibration set's deciles, then "beyond".
+D_BINS = 10
 #: Its per-class count arrays, as named in ``batches.parquet``.
 ADMIT_COUNTS = ("class_admitted", "class_correct", "pred_admitted", "pred_correct")
 
@@ -63,6 +65,10 @@ class AdmitBatchStats(CalibratorBatchStats):
     class_correct: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     pred_admitted: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     pred_correct: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    SNAPSHOT_COLUMNS: ClassVar[dict[str, Any]] = CalibratorBatchStats.SNAPSHOT_COLUMNS | {
+        "n_admitted": pl.Int64, **dict.fromkeys(ADMIT_COUNTS, pl.List(pl.Int64)),
+    }  # fmt: skip
 
     @classmethod
     def empty(cls, n_classes: int) -> Self:
@@ -170,6 +176,19 @@ class AdmitKind(SetsKind):
         "admit_q",
         "admit_d",
     )
+    record_datasets: ClassVar[dict[str, tuple[dict[str, Any], tuple[str, ...]]]] = {
+        "admit_class": (
+            {"calibrator": pl.String, "class": pl.String, "n_admitted": pl.Int64, "n_correct": pl.Int64,
+             "target": pl.Float64},
+            ("calibrator", "class"),
+        ),
+    }  # fmt: skip
+    window_datasets: ClassVar[dict[str, dict[str, Any]]] = {
+        "admit_features": {
+            "key": pl.String, "calibrator": pl.String, "feature": pl.String, "source": pl.String,
+            "bin": pl.Int64, "bin_label": pl.String, "count": pl.Int64, "share": pl.Float64, "n": pl.Int64,
+        },
+    }  # fmt: skip
     reference = "full"
 
     def claims(self, calibrator: Any) -> bool:
@@ -259,6 +278,51 @@ class AdmitKind(SetsKind):
     def levels(self, calibrator: Any) -> None:
         """ADMIT sets cannot be recomputed at another level from the window."""
         return
+
+    def record_rows(self, dataset: str, key: str, stats: Any, classes: Sequence[str]) -> list[dict[str, Any]]:
+        """``admit_class``: per true class, labelled admitted rows and the right ones."""
+        assert isinstance(stats, AdmitBatchStats)
+        return [
+            {"calibrator": key, "class": classes[c], "n_admitted": int(stats.class_admitted[c]),
+             "n_correct": int(stats.class_correct[c])}
+            for c in map(int, stats.class_admitted.nonzero()[0])
+        ]  # fmt: skip
+
+    def window_rows(
+        self, dataset: str, key: str, calibrator: Any, windows: Sequence[BatchRows]
+    ) -> list[dict[str, Any]]:
+        """``admit_features``: shares of q and d per bin, in the calibration set and in the window.
+
+        ``q`` has one bin per value ``0..K``; ``d`` has the calibration set's deciles as bins plus
+        one for distances beyond every calibration row (new regions of the embedding space).
+        """
+        if not hasattr(calibrator, "calibration_q_"):
+            return []
+        q_cal, d_cal = np.asarray(calibrator.calibration_q_), np.asarray(calibrator.calibration_d_)
+        parts = [w.admit[key] for w in windows if key in w.admit]
+        q_win = np.concatenate([p["q"] for p in parts]) if parts else np.zeros(0)
+        d_win = np.concatenate([p["d"] for p in parts]) if parts else np.zeros(0)
+        k = int(calibrator.k)
+        edges = np.quantile(d_cal, np.linspace(0, 1, D_BINS + 1)[1:])
+        labels = [f"≤ {e:.3g}" for e in edges] + [f"> {edges[-1]:.3g}"]
+        rows: list[dict[str, Any]] = []
+        for source, q, d in (("calibration", q_cal, d_cal), ("window", q_win, d_win)):
+            n = max(int(q.shape[0]), 1)
+            q_counts = np.bincount(q.astype(np.int64), minlength=k + 1)[: k + 1]
+            d_counts = np.bincount(np.searchsorted(edges, d, side="left"), minlength=D_BINS + 1)
+            for feature, counts, bin_labels in (
+                ("q", q_counts, [str(i) for i in range(k + 1)]),
+                ("d", d_counts, labels),
+            ):
+                for b, count in enumerate(counts.tolist()):
+                    rows.append(
+                        {
+                            "key": f"{key}|{feature}|{source}|{b}", "calibrator": key, "feature": feature,
+                            "source": source, "bin": b, "bin_label": bin_labels[b], "count": count,
+                            "share": count / n, "n": int(q.shape[0]),
+                        }
+                    )  # fmt: skip
+        return rows
 
 
 def require_embeddings(outputs: ModelOutputs, who: str) -> npt.NDArray[np.float32]:

@@ -18,14 +18,14 @@ The monitor loops over its calibrators and asks each one's kind; it never branch
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from calwatch.models import ModelOutputs
-from calwatch.stream import BatchRows, BatchStats
+from calwatch.stream import BatchRecord, BatchRows, BatchStats
 
 IntArray = npt.NDArray[np.intp]
 
@@ -63,6 +63,15 @@ class CalibratorKind(ABC, Generic[R, S]):
     reference: ClassVar[str | None] = None
     #: Whether it predicts sets (its coverage feeds the coverage-drop detectors and ``what_if``).
     has_sets: ClassVar[bool] = False
+    #: Whether its calibrators can be re-tuned on the window without labels (``Monitor.retune``).
+    retunable: ClassVar[bool] = False
+    #: Chart datasets of its panels built from batch statistics: name -> (schema of a row without
+    #: ``batch``, the columns that with ``batch`` identify a row). A ``target`` column is filled
+    #: with the calibrator's promise.
+    record_datasets: ClassVar[Mapping[str, tuple[Mapping[str, Any], tuple[str, ...]]]] = {}
+    #: Chart datasets of its panels built from the window's raw rows: name -> schema of a row
+    #: (each row has a unique ``key``).
+    window_datasets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
     @abstractmethod
     def claims(self, calibrator: Any) -> bool:
@@ -121,9 +130,34 @@ class CalibratorKind(ABC, Generic[R, S]):
     ) -> dict[str, Any]:
         """Its ``rows()`` columns for one batch (``labels`` is ``-1`` where a row has none)."""
 
+    def record_rows(self, dataset: str, key: str, stats: S, classes: Sequence[str]) -> list[dict[str, Any]]:
+        """Rows of one of its :attr:`record_datasets` for one batch (or bucket) and calibrator."""
+        return []
+
+    def window_rows(
+        self, dataset: str, key: str, calibrator: Any, windows: Sequence[BatchRows]
+    ) -> list[dict[str, Any]]:
+        """Rows of one of its :attr:`window_datasets` for one calibrator, from the window's rows."""
+        return []
+
     def covered(self, results: R, labels: IntArray) -> npt.NDArray[np.bool_] | None:
         """Whether each labelled row's set holds its label (None for kinds without sets)."""
         return None
+
+    def levels(self, calibrator: Any) -> Any:
+        """The calibrator's sets at any level (``ConformalLevels``), when it has them, for ``what_if``."""
+        return None
+
+    def retune(
+        self, calibrator: Any, coverage: float, key: str, records: Sequence[BatchRecord]
+    ) -> tuple[Any, float]:
+        """A copy of the calibrator re-tuned on the window's rows, and its new threshold.
+
+        Only for :attr:`retunable` kinds, which also update the window's per-row results and the
+        records' statistics in place.
+        """
+        msg = f"calibrator {key!r} ({self.name}) cannot be re-tuned"
+        raise TypeError(msg)
 
     def after_labels(self, calibrator: Any, results: R, labels: IntArray) -> None:
         """React to newly labelled rows (adaptive calibrators move their level); default: nothing."""

@@ -65,6 +65,12 @@ class RiskBatchStats:
     n_missed: int = 0  # labelled rows whose label is not in the top-k classes
     risk_sum_labelled: float = 0.0  # the same estimate summed over the labelled rows only
 
+    #: Its columns in a snapshot's ``batches.parquet`` (``n_rows`` is the batch's own).
+    SNAPSHOT_COLUMNS: ClassVar[dict[str, Any]] = {
+        "top_k": pl.Int64, "risk_sum": pl.Float64, "n_labelled": pl.Int64, "n_missed": pl.Int64,
+        "risk_sum_labelled": pl.Float64,
+    }  # fmt: skip
+
     @classmethod
     def empty(cls, n_classes: int = 0) -> Self:
         """Statistics of no rows."""

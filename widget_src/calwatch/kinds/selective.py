@@ -61,6 +61,12 @@ class SelectiveBatchStats:
     n_kept_correct: int = 0
     n_all_correct: int = 0
 
+    #: Its columns in a snapshot's ``batches.parquet`` (``n_rows`` is the batch's own).
+    SNAPSHOT_COLUMNS: ClassVar[dict[str, Any]] = {
+        "n_labelled": pl.Int64, "n_kept": pl.Int64, "threshold": pl.Float64, "n_kept_labelled": pl.Int64,
+        "n_kept_correct": pl.Int64, "n_all_correct": pl.Int64,
+    }  # fmt: skip
+
     @classmethod
     def empty(cls, n_classes: int = 0) -> Self:
         """Statistics of no rows (no threshold)."""
@@ -144,6 +150,11 @@ class SelectiveBatchStats:
         return cls(n_rows=row["n_rows"], **{name: row[name] for name in SELECTIVE_FIELDS})
 
 
+#: Target coverages of the selective curve, the labelled rows it needs, and the confidence bins of
+#: the kept-vs-all histogram.
+CURVE_COVERAGES = tuple(round(0.1 * i, 1) for i in range(1, 11))
+CURVE_MIN_LABELLED = 25
+CONFIDENCE_BINS = 10
 #: Fields saved in ``batches.parquet`` (``n_rows`` is the batch's own column).
 SELECTIVE_FIELDS = (
     "n_labelled", "n_kept", "threshold", "n_kept_labelled", "n_kept_correct", "n_all_correct",
@@ -161,6 +172,17 @@ class SelectiveKind(CalibratorKind[SelectiveRows, SelectiveBatchStats]):
         "kept_accuracy": pl.Float64, "accuracy": pl.Float64,
     }  # fmt: skip
     panels = ("kept_share", "selective_curve", "kept_confidence")
+    retunable = True
+    window_datasets: ClassVar[dict[str, dict[str, Any]]] = {
+        "selective_curve": {
+            "key": pl.String, "calibrator": pl.String, "selector": pl.String, "coverage": pl.Float64,
+            "error": pl.Float64, "n": pl.Int64,
+        },
+        "selective_confidence": {
+            "key": pl.String, "calibrator": pl.String, "group": pl.String, "bin": pl.String,
+            "count": pl.Int64, "share": pl.Float64,
+        },
+    }  # fmt: skip
     reference = "embeddings"
 
     def claims(self, calibrator: Any) -> bool:
@@ -236,30 +258,80 @@ class SelectiveKind(CalibratorKind[SelectiveRows, SelectiveBatchStats]):
         """Selectors promise no coverage of sets."""
         return
 
+    def retune(
+        self, calibrator: Any, coverage: float, key: str, records: Sequence[BatchRecord]
+    ) -> tuple[Any, float]:
+        """A copy of ``selector`` re-tuned on the window's scores; the records' kept rows and counts follow.
 
-def retune(selector: Any, coverage: float, key: str, records: Sequence[BatchRecord]) -> tuple[Any, float]:
-    """A copy of ``selector`` re-tuned on the window's scores; the records' kept rows and counts follow.
+        Returns the new selector and its threshold. The records (those still in the window) are
+        updated in place: each row's kept flag at the new threshold, and the batch's statistics
+        recounted from its rows and labels.
+        """
+        scores = np.concatenate([r.rows.selective[key]["score"] for r in records if r.rows is not None])
+        candidate = copy.deepcopy(calibrator)
+        candidate.coverage = float(coverage)
+        threshold = float(candidate.tune_scores(scores))
+        for record in records:
+            assert record.rows is not None
+            per_row = record.rows.selective[key]
+            per_row["kept"] = np.asarray(candidate.select_scores(per_row["score"]), dtype=bool)
+            results = SelectiveRows(per_row["score"], per_row["kept"], threshold)
+            labelled = np.flatnonzero(record.rows.labels != NO_LABEL)
+            stats = self.observed(results, 0).merge(
+                self.labelled(
+                    results.take(labelled), record.rows.probs[labelled], record.rows.labels[labelled]
+                )
+            )
+            record.stats[key] = stats
+        return candidate, threshold
 
-    Returns the new selector and its threshold. The records (those still in the window) are
-    updated in place: each row's kept flag at the new threshold, and the batch's statistics
-    recounted from its rows and labels.
-    """
-    scores = np.concatenate([r.rows.selective[key]["score"] for r in records if r.rows is not None])
-    candidate = copy.deepcopy(selector)
-    candidate.coverage = float(coverage)
-    threshold = float(candidate.tune_scores(scores))
-    kind = SelectiveKind()
-    for record in records:
-        assert record.rows is not None
-        per_row = record.rows.selective[key]
-        per_row["kept"] = np.asarray(candidate.select_scores(per_row["score"]), dtype=bool)
-        results = SelectiveRows(per_row["score"], per_row["kept"], threshold)
-        labelled = np.flatnonzero(record.rows.labels != NO_LABEL)
-        stats = kind.observed(results, 0).merge(
-            kind.labelled(results.take(labelled), record.rows.probs[labelled], record.rows.labels[labelled])
-        )
-        record.stats[key] = stats
-    return candidate, threshold
+    def window_rows(
+        self, dataset: str, key: str, calibrator: Any, windows: Sequence[BatchRows]
+    ) -> list[dict[str, Any]]:
+        """Its window datasets: the error-vs-coverage curves, or kept-vs-all confidence.
+
+        ``selective_curve`` is 002 §5.2's on the window's labelled rows (at least 25): for each
+        target coverage the rows whose selector score is highest are kept and the ℓ2 selective
+        calibration error of the kept rows is computed, for the selector and for the confidence
+        baseline (keep the most confident). ``selective_confidence`` bins the top-label
+        confidence of all window rows and of the kept ones (002 Fig. 4).
+        """
+        from calwatch.engine.metrics.calibration import selective_curve
+
+        parts = [w for w in windows if key in w.selective]
+        if not parts:
+            return []
+        probs = np.concatenate([p.probs for p in parts])
+        scores = np.concatenate([p.selective[key]["score"] for p in parts])
+        kept = np.concatenate([p.selective[key]["kept"] for p in parts])
+        conf = probs.max(axis=1)
+        rows: list[dict[str, Any]] = []
+        if dataset == "selective_curve":
+            labels = np.concatenate([p.labels for p in parts])
+            labelled = labels >= 0
+            if labelled.sum() < CURVE_MIN_LABELLED:
+                return []
+            for selector, s in (("selector", scores[labelled]), ("confidence", conf[labelled])):
+                xi, values = selective_curve(
+                    probs[labelled], labels[labelled], s, coverages=list(CURVE_COVERAGES)
+                )
+                for c, v in zip(xi.tolist(), values.tolist(), strict=True):
+                    rows.append(
+                        {"key": f"{key}|{selector}|{c:g}", "calibrator": key, "selector": selector,
+                         "coverage": c, "error": v, "n": int(labelled.sum())}
+                    )  # fmt: skip
+            return rows
+        edges = np.linspace(0, 1, CONFIDENCE_BINS + 1)
+        which = np.clip(np.searchsorted(edges, conf, side="right") - 1, 0, CONFIDENCE_BINS - 1)
+        for group, mask in (("all rows", np.ones_like(kept)), ("kept", kept)):
+            counts = np.bincount(which[mask], minlength=CONFIDENCE_BINS)
+            total = max(int(mask.sum()), 1)
+            for b, count in enumerate(counts.tolist()):
+                rows.append(
+                    {"key": f"{key}|{group}|{b}", "calibrator": key, "group": group,
+                     "bin": f"{edges[b]:.1f}-{edges[b + 1]:.1f}", "count": count, "share": count / total}
+                )  # fmt: skip
+        return rows
 
 
-__all__ = ["SelectiveBatchStats", "SelectiveKind", "SelectiveRows", "retune"]
+__all__ = ["SelectiveBatchStats", "SelectiveKind", "SelectiveRows"]

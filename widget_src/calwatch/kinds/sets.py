@@ -91,6 +91,12 @@ class CalibratorBatchStats:
     class_covered: npt.NDArray[np.int64]  # (K,): labelled rows whose set holds the label
     alpha_level: float | None = None  # the α at which the sets were taken (ACI moves it)
 
+    #: Its columns in a snapshot's ``batches.parquet``.
+    SNAPSHOT_COLUMNS: ClassVar[dict[str, Any]] = {
+        "size_counts": pl.List(pl.Int64), "class_labelled": pl.List(pl.Int64),
+        "class_covered": pl.List(pl.Int64), "alpha_level": pl.Float64,
+    }  # fmt: skip
+
     @classmethod
     def empty(cls, n_classes: int) -> Self:
         """Statistics of no rows."""
