@@ -94,6 +94,7 @@ def compare(
             msg = f"the runs watch different classes: {classes[0]} vs {classes[1]}"
             raise ValueError(msg)
     merged = copy.copy(runs[0])
+    merged.__dict__.pop("_guard_state", None)  # its own lock, not the run's
     merged.name = f"{names[0]}: {runs[0].name} vs {names[1]}: {runs[1].name}"
     merged._calibrators = {
         f"{name}: {key}": cal

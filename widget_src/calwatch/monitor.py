@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import getpass
 import os
+import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE, check_alpha
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.errors import NotFittedError
 from calwatch.engine.metrics.intervals import clopper_pearson
+from calwatch.guard import Guard, guard_of, guarded
 from calwatch.ids import as_id_list, uniform_scalar_ids
 from calwatch.kinds import KINDS, kind_of
 from calwatch.kinds.admit import admitted_accuracy
@@ -295,6 +297,7 @@ class Monitor:
         """
         return self._stream.batches
 
+    @guarded
     def window_records(self) -> list[BatchRecord]:
         """The batches whose raw rows are still kept (``record.rows`` is set), oldest first."""
         return self._stream.window_batches()
@@ -349,6 +352,7 @@ class Monitor:
         return ClassEncoder(classes)
 
     # ------------------------------------------------------------------ calibrate
+    @guarded
     def calibrate(
         self,
         X: Any = None,
@@ -478,6 +482,7 @@ class Monitor:
         )
 
     # ------------------------------------------------------------------ observe
+    @guarded
     def observe(
         self,
         X: Any = None,
@@ -549,15 +554,21 @@ class Monitor:
             stats=stats,
             rows=rows,
         )
-        if ids is None:
-            self._next_auto_id += m
+        every_row = np.arange(m)
+        newly_labelled = 0
+        if labels is not None:
+            record.stats, newly_labelled, _ = self._labelled_stats(record, every_row, labels)
+            rows.labels[:] = labels
+        # Detectors and ACI last (their state changes as they are fed), then the stream.
         first_row = self._stream.rows_seen
-        self._stream.append(record)
         if self._shift is not None:
             self._shift.observe(index, (first_row, first_row + m - 1), outputs.probs, outputs.embeddings)
         if labels is not None:
-            self._apply_labels(record, np.arange(m), labels)
-            self._feed_labels([(record, np.arange(m), labels)])
+            self._feed_labels([(record, every_row, labels)], latest=index, rows_seen=first_row + m)
+        if ids is None:
+            self._next_auto_id += m
+        self._stream.append(record)
+        self._stream.rows_labelled += newly_labelled
         self._notify((index,))
         return index
 
@@ -585,6 +596,7 @@ class Monitor:
         return row_ids
 
     # ------------------------------------------------------------------ labels
+    @guarded
     def label(self, ids: Any, y: Any) -> LabelReport:
         """Join late labels to the rows they belong to and update those batches' coverage.
 
@@ -607,45 +619,60 @@ class Monitor:
         found, where = self._locate(id_list)
         unmatched = int((~found).sum())
         if not found.any():
+            self._stream.labels_unmatched += unmatched
             return LabelReport(0, unmatched, 0, ())
         batch_of, row_of, label_of = where[:, 0], where[:, 1], labels[found]
         by_index = {record.index: record for record in self._stream.window_batches()}
-        relabelled = 0
         touched = np.unique(batch_of).tolist()
         groups = []
+        updates = []
+        relabelled = newly = 0
         for batch_index in touched:
             mask = batch_of == batch_index
-            relabelled += self._apply_labels(by_index[batch_index], row_of[mask], label_of[mask])
-            groups.append((by_index[batch_index], row_of[mask], label_of[mask]))
-        self._feed_labels(groups)
+            record, rows_b, labels_b = by_index[batch_index], row_of[mask], label_of[mask]
+            stats, new_b, relabelled_b = self._labelled_stats(record, rows_b, labels_b)
+            updates.append((record, stats, rows_b, labels_b))
+            groups.append((record, rows_b, labels_b))
+            newly, relabelled = newly + new_b, relabelled + relabelled_b
+        # Everything is computed: the detectors and ACI are fed, then the batches change.
+        self._feed_labels(groups, latest=len(self._stream.batches) - 1, rows_seen=self._stream.rows_seen)
+        for record, stats, rows_b, labels_b in updates:
+            assert record.rows is not None
+            record.stats = stats
+            record.rows.labels[rows_b] = labels_b
+        self._stream.rows_labelled += newly
+        self._stream.labels_unmatched += unmatched
         self._notify(tuple(touched))
         return LabelReport(where.shape[0], unmatched, relabelled, tuple(touched))
 
     def _locate(self, id_list: list[Hashable]) -> tuple[npt.NDArray[np.bool_], IntArray]:
-        """Which ids are in the window, and the ``(batch, row)`` of each one that is.
+        """Which ids are in the window, and the ``(batch, row)`` of each one that is (changes nothing).
 
-        Labels for the others are counted as unmatched (``status()``). Raises if ids repeat.
+        Raises if ids repeat.
         """
         if len(set(id_list)) != len(id_list):
             msg = "ids must be distinct within one label() call"
             raise ValueError(msg)
         positions = list(map(self._stream.id_index.get, id_list))
         found = np.fromiter((p is not None for p in positions), dtype=bool, count=len(positions))
-        self._stream.labels_unmatched += int((~found).sum())
         where = np.asarray([p for p in positions if p is not None], dtype=np.intp).reshape(-1, 2)
         return found, where
 
-    def _apply_labels(self, record: BatchRecord, rows: IntArray, labels: IntArray) -> int:
-        """Set labels of rows of one batch and update its statistics; return how many were relabels.
+    def _labelled_stats(
+        self, record: BatchRecord, rows: IntArray, labels: IntArray
+    ) -> tuple[dict[str, BatchStats], int, int]:
+        """A batch's statistics once these rows carry these labels (the record is not changed).
 
         Each calibrator's kind turns the labelled rows into a statistic of their own, merged into
         the batch's (a relabel first merges the old labels' statistic with the sign reversed).
+        Returns the new statistics, how many rows get their first label and how many a new one.
         """
         assert record.rows is not None
         old = record.rows.labels[rows]
         had = old != NO_LABEL
         probs = record.rows.probs
-        for key, stats in record.stats.items():
+        stats: dict[str, BatchStats] = {}
+        for key, current in record.stats.items():
             cal = self._calibrators[key]
             kind = kind_of(cal)
             results = kind.results_of(record.rows, key, cal)
@@ -653,17 +680,32 @@ class Monitor:
             if had.any():
                 old_rows = rows[had]
                 delta = delta.merge(kind.labelled(results.take(old_rows), probs[old_rows], old[had], sign=-1))
-            record.stats[key] = stats.merge(delta)
-        record.rows.labels[rows] = labels
-        newly = int((~had).sum())
-        self._stream.rows_labelled += newly
-        return int(had.sum())
+            stats[key] = current.merge(delta)
+        return stats, int((~had).sum()), int(had.sum())
 
-    def _feed_labels(self, groups: list[tuple[BatchRecord, IntArray, IntArray]]) -> None:
-        """Give newly labelled rows to the label-based shift detectors."""
-        self._feed_adaptive(groups)
-        if self._shift is None or not groups:
-            return
+    def _feed_labels(
+        self, groups: list[tuple[BatchRecord, IntArray, IntArray]], *, latest: int, rows_seen: int
+    ) -> None:
+        """Give newly labelled rows to the calibrators that learn from labels (ACI) and the detectors.
+
+        Should the detectors fail, the calibrators that learned get their earlier state back.
+        """
+        learners = {key: cal for key, cal in self._calibrators.items() if kind_of(cal).learns_from_labels}
+        saved = {key: copy.deepcopy(vars(cal)) for key, cal in learners.items()}
+        try:
+            self._feed_adaptive(groups, learners)
+            if self._shift is not None and groups:
+                self._feed_detectors(groups, latest=latest, rows_seen=rows_seen)
+        except BaseException:
+            for key, state in saved.items():
+                vars(learners[key]).clear()
+                vars(learners[key]).update(state)
+            raise
+
+    def _feed_detectors(
+        self, groups: list[tuple[BatchRecord, IntArray, IntArray]], *, latest: int, rows_seen: int
+    ) -> None:
+        assert self._shift is not None
         probs = np.concatenate(
             [record.rows.probs[rows] for record, rows, _ in groups if record.rows is not None]
         )
@@ -679,10 +721,9 @@ class Monitor:
             for key, cal in self._calibrators.items()
             if (kind := kind_of(cal)).has_sets
         }
-        latest = len(self._stream.batches) - 1
-        seen = self._stream.rows_seen
-        self._shift.labelled(latest, (seen - 1, seen - 1), probs, labels, covered)
+        self._shift.labelled(latest, (rows_seen - 1, rows_seen - 1), probs, labels, covered)
 
+    @guarded
     def admitted_accuracy(self, *, by: str = "true", batches: tuple[int, ...] | None = None) -> pl.DataFrame:
         """Venn-ADMIT's admitted predictions, by class, over the labelled rows of the stream.
 
@@ -707,15 +748,18 @@ class Monitor:
         classes = [str(c) for c in self.classes_.tolist()]
         return admitted_accuracy(self._records(batches), classes, self.targets(), by=by)
 
-    def _feed_adaptive(self, groups: list[tuple[BatchRecord, IntArray, IntArray]]) -> None:
-        """Give newly labelled rows, with the sets they were shown, to ACI calibrators."""
-        for key, cal in self._calibrators.items():
+    def _feed_adaptive(
+        self, groups: list[tuple[BatchRecord, IntArray, IntArray]], learners: Mapping[str, Any]
+    ) -> None:
+        """Give newly labelled rows, with the sets they were shown, to the calibrators that learn (ACI)."""
+        for key, cal in learners.items():
             kind = kind_of(cal)
             for record, rows, labels in groups:
                 if record.rows is not None and rows.shape[0]:
                     kind.after_labels(cal, kind.results_of(record.rows, key, cal).take(rows), labels)
 
     # ------------------------------------------------------------------ shift warnings
+    @guarded
     def warnings(self) -> pl.DataFrame:
         """The shift warning log: one row per episode, with acknowledgements.
 
@@ -727,6 +771,7 @@ class Monitor:
             return ShiftWatch([]).warnings()
         return self._shift.warnings()
 
+    @guarded
     def acknowledge(self, episode: int, note: str = "", *, by: str | None = None) -> None:
         """Acknowledge a warning (the note, who and when are kept in the log)."""
         if self._shift is None:
@@ -736,10 +781,12 @@ class Monitor:
         self._notify(())
 
     # ------------------------------------------------------------------ what if
+    @guarded
     def what_if_calibrators(self) -> list[str]:
         """Set calibrators whose sets can be recomputed at another level (see :meth:`what_if`)."""
         return [key for key, cal in self._calibrators.items() if _levels_of(cal) is not None]
 
+    @guarded
     def what_if(self, alpha: float, calibrators: list[str] | None = None) -> pl.DataFrame:
         """Sets and coverage of the window's rows recomputed at another level ``alpha``.
 
@@ -810,6 +857,7 @@ class Monitor:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ selective
+    @guarded
     def retune(self, coverage: float, calibrator: str | None = None) -> float:
         """Re-tune a selective calibrator's threshold on the window's rows at a new coverage ``ξ``.
 
@@ -853,6 +901,7 @@ class Monitor:
         return threshold
 
     # ------------------------------------------------------------------ notes
+    @guarded
     def note(
         self, text: str, *, batch: int | None = None, episode: int | None = None, author: str | None = None
     ) -> Note:
@@ -897,6 +946,7 @@ class Monitor:
         self._notify(())
         return note
 
+    @guarded
     def notes(self) -> pl.DataFrame:
         """Every note so far: ``note_id, batch, episode, author, at, text``."""
         schema: dict[str, Any] = {
@@ -907,6 +957,7 @@ class Monitor:
         return pl.DataFrame(rows, schema=schema)
 
     # ------------------------------------------------------------------ snapshots
+    @guarded
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Save the monitor to a snapshot folder (parquet + JSON, no pickle), atomically.
 
@@ -920,6 +971,7 @@ class Monitor:
 
         return save_monitor(self, path)
 
+    @guarded
     def report(self, path: str | os.PathLike[str]) -> Path:
         """Write a standalone HTML report (every panel, warnings, notes, configuration, provenance).
 
@@ -968,6 +1020,7 @@ class Monitor:
         return self._shift
 
     # ------------------------------------------------------------------ views
+    @guarded
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(batch_indices)`` whenever batches change; returns an unsubscribe."""
         self._listeners.append(listener)
@@ -979,9 +1032,32 @@ class Monitor:
         return unsubscribe
 
     def _notify(self, batches: tuple[int, ...]) -> None:
+        """Tell listeners these batches changed: at once, or once the running call releases the lock."""
+        guard = self._guard
+        if guard.depth > 0:
+            guard.pending.append(batches)
+        else:
+            self._send_notifications(batches)
+
+    def _send_notifications(self, batches: tuple[int, ...]) -> None:
         for listener in list(self._listeners):
             listener(batches)
 
+    @property
+    def _guard(self) -> Guard:
+        return guard_of(self)
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The monitor's lock (re-entrant). Every public method holds it while it runs.
+
+        Hold it to read several views at one moment of a stream that another thread feeds, e.g.
+        ``with mon.lock: s, c = mon.summary(), mon.class_coverage()``. Do not wait on anything
+        slow (a front end, a network) while holding it.
+        """
+        return self._guard.lock
+
+    @guarded
     def status(self) -> dict[str, int]:
         """Stream counters: rows seen, labelled, awaiting labels, batches, unmatched labels."""
         s = self._stream
@@ -994,6 +1070,7 @@ class Monitor:
             "rows_in_window": s.rows_in_window,
         }
 
+    @guarded
     def targets(self) -> dict[str, float]:
         """Target coverage of each set calibrator (``1 − α``, or ``1 − ε`` for PAC sets)."""
         out = {key: kind_of(cal).target(cal) for key, cal in self._calibrators.items()}
@@ -1002,6 +1079,7 @@ class Monitor:
     def _records(self, batches: tuple[int, ...] | None) -> list[BatchRecord]:
         return self._stream.batches if batches is None else [self._stream.batches[i] for i in batches]
 
+    @guarded
     def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
         """One row per batch and calibrator: coverage, set sizes, risk and label progress.
 
@@ -1026,6 +1104,7 @@ class Monitor:
         """
         return self.summary_of(self._records(batches))
 
+    @guarded
     def summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
         """:meth:`summary` of some batch records (observed batches, or merged runs of them).
 
@@ -1081,10 +1160,12 @@ class Monitor:
         extra = [name for name in frame.columns if name not in SUMMARY_ORDER]
         return frame.select(*known[:-2], *extra, *known[-2:])
 
+    @guarded
     def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
         """Rows per set size: ``batch, calibrator, size, count`` (sizes with count > 0)."""
         return self.set_size_counts_of(self._records(batches))
 
+    @guarded
     def set_size_counts_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
         """:meth:`set_size_counts` of some batch records (see :meth:`summary_of`)."""
         out: dict[str, list[Any]] = {"batch": [], "calibrator": [], "size": [], "count": []}
@@ -1106,6 +1187,7 @@ class Monitor:
         """Calibrators whose kind predicts sets (their statistics count set sizes and coverage)."""
         return {key for key, cal in self._calibrators.items() if kind_of(cal).has_sets}
 
+    @guarded
     def class_coverage(
         self, batches: tuple[int, ...] | None = None, *, by_batch: bool = True
     ) -> pl.DataFrame:
@@ -1116,6 +1198,7 @@ class Monitor:
         """
         return self.class_coverage_of(self._records(batches), by_batch=by_batch)
 
+    @guarded
     def class_coverage_of(self, records: Sequence[BatchRecord], *, by_batch: bool = True) -> pl.DataFrame:
         """:meth:`class_coverage` of some batch records (see :meth:`summary_of`)."""
         classes = self.classes_
@@ -1154,6 +1237,7 @@ class Monitor:
             target=pl.col("calibrator").replace_strict(targets, return_dtype=pl.Float64),
         )
 
+    @guarded
     def rows(self, window: int | None = None, *, batch: int | None = None) -> pl.DataFrame:
         """Raw rows still kept in the window, one per row.
 

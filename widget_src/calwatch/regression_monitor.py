@@ -28,6 +28,7 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.engine.metrics.intervals import clopper_pearson
+from calwatch.guard import guarded
 from calwatch.ids import as_id_list, uniform_scalar_ids
 from calwatch.invariants import (
     count_problems,
@@ -358,15 +359,18 @@ class RegressionMonitor(Monitor):
     def _regressors(self) -> dict[str, Any]:
         return dict(self._calibrators)
 
+    @guarded
     def targets(self) -> dict[str, float]:
         """Target coverage of each calibrator's headline interval (its level)."""
         return dict.fromkeys(self._calibrators, self.levels[-1])
 
+    @guarded
     def what_if_calibrators(self) -> list[str]:
         """None: a regression monitor recomputes nothing at another level (see ``levels``)."""
         return []
 
     # ------------------------------------------------------------------ calibrate
+    @guarded
     def calibrate(
         self, X: Any = None, y: Any = None, *, pred: Any = None, **unused: Any
     ) -> RegressionMonitor:
@@ -397,6 +401,7 @@ class RegressionMonitor(Monitor):
         return self
 
     # ------------------------------------------------------------------ observe
+    @guarded
     def observe(
         self,
         X: Any = None,
@@ -458,50 +463,74 @@ class RegressionMonitor(Monitor):
                 regression={"y": np.full(m, np.nan), "per_calibrator": per_cal},
             ),
         )
+        newly = 0
+        if values is not None:
+            record.stats, newly, _ = self._valued_stats(record, np.arange(m), values)
+            assert record.rows is not None
+            record.rows.regression["y"][:] = values
+            record.rows.labels[:] = 0  # marks the rows as labelled for the generic counters
+        # Everything is computed: commit.
         if ids is None:
             self._next_auto_id += m
         self._draws = draws
         self._stream.append(record)
-        if values is not None:
-            self._apply_values(record, np.arange(m), values)
+        self._stream.rows_labelled += newly
         self._notify((index,))
         return index
 
     # ------------------------------------------------------------------ labels
+    @guarded
     def label(self, ids: Any, y: Any) -> LabelReport:
         """Join late true values to their rows: PIT, interval coverage and CRPS of those batches."""
         id_list = as_id_list(ids)
         values = _true_values(y, len(id_list), per="id")
         found, where = self._locate(id_list)
         unmatched = int((~found).sum())
+        stream = self._stream
         if not found.any():
+            stream.labels_unmatched += unmatched
             return LabelReport(0, unmatched, 0, ())
-        by_index = {r.index: r for r in self._stream.window_batches()}
-        relabelled = 0
+        by_index = {r.index: r for r in stream.window_batches()}
+        relabelled = newly = 0
         touched = np.unique(where[:, 0]).tolist()
+        updates = []
         for batch in touched:
             mask = where[:, 0] == batch
-            relabelled += self._apply_values(by_index[batch], where[mask, 1], values[found][mask])
+            rows_b, values_b = where[mask, 1], values[found][mask]
+            stats, new_b, relabelled_b = self._valued_stats(by_index[batch], rows_b, values_b)
+            updates.append((by_index[batch], stats, rows_b, values_b))
+            newly, relabelled = newly + new_b, relabelled + relabelled_b
+        # Everything is computed: commit.
+        for record, stats, rows_b, values_b in updates:
+            assert record.rows is not None
+            record.stats = stats
+            record.rows.regression["y"][rows_b] = values_b
+            record.rows.labels[rows_b] = 0  # marks the rows as labelled for the generic counters
+        stream.rows_labelled += newly
+        stream.labels_unmatched += unmatched
         self._notify(tuple(touched))
         return LabelReport(int(found.sum()), unmatched, relabelled, tuple(touched))
 
-    def _apply_values(self, record: BatchRecord, rows: npt.NDArray[np.intp], values: FloatArray) -> int:
+    def _valued_stats(
+        self, record: BatchRecord, rows: npt.NDArray[np.intp], values: FloatArray
+    ) -> tuple[dict[str, Any], int, int]:
+        """A batch's statistics once these rows carry these true values (the record is not changed).
+
+        Returns the new statistics, how many rows get their first value and how many a new one.
+        """
         assert record.rows is not None
         store = record.rows.regression
         old = store["y"][rows]
         had = ~np.isnan(old)
+        stats: dict[str, Any] = {}
         for key, cal in self._regressors().items():
             saved = store["per_calibrator"][key]
-            stats = _regression_stats(record)[key]
             delta = RegressionBatchStats.labelled(self._score(cal, saved, rows, values), self.levels)
             if had.any():
                 scored_before = self._score(cal, saved, rows[had], old[had])
                 delta = delta.merge(RegressionBatchStats.labelled(scored_before, self.levels, sign=-1))
-            record.stats[key] = stats.merge(delta)
-        store["y"][rows] = values
-        record.rows.labels[rows] = 0  # marks the row as labelled for the generic counters
-        self._stream.rows_labelled += int((~had).sum())
-        return int(had.sum())
+            stats[key] = _regression_stats(record)[key].merge(delta)
+        return stats, int((~had).sum()), int(had.sum())
 
     def _score(
         self, cal: Any, saved: dict[str, Any], rows: npt.NDArray[np.intp], y: FloatArray
@@ -513,6 +542,7 @@ class RegressionMonitor(Monitor):
         return scored
 
     # ------------------------------------------------------------------ views
+    @guarded
     def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
         """One row per batch and calibrator.
 
@@ -524,6 +554,7 @@ class RegressionMonitor(Monitor):
         """
         return self.summary_of(self._records(batches))
 
+    @guarded
     def summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
         """:meth:`summary` of some batch records (see :meth:`Monitor.summary_of`)."""
         rows: list[dict[str, Any]] = []
@@ -565,10 +596,12 @@ class RegressionMonitor(Monitor):
             schema[f"coverage_{_pct(level)}"] = pl.Float64
         return pl.DataFrame(schema=schema)
 
+    @guarded
     def pit_histogram(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
         """PIT values of labelled rows, binned per batch: ``batch, calibrator, bin, lo, hi, count``."""
         return self.pit_histogram_of(self._records(batches))
 
+    @guarded
     def pit_histogram_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
         """:meth:`pit_histogram` of some batch records (see :meth:`Monitor.summary_of`)."""
         out: dict[str, list[Any]] = {
@@ -595,6 +628,7 @@ class RegressionMonitor(Monitor):
         }  # fmt: skip
         return pl.DataFrame(out, schema=schema)
 
+    @guarded
     def rows(self, window: int | None = None, *, batch: int | None = None) -> pl.DataFrame:
         """Raw rows in the window, with each calibrator's median, intervals and (labelled) PIT.
 

@@ -456,20 +456,25 @@ class MonitorWidget(anywidget.AnyWidget):
             self._error = f"{type(err).__name__}: {err}"
 
     def _on_batches(self, batches: tuple[int, ...]) -> None:
+        # Called after the monitor's call released its lock, maybe in a producer's thread: read the
+        # monitor at one moment (under its lock), then send without holding it.
         try:
-            data = self._bucket_update(batches) if batches else {}
-            if batches:
-                self._card_totals.update(self._per_batch_rows(batches))
-            data |= self._derived(window=bool(batches) and self._window_due())
+            with self._monitor.lock:
+                data = self._bucket_update(batches) if batches else {}
+                if batches:
+                    self._card_totals.update(self._per_batch_rows(batches))
+                data |= self._derived(window=bool(batches) and self._window_due())
+                status, warnings = self._monitor.status(), warning_rows(self._monitor)
+                info = self._info() if batches else None
         except Exception as err:  # draw the error in the widget instead of losing it
             self._error = f"{type(err).__name__}: {err}"
             raise
         self._send_upsert(data)
         with self.hold_sync():
-            self._status = self._monitor.status()
-            self._warnings = warning_rows(self._monitor)
-            if batches:
-                self._alpha_info = self._info()
+            self._status = status
+            self._warnings = warnings
+            if info is not None:
+                self._alpha_info = info
 
     def _on_control(self, change: Any) -> None:
         if change["name"] == "_alpha" and change["new"] is not None:
@@ -481,9 +486,11 @@ class MonitorWidget(anywidget.AnyWidget):
             self._error = f"window size must be >= 0 rows; got {change['new']}"
             return
         try:
-            zoom = self._resend_buckets() if change["name"] == "_batch_range" else {}
-            self._send_upsert(zoom | self._derived(window=True))
-            self._alpha_info = self._info()
+            with self._monitor.lock:
+                zoom = self._resend_buckets() if change["name"] == "_batch_range" else {}
+                data, info = zoom | self._derived(window=True), self._info()
+            self._send_upsert(data)
+            self._alpha_info = info
             if self._error.startswith(("α must", "window size")):
                 self._error = ""
         except Exception as err:  # draw the error in the widget instead of losing it
@@ -513,7 +520,9 @@ class MonitorWidget(anywidget.AnyWidget):
                 self._error = f"acknowledge failed: {err}"
         elif kind == "replay-request":
             view = str(content.get("view", ""))
-            self.send({"kind": "replay", "view": view, "seq": self._seq, "data": self.replay_payload()})
+            with self._monitor.lock:  # one moment of the stream, sent after the lock is released
+                payload, seq = self.replay_payload(), self._seq
+            self.send({"kind": "replay", "view": view, "seq": seq, "data": payload})
         elif kind == "note":
             self._add_note(content)
         elif kind == "rows-request":
@@ -537,14 +546,16 @@ class MonitorWidget(anywidget.AnyWidget):
         try:
             batch = int(content["batch"])
             page_size = min(MAX_PAGE_SIZE, max(1, int(content.get("page_size", 20))))
-            reply |= dashboard.rows_page(
-                self._monitor,
-                batch,
-                page=int(content.get("page", 0)),
-                page_size=page_size,
-                calibrator=self.selected,
-                class_filter=str(content.get("class_filter", self.class_filter)),
-            )
+            with self._monitor.lock:
+                page = dashboard.rows_page(
+                    self._monitor,
+                    batch,
+                    page=int(content.get("page", 0)),
+                    page_size=page_size,
+                    calibrator=self.selected,
+                    class_filter=str(content.get("class_filter", self.class_filter)),
+                )
+            reply |= page
             reply["rows"] = [
                 [None if isinstance(v, float) and not math.isfinite(v) else v for v in r]
                 for r in reply["rows"]

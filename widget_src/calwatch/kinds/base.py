@@ -65,6 +65,8 @@ class CalibratorKind(ABC, Generic[R, S]):
     has_sets: ClassVar[bool] = False
     #: Whether its calibrators can be re-tuned on the window without labels (``Monitor.retune``).
     retunable: ClassVar[bool] = False
+    #: Whether its calibrators change as labels arrive (:meth:`after_labels`; ACI moves its level).
+    learns_from_labels: ClassVar[bool] = False
     #: Chart datasets of its panels built from batch statistics: name -> (schema of a row without
     #: ``batch``, the columns that with ``batch`` identify a row). A ``target`` column is filled
     #: with the calibrator's promise.

@@ -261,28 +261,32 @@ class SelectiveKind(CalibratorKind[SelectiveRows, SelectiveBatchStats]):
     def retune(
         self, calibrator: Any, coverage: float, key: str, records: Sequence[BatchRecord]
     ) -> tuple[Any, float]:
-        """A copy of ``selector`` re-tuned on the window's scores; the records' kept rows and counts follow.
+        """A copy of the selector re-tuned on the window's scores; the records' kept rows and counts follow.
 
-        Returns the new selector and its threshold. The records (those still in the window) are
-        updated in place: each row's kept flag at the new threshold, and the batch's statistics
-        recounted from its rows and labels.
+        Returns the new selector and its threshold. Once everything is computed, the records
+        (those still in the window) are updated: each row's kept flag at the new threshold, and
+        the batch's statistics recounted from its rows and labels.
         """
         scores = np.concatenate([r.rows.selective[key]["score"] for r in records if r.rows is not None])
         candidate = copy.deepcopy(calibrator)
         candidate.coverage = float(coverage)
         threshold = float(candidate.tune_scores(scores))
+        updates = []
         for record in records:
             assert record.rows is not None
-            per_row = record.rows.selective[key]
-            per_row["kept"] = np.asarray(candidate.select_scores(per_row["score"]), dtype=bool)
-            results = SelectiveRows(per_row["score"], per_row["kept"], threshold)
+            score = record.rows.selective[key]["score"]
+            results = SelectiveRows(score, np.asarray(candidate.select_scores(score), dtype=bool), threshold)
             labelled = np.flatnonzero(record.rows.labels != NO_LABEL)
             stats = self.observed(results, 0).merge(
                 self.labelled(
                     results.take(labelled), record.rows.probs[labelled], record.rows.labels[labelled]
                 )
             )
-            record.stats[key] = stats
+            updates.append((record, results.kept, stats))
+        for record, kept, stats in updates:
+            assert record.rows is not None
+            record.rows.selective[key]["kept"] = kept
+            record.stats = record.stats | {key: stats}
         return candidate, threshold
 
     def window_rows(

@@ -312,6 +312,7 @@ class AdaptiveKind(SetsKind):
     """Adaptive conformal inference (``cw.Adaptive``): sets whose level moves as labels arrive."""
 
     panels: ClassVar[tuple[str, ...]] = (*SetsKind.panels, "aci")
+    learns_from_labels = True
 
     def claims(self, calibrator: Any) -> bool:
         """Calibrators with a moving level ``alpha_t_`` and ``update(sets, labels)``."""

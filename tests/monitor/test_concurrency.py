@@ -1,0 +1,245 @@
+"""One monitor fed by background threads while others read it: serialised, consistent, all-or-nothing.
+
+The stress test runs producers on distinct ids, a labeller (late labels, duplicates, labels for
+rows that already left the window), readers checking that each read sees one moment of the
+stream, and a widget attached to the monitor. Every call the monitor applied is recorded in the
+order it applied them (under its lock); a serial replay of that log on a fresh monitor must give
+the same statistics. Then failures are injected inside calls: a call that raises changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sys
+import threading
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import calwatch as cw
+
+from ..synthetic import softmax_data
+
+K = 5
+BATCH = 300
+PRODUCERS = 3
+BATCHES_EACH = 12
+
+
+class RecordingMonitor(cw.Monitor):
+    """A monitor that logs each observe/label call it applied, in the order it applied them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.log = []
+
+    def observe(self, *args, **kwargs):
+        with self.lock:  # re-entrant: the call and its log entry are one step
+            index = super().observe(*args, **kwargs)
+            self.log.append(("observe", args, kwargs))
+            return index
+
+    def label(self, ids, y):
+        with self.lock:
+            report = super().label(ids, y)
+            self.log.append(("label", (ids, y), {}))
+            return report
+
+
+def _monitor(cls=cw.Monitor):
+    mon = cls(
+        calibrators={
+            "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
+            "aps-random": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True, seed=7),
+            "by-class": cw.SplitConformalClassifier(score="lac", alpha=0.1, mondrian="label"),
+            "aci": cw.Adaptive(cw.SplitConformalClassifier(score="lac", alpha=0.1)),
+            "risk": cw.RiskEstimator(),
+        },
+        window=6 * BATCH,  # small: some late labels find their rows gone (counted, not applied)
+    )
+    P, y = softmax_data(3000, K=K, seed=0)
+    return mon.calibrate(probs=P, y=y)
+
+
+def _views(mon):
+    return {
+        "summary": mon.summary().drop("observed_at", "name", "batch"),
+        "class_coverage": mon.class_coverage(by_batch=False),
+        "warnings": mon.warnings().drop("first_batch", "last_batch", "first_row", "last_row", "ack_at"),
+    }
+
+
+@pytest.fixture
+def frequent_switches():
+    """Switch threads every microsecond (default 5 ms), so interleavings the lock must handle happen."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
+
+
+def test_threads_feed_label_and_read_one_monitor_like_a_serial_replay(frequent_switches):
+    mon = _monitor(RecordingMonitor)
+    mon.widget()  # a widget model follows the monitor (no front end: its messages go nowhere)
+    labels_due: queue.Queue = queue.Queue()
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def guarded(fn):
+        def run():
+            try:
+                fn()
+            except BaseException as err:
+                errors.append(err)
+
+        return run
+
+    def producer(p):
+        for b in range(BATCHES_EACH):
+            P, y = softmax_data(BATCH, K=K, seed=1000 * p + b, scale=2.0 if b < 6 else 0.6)
+            ids = [f"p{p}-b{b}-{i}" for i in range(BATCH)]
+            mon.observe(probs=P, ids=ids)
+            labels_due.put((ids, y))
+
+    def labeller():
+        rng = np.random.default_rng(5)
+        pending = []
+        while not (done.is_set() and labels_due.empty() and not pending):
+            with contextlib.suppress(queue.Empty):
+                pending.append(labels_due.get(timeout=0.01))
+            if len(pending) > 2 or (done.is_set() and pending):  # late: a few batches behind
+                ids, y = pending.pop(0)
+                half = rng.permutation(BATCH)[: BATCH // 2]
+                mon.label([ids[i] for i in half], y[half])
+                mon.label(ids, y)  # the first half again: duplicates with the same labels
+                mon.label([f"never-{rng.integers(1 << 30)}"], y[:1])  # an unknown id: counted
+
+    def reader():
+        while not done.is_set():
+            with mon.lock:  # several views at one moment
+                summary, status = mon.summary(), mon.status()
+            labelled = summary.filter(calibrator="lac")["n_labelled"].sum()
+            assert labelled == status["rows_labelled"], (labelled, status)
+            assert summary["n_rows"].sum() == len(mon.calibrators) * status["rows_seen"]
+
+    def lock_free_reader():  # each call on its own: the monitor's lock alone keeps it consistent
+        while not done.is_set():
+            summary = mon.summary()
+            per_calibrator = summary.group_by("calibrator").agg(pl.col("n_labelled").sum())
+            assert per_calibrator["n_labelled"].n_unique() <= 1, per_calibrator  # one moment's labels
+            assert mon.rows(window=500).height <= 500
+            mon.class_coverage()
+            mon.warnings()
+            mon.status()
+
+    threads = [threading.Thread(target=guarded(lambda p=p: producer(p))) for p in range(PRODUCERS)]
+    others = [threading.Thread(target=guarded(f)) for f in (labeller, reader, lock_free_reader)]
+    for t in threads + others:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    done.set()
+    for t in others:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert all(not t.is_alive() for t in threads + others)
+
+    status = mon.status()
+    assert status["rows_seen"] == PRODUCERS * BATCHES_EACH * BATCH  # no row lost
+    assert status["batches"] == PRODUCERS * BATCHES_EACH
+    n_label_calls = sum(1 for call, _, _ in mon.log if call == "label")
+    assert n_label_calls == 3 * PRODUCERS * BATCHES_EACH
+
+    # The same calls, one after the other, in the order the monitor applied them.
+    replay = _monitor()
+    for call, args, kwargs in mon.log:
+        getattr(replay, call)(*args, **kwargs)
+    assert replay.status() == status
+    for name, frame in _views(replay).items():
+        assert_frame_equal(_views(mon)[name], frame, check_exact=False, rel_tol=1e-12), name
+
+
+@pytest.fixture
+def fed():
+    mon = _monitor()
+    for b in range(4):
+        P, _ = softmax_data(BATCH, K=K, seed=b + 1)
+        mon.observe(probs=P, ids=[f"{b}-{i}" for i in range(BATCH)])
+    mon.label([f"0-{i}" for i in range(BATCH)], softmax_data(BATCH, K=K, seed=1)[1])
+    return mon
+
+
+def _state(mon):
+    rows = mon.rows()
+    return _views(mon) | {
+        "status": pl.DataFrame([mon.status()]),
+        "rows": rows.drop(*[c for c in rows.columns if c.startswith("set_")]),
+        "alpha_t": pl.DataFrame({"a": [float(mon.calibrators["aci"].alpha_t_)]}),
+    }
+
+
+def _unchanged(before, after):
+    for name in before:
+        assert_frame_equal(before[name], after[name]), name
+
+
+def test_a_label_call_that_fails_inside_changes_nothing(fed, monkeypatch):
+    before = _state(fed)
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise MemoryError("detector failed")
+
+    monkeypatch.setattr(fed.shift_watch, "labelled", broken)
+    y = softmax_data(BATCH, K=K, seed=2)[1]
+    with pytest.raises(MemoryError):
+        fed.label([f"1-{i}" for i in range(BATCH)] + ["unknown"], np.r_[y, 0])
+    assert calls
+    _unchanged(before, _state(fed))
+    monkeypatch.undo()
+    fed.label([f"1-{i}" for i in range(BATCH)], y)  # and the monitor goes on
+    assert fed.status()["rows_labelled"] == 2 * BATCH
+
+
+def test_an_observe_call_that_fails_inside_changes_nothing(fed, monkeypatch):
+    before = _state(fed)
+    P, y = softmax_data(BATCH, K=K, seed=9)
+    ids = [f"new-{i}" for i in range(BATCH)]
+    risk = fed.calibrators["risk"]  # the last calibrator: the others have already run
+    monkeypatch.setattr(type(risk), "row_risk", lambda self, P: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        fed.observe(probs=P, ids=ids, y=y)
+    _unchanged(before, _state(fed))
+    monkeypatch.undo()
+    monkeypatch.setattr(fed.shift_watch, "observe", lambda *a, **k: (_ for _ in ()).throw(MemoryError()))
+    with pytest.raises(MemoryError):
+        fed.observe(probs=P, ids=ids, y=y)
+    _unchanged(before, _state(fed))
+    monkeypatch.undo()
+    assert fed.observe(probs=P, ids=ids, y=y) == 4  # the ids were not taken by the failed calls
+
+
+def test_listeners_hear_of_a_change_after_the_lock_is_released(fed):
+    heard = []
+
+    def listener(batches):
+        # Another thread can take the lock now: the call that changed the monitor released it.
+        got = []
+        t = threading.Thread(
+            target=lambda: got.append(fed.lock.acquire(timeout=5) and fed.lock.release() is None)
+        )
+        t.start()
+        t.join()
+        heard.append((batches, got))
+
+    fed.subscribe(listener)
+    P, _ = softmax_data(BATCH, K=K, seed=11)
+    fed.observe(probs=P, ids=[f"x-{i}" for i in range(BATCH)])
+    assert heard == [((4,), [True])]
+    with pytest.raises(ValueError, match="distinct"):  # a rejected call notifies nobody
+        fed.label(["x-1", "x-1"], [0, 0])
+    assert len(heard) == 1
