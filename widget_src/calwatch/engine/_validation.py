@@ -118,7 +118,20 @@ def check_labels(
 
 
 def check_alpha(alpha: float, name: str = "alpha") -> float:
-    """Validate a miscoverage level in the open interval (0, 1)."""
+    """Validate a miscoverage level in the open interval (0, 1).
+
+    Examples
+    --------
+    >>> check_alpha(0.1)
+    0.1
+    >>> check_alpha("0.1")
+    Traceback (most recent call last):
+    ...
+    TypeError: alpha must be a number in (0, 1); got '0.1'
+    """
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float | np.integer | np.floating):
+        msg = f"{name} must be a number in (0, 1); got {alpha!r}"
+        raise TypeError(msg)
     value = float(alpha)
     if not 0.0 < value < 1.0:
         msg = f"{name} must be in (0, 1); got {alpha!r}"
