@@ -265,18 +265,22 @@ def _format_table(frame: pl.DataFrame) -> str:
 
 
 def charts_page(monitor: Monitor) -> dict[str, Any]:
-    """One Vega-Lite spec with every chart of :data:`calwatch.charts.CHARTS`, stacked.
+    """One Vega-Lite spec with the charts that apply to the monitor, stacked.
 
-    The charts' shared ``calibrator`` parameter is bound to a drop-down on the page.
+    The charts are :func:`calwatch.charts.chart_kinds`'s, in its order.
+    Charts of calibrator kinds the monitor does not have are left out: their datasets are empty,
+    and an empty chart in a concatenation gives Vega infinite extents (every chart drawn on top of
+    the others). The charts' shared ``calibrator`` parameter is bound to a drop-down on the page.
     """
     import altair as alt
 
-    views: list[Any] = [monitor.chart(kind).properties(width=CHART_WIDTH) for kind in charts.CHARTS]
+    kinds = charts.chart_kinds(monitor)
+    views: list[Any] = [monitor.chart(kind).properties(width=CHART_WIDTH) for kind in kinds]
     page = (
         alt.vconcat(*views, spacing=40)
-        # Each chart keeps its own colours and legend (a concatenation shares them by default,
+        # Each chart keeps its own axes, colours and legend (a concatenation shares them by default,
         # and the labels chart's fixed colour domain would then hide every calibrator's marks).
-        .resolve_scale(color="independent", strokeDash="independent")
+        .resolve_scale(x="independent", y="independent", color="independent", strokeDash="independent")
         .resolve_legend(color="independent", strokeDash="independent")
         .properties(title=monitor.name)
     )
