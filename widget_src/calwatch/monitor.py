@@ -9,7 +9,6 @@ import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -17,40 +16,24 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.classes import ClassEncoder, as_1d_array
-from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE, check_alpha
+from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.errors import NotFittedError
-from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.guard import Guard, guard_of, guarded
-from calwatch.ids import as_id_list, uniform_scalar_ids
+from calwatch.ids import as_id_list
 from calwatch.kinds import KINDS, kind_of
-from calwatch.kinds.admit import admitted_accuracy
 from calwatch.models import ModelAdapter, ModelOutputs, wrap
+from calwatch.monitor_labels import LabelReport, MonitorLabels
+from calwatch.monitor_reads import MonitorReads
+from calwatch.monitor_share import MonitorSharing
 from calwatch.shift_watch import CalibrationData, Detector, ShiftWatch, default_detectors
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats, StreamState
 
 if TYPE_CHECKING:
-    import altair as alt
-
     from calwatch.widget import MonitorWidget
 
 IntArray = npt.NDArray[np.intp]
 DEFAULT_WINDOW = 100_000
-#: Columns of :meth:`Monitor.summary`, in order. Kinds fill the middle ones
-#: (:attr:`calwatch.kinds.base.CalibratorKind.summary_columns`); a new kind's columns that are not
-#: listed here come after them, before ``in_window``.
-SUMMARY_ORDER = (
-    "batch", "name", "calibrator", "kind", "target", "n_rows", "n_labelled", "n_pending",
-    "n_covered", "coverage", "coverage_lo", "coverage_hi", "mean_set_size", "singleton_share",
-    "full_share", "estimated_error", "observed_error", "error_gap", "estimated_error_labelled",
-    "alpha_level", "admitted_share", "n_admitted_labelled", "admitted_accuracy", "kept_share",
-    "threshold", "n_kept_labelled", "kept_accuracy", "accuracy", "in_window", "observed_at",
-)  # fmt: skip
-_BASE_SUMMARY: dict[str, Any] = {
-    "batch": pl.Int64, "name": pl.String, "calibrator": pl.String, "kind": pl.String,
-    "target": pl.Float64, "n_rows": pl.Int64, "n_labelled": pl.Int64, "in_window": pl.Boolean,
-    "observed_at": pl.Datetime("us", "UTC"),
-}  # fmt: skip
 
 
 class SetCalibrator(Protocol):
@@ -85,28 +68,6 @@ Calibrator = SetCalibrator | RiskCalibrator
 
 
 @dataclass(frozen=True)
-class LabelReport:
-    """What a :meth:`Monitor.label` call did.
-
-    Attributes
-    ----------
-    matched : int
-        Labels joined to rows in the window.
-    unmatched : int
-        Labels for ids that are unknown or whose rows left the window (counted, not applied).
-    relabelled : int
-        Matched rows that already had a label (the new label replaces it).
-    batches : tuple of int
-        The batches whose labelled metrics changed.
-    """
-
-    matched: int
-    unmatched: int
-    relabelled: int
-    batches: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class Note:
     """A note a user pinned to the stream, a batch or a warning (kept in snapshots and reports)."""
 
@@ -128,7 +89,7 @@ Listener = Callable[[tuple[int, ...]], None]
 TASK_MONITORS: dict[str, type[Monitor]] = {}
 
 
-class Monitor:
+class Monitor(MonitorLabels, MonitorReads, MonitorSharing):
     """Watch whether a model's prediction sets keep their promised coverage on a stream.
 
     Parameters
@@ -595,182 +556,7 @@ class Monitor:
             raise ValueError(msg)
         return row_ids
 
-    # ------------------------------------------------------------------ labels
-    @guarded
-    def label(self, ids: Any, y: Any) -> LabelReport:
-        """Join late labels to the rows they belong to and update those batches' coverage.
-
-        Parameters
-        ----------
-        ids : sequence of hashables or Series
-            Ids given to :meth:`observe`.
-        y : array-like
-            The true label of each id.
-
-        Returns
-        -------
-        LabelReport
-            How many labels matched rows in the window; labels for unknown or expired ids are
-            counted in ``unmatched`` (and in :meth:`status`), never applied silently.
-        """
-        encoder = self._require_encoder()
-        id_list = as_id_list(ids)
-        labels = encoder.encode(y, "y", n_rows=len(id_list))
-        found, where = self._locate(id_list)
-        unmatched = int((~found).sum())
-        if not found.any():
-            self._stream.labels_unmatched += unmatched
-            return LabelReport(0, unmatched, 0, ())
-        batch_of, row_of, label_of = where[:, 0], where[:, 1], labels[found]
-        by_index = {record.index: record for record in self._stream.window_batches()}
-        touched = np.unique(batch_of).tolist()
-        groups = []
-        updates = []
-        relabelled = newly = 0
-        for batch_index in touched:
-            mask = batch_of == batch_index
-            record, rows_b, labels_b = by_index[batch_index], row_of[mask], label_of[mask]
-            stats, new_b, relabelled_b = self._labelled_stats(record, rows_b, labels_b)
-            updates.append((record, stats, rows_b, labels_b))
-            groups.append((record, rows_b, labels_b))
-            newly, relabelled = newly + new_b, relabelled + relabelled_b
-        # Everything is computed: the detectors and ACI are fed, then the batches change.
-        self._feed_labels(groups, latest=len(self._stream.batches) - 1, rows_seen=self._stream.rows_seen)
-        for record, stats, rows_b, labels_b in updates:
-            assert record.rows is not None
-            record.stats = stats
-            record.rows.labels[rows_b] = labels_b
-        self._stream.rows_labelled += newly
-        self._stream.labels_unmatched += unmatched
-        self._notify(tuple(touched))
-        return LabelReport(where.shape[0], unmatched, relabelled, tuple(touched))
-
-    def _locate(self, id_list: list[Hashable]) -> tuple[npt.NDArray[np.bool_], IntArray]:
-        """Which ids are in the window, and the ``(batch, row)`` of each one that is (changes nothing).
-
-        Raises if ids repeat.
-        """
-        if len(set(id_list)) != len(id_list):
-            msg = "ids must be distinct within one label() call"
-            raise ValueError(msg)
-        positions = list(map(self._stream.id_index.get, id_list))
-        found = np.fromiter((p is not None for p in positions), dtype=bool, count=len(positions))
-        where = np.asarray([p for p in positions if p is not None], dtype=np.intp).reshape(-1, 2)
-        return found, where
-
-    def _labelled_stats(
-        self, record: BatchRecord, rows: IntArray, labels: IntArray
-    ) -> tuple[dict[str, BatchStats], int, int]:
-        """A batch's statistics once these rows carry these labels (the record is not changed).
-
-        Each calibrator's kind turns the labelled rows into a statistic of their own, merged into
-        the batch's (a relabel first merges the old labels' statistic with the sign reversed).
-        Returns the new statistics, how many rows get their first label and how many a new one.
-        """
-        assert record.rows is not None
-        old = record.rows.labels[rows]
-        had = old != NO_LABEL
-        probs = record.rows.probs
-        stats: dict[str, BatchStats] = {}
-        for key, current in record.stats.items():
-            cal = self._calibrators[key]
-            kind = kind_of(cal)
-            results = kind.results_of(record.rows, key, cal)
-            delta = kind.labelled(results.take(rows), probs[rows], labels)
-            if had.any():
-                old_rows = rows[had]
-                delta = delta.merge(kind.labelled(results.take(old_rows), probs[old_rows], old[had], sign=-1))
-            stats[key] = current.merge(delta)
-        return stats, int((~had).sum()), int(had.sum())
-
-    def _feed_labels(
-        self, groups: list[tuple[BatchRecord, IntArray, IntArray]], *, latest: int, rows_seen: int
-    ) -> None:
-        """Give newly labelled rows to the calibrators that learn from labels (ACI) and the detectors.
-
-        Should the detectors fail, the calibrators that learned get their earlier state back.
-        """
-        learners = {key: cal for key, cal in self._calibrators.items() if kind_of(cal).learns_from_labels}
-        saved = {key: copy.deepcopy(vars(cal)) for key, cal in learners.items()}
-        try:
-            self._feed_adaptive(groups, learners)
-            if self._shift is not None and groups:
-                self._feed_detectors(groups, latest=latest, rows_seen=rows_seen)
-        except BaseException:
-            for key, state in saved.items():
-                vars(learners[key]).clear()
-                vars(learners[key]).update(state)
-            raise
-
-    def _feed_detectors(
-        self, groups: list[tuple[BatchRecord, IntArray, IntArray]], *, latest: int, rows_seen: int
-    ) -> None:
-        assert self._shift is not None
-        probs = np.concatenate(
-            [record.rows.probs[rows] for record, rows, _ in groups if record.rows is not None]
-        )
-        labels = np.concatenate([labels for _, _, labels in groups])
-        covered = {
-            key: np.concatenate(
-                [
-                    kind.covered(kind.results_of(record.rows, key, cal).take(rows), labels)
-                    for record, rows, labels in groups
-                    if record.rows is not None
-                ]
-            )
-            for key, cal in self._calibrators.items()
-            if (kind := kind_of(cal)).has_sets
-        }
-        self._shift.labelled(latest, (rows_seen - 1, rows_seen - 1), probs, labels, covered)
-
-    @guarded
-    def admitted_accuracy(self, *, by: str = "true", batches: tuple[int, ...] | None = None) -> pl.DataFrame:
-        """Venn-ADMIT's admitted predictions, by class, over the labelled rows of the stream.
-
-        Parameters
-        ----------
-        by : {"true", "predicted"}
-            Stratify by the true class (paper 000's Tables 4-5: accuracy among admitted rows of
-            each class) or by the predicted class (what a user acting on them sees: precision).
-        batches : tuple of int, optional
-            Only these batches (default: all).
-
-        Returns
-        -------
-        polars.DataFrame
-            ``calibrator, class, n_admitted, n_correct, accuracy, accuracy_lo, accuracy_hi,
-            target`` (95% Clopper-Pearson interval; the target is ``1 − α``), classes with
-            admitted labelled rows only.
-        """
-        if by not in ("true", "predicted"):
-            msg = f"by must be 'true' or 'predicted'; got {by!r}"
-            raise ValueError(msg)
-        classes = [str(c) for c in self.classes_.tolist()]
-        return admitted_accuracy(self._records(batches), classes, self.targets(), by=by)
-
-    def _feed_adaptive(
-        self, groups: list[tuple[BatchRecord, IntArray, IntArray]], learners: Mapping[str, Any]
-    ) -> None:
-        """Give newly labelled rows, with the sets they were shown, to the calibrators that learn (ACI)."""
-        for key, cal in learners.items():
-            kind = kind_of(cal)
-            for record, rows, labels in groups:
-                if record.rows is not None and rows.shape[0]:
-                    kind.after_labels(cal, kind.results_of(record.rows, key, cal).take(rows), labels)
-
     # ------------------------------------------------------------------ shift warnings
-    @guarded
-    def warnings(self) -> pl.DataFrame:
-        """The shift warning log: one row per episode, with acknowledgements.
-
-        Columns ``episode, name, threatens, statistic, threshold, false_alarm_control,
-        first_batch, last_batch, first_row, last_row, open, explanation, action,
-        acknowledged, ack_by, ack_at, ack_note``. Empty without shift detectors.
-        """
-        if self._shift is None:
-            return ShiftWatch([]).warnings()
-        return self._shift.warnings()
-
     @guarded
     def acknowledge(self, episode: int, note: str = "", *, by: str | None = None) -> None:
         """Acknowledge a warning (the note, who and when are kept in the log)."""
@@ -779,82 +565,6 @@ class Monitor:
             raise ValueError(msg)
         self._shift.acknowledge(int(episode), note, by)
         self._notify(())
-
-    # ------------------------------------------------------------------ what if
-    @guarded
-    def what_if_calibrators(self) -> list[str]:
-        """Set calibrators whose sets can be recomputed at another level (see :meth:`what_if`)."""
-        return [key for key, cal in self._calibrators.items() if _levels_of(cal) is not None]
-
-    @guarded
-    def what_if(self, alpha: float, calibrators: list[str] | None = None) -> pl.DataFrame:
-        """Sets and coverage of the window's rows recomputed at another level ``alpha``.
-
-        Uses each calibrator's fitted calibration scores (no refitting): the threshold is the
-        conformal quantile at ``alpha`` of the same scores, so the result is what the monitor
-        would have shown had it been built with that ``alpha``. Only the rows still in the window
-        can be recomputed; earlier batches are not in the result.
-
-        Parameters
-        ----------
-        alpha : float
-            Miscoverage level in (0, 1).
-        calibrators : list of str, optional
-            Which calibrators (default: all of :meth:`what_if_calibrators`).
-
-        Returns
-        -------
-        polars.DataFrame
-            One row per window batch and calibrator: ``batch, calibrator, alpha, target, n_rows,
-            n_labelled, n_covered, coverage, coverage_lo, coverage_hi, mean_set_size,
-            singleton_share``.
-        """
-        alpha = check_alpha(alpha)
-        eligible = self.what_if_calibrators()
-        keys = eligible if calibrators is None else list(calibrators)
-        for key in keys:
-            if key not in eligible:
-                msg = (
-                    f"calibrators: {key!r} cannot be recomputed at another level (choose from "
-                    f"{eligible}: split conformal calibrators without user categories)"
-                )
-                raise ValueError(msg)
-        out: dict[str, list[Any]] = {
-            "batch": [], "calibrator": [], "n_rows": [], "n_labelled": [], "n_covered": [],
-            "mean_set_size": [], "singleton_share": [],
-        }  # fmt: skip
-        for key in keys:
-            levels = _levels_of(self._calibrators[key])
-            assert levels is not None
-            for record in self._stream.window_batches():
-                rows = record.rows
-                assert rows is not None
-                sets = levels.sets_at_alpha(rows.probs, alpha)
-                labelled = np.flatnonzero(rows.labels != NO_LABEL)
-                sizes = sets.sum(axis=1)
-                out["batch"].append(record.index)
-                out["calibrator"].append(key)
-                out["n_rows"].append(record.n_rows)
-                out["n_labelled"].append(int(labelled.shape[0]))
-                out["n_covered"].append(int(sets[labelled, rows.labels[labelled]].sum()))
-                out["mean_set_size"].append(float(sizes.mean()))
-                out["singleton_share"].append(float((sizes == 1).mean()))
-        schema: dict[str, Any] = {
-            "batch": pl.Int64, "calibrator": pl.String, "n_rows": pl.Int64, "n_labelled": pl.Int64,
-            "n_covered": pl.Int64, "mean_set_size": pl.Float64, "singleton_share": pl.Float64,
-        }  # fmt: skip
-        frame = pl.DataFrame(out, schema=schema)
-        lo, hi = clopper_pearson(frame["n_covered"].to_numpy(), frame["n_labelled"].to_numpy())
-        return frame.with_columns(
-            alpha=pl.lit(alpha, dtype=pl.Float64),
-            target=pl.lit(1.0 - alpha, dtype=pl.Float64),
-            coverage=pl.when(pl.col("n_labelled") > 0).then(pl.col("n_covered") / pl.col("n_labelled")),
-            coverage_lo=pl.Series(lo).fill_nan(None),
-            coverage_hi=pl.Series(hi).fill_nan(None),
-        ).select(
-            "batch", "calibrator", "alpha", "target", "n_rows", "n_labelled", "n_covered", "coverage",
-            "coverage_lo", "coverage_hi", "mean_set_size", "singleton_share",
-        )  # fmt: skip
 
     # ------------------------------------------------------------------ selective
     @guarded
@@ -957,63 +667,6 @@ class Monitor:
         return pl.DataFrame(rows, schema=schema)
 
     # ------------------------------------------------------------------ snapshots
-    @guarded
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Save the monitor to a snapshot folder (parquet + JSON, no pickle), atomically.
-
-        Everything but the model is kept: calibrators' fitted state, per-batch statistics, the
-        raw rows of the window, shift detectors, the warning log and notes (for a regression
-        monitor: its levels, the base predictions and random draws of the window's rows, and
-        their true values). Reload it with :meth:`Monitor.load`, passing the model again to keep
-        streaming inputs.
-        """
-        from calwatch.store import save_monitor
-
-        return save_monitor(self, path)
-
-    @guarded
-    def report(self, path: str | os.PathLike[str]) -> Path:
-        """Write a standalone HTML report (every panel, warnings, notes, configuration, provenance).
-
-        The file opens in any browser with no kernel and no network.
-        """
-        from calwatch.report import write_report
-
-        return write_report(self, path)
-
-    @classmethod
-    def load(
-        cls, path: str | os.PathLike[str], *, model: Any = None, embedding_layer: str | None = None
-    ) -> Monitor:
-        """Load a snapshot written by :meth:`save` (verifying it first; no code is executed).
-
-        A snapshot of a regression monitor loads as a
-        :class:`~calwatch.regression_monitor.RegressionMonitor`.
-
-        Parameters
-        ----------
-        path : path-like
-            The snapshot folder.
-        model : optional
-            The model to re-attach, to keep observing inputs ``X``.
-        embedding_layer : str, optional
-            Torch models: the layer kept as the embedding.
-
-        Raises
-        ------
-        SnapshotError
-            If the folder is not a complete, unaltered snapshot, or (called on a subclass, e.g.
-            ``RegressionMonitor.load``) holds another kind of monitor.
-        """
-        from calwatch.state_codec import SnapshotError
-        from calwatch.store import load_monitor
-
-        monitor = load_monitor(path, model=model, embedding_layer=embedding_layer)
-        if not isinstance(monitor, cls):
-            msg = f"{str(path)!r} holds a {type(monitor).__name__}, not a {cls.__name__}"
-            raise SnapshotError(msg)
-        return monitor
-
     @property
     def shift_watch(self) -> ShiftWatch | None:
         """The shift detectors and their log (None without detectors or before calibrate)."""
@@ -1057,271 +710,7 @@ class Monitor:
         """
         return self._guard.lock
 
-    @guarded
-    def status(self) -> dict[str, int]:
-        """Stream counters: rows seen, labelled, awaiting labels, batches, unmatched labels."""
-        s = self._stream
-        return {
-            "rows_seen": s.rows_seen,
-            "rows_labelled": s.rows_labelled,
-            "rows_pending": s.rows_pending,
-            "batches": len(s.batches),
-            "labels_unmatched": s.labels_unmatched,
-            "rows_in_window": s.rows_in_window,
-        }
-
-    @guarded
-    def targets(self) -> dict[str, float]:
-        """Target coverage of each set calibrator (``1 − α``, or ``1 − ε`` for PAC sets)."""
-        out = {key: kind_of(cal).target(cal) for key, cal in self._calibrators.items()}
-        return {key: value for key, value in out.items() if value is not None}
-
-    def _records(self, batches: tuple[int, ...] | None) -> list[BatchRecord]:
-        return self._stream.batches if batches is None else [self._stream.batches[i] for i in batches]
-
-    @guarded
-    def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
-        """One row per batch and calibrator: coverage, set sizes, risk and label progress.
-
-        Columns: ``batch, name, calibrator, kind, target, n_rows, n_labelled, n_pending,
-        n_covered, coverage, coverage_lo, coverage_hi, mean_set_size, singleton_share,
-        full_share, estimated_error, observed_error, error_gap, estimated_error_labelled,
-        alpha_level, admitted_share, n_admitted_labelled, admitted_accuracy, in_window,
-        observed_at``. ``alpha_level`` is the level at which a set calibrator's sets were taken
-        (its ``α``; for ``cw.Adaptive``, the ACI level ``α_t``). The ``admitted_*`` columns are
-        Venn-ADMIT's: the share of rows whose prediction it admits, and the accuracy of the
-        admitted predictions among labelled rows (null for other calibrators). Selective
-        calibrators (``kind == "selective"``) fill ``kept_share, threshold, n_kept_labelled,
-        kept_accuracy`` (top-label accuracy of the kept labelled rows) and ``accuracy`` (of all
-        labelled rows).
-
-        ``kind`` is ``"sets"`` (coverage of prediction sets, with a 95% Clopper-Pearson
-        interval) or ``"risk"`` (a label-free estimate of the top-k error rate, known as soon
-        as the batch is observed, next to the observed error rate of its labelled rows;
-        ``error_gap`` is the estimate on the labelled rows minus the observed rate, paper 004's
-        δ: ≥ 0 means conservative). Columns of the other kind are null, as are labelled
-        metrics until a row of the batch is labelled.
-        """
-        return self.summary_of(self._records(batches))
-
-    @guarded
-    def summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
-        """:meth:`summary` of some batch records (observed batches, or merged runs of them).
-
-        Part of the read API the views use: ``records`` come from :attr:`batch_records` or
-        :meth:`window_records`, possibly pooled by :func:`calwatch.stream.merge_records` (a bucket
-        of consecutive batches drawn as one point); the statistics are counts, so a pooled
-        record's summary is exactly that of all its rows.
-        """
-        targets = self.targets()
-        kinds = {key: kind_of(cal) for key, cal in self._calibrators.items()}
-        rows: list[dict[str, Any]] = []
-        for record in records:
-            for key, stats in record.stats.items():
-                kind = kinds[key]
-                rows.append(
-                    {
-                        "batch": record.index,
-                        "name": record.name,
-                        "calibrator": key,
-                        "kind": kind.summary_kind,
-                        "target": targets.get(key),
-                        "n_rows": record.n_rows,
-                        "n_labelled": stats.n_labelled,
-                        "in_window": record.rows is not None,
-                        "observed_at": record.observed_at,
-                    }
-                    | kind.summary_row(stats, record.n_rows)
-                )
-        schema = dict(_BASE_SUMMARY)
-        for present in kinds.values():
-            schema |= present.summary_columns
-        frame = pl.DataFrame(rows, schema=schema)
-        if "n_covered" not in frame.columns:
-            frame = frame.with_columns(n_covered=pl.lit(None, dtype=pl.Int64))
-        # Coverage and its exact interval, for the kinds that count covered rows.
-        has_coverage = pl.col("n_covered").is_not_null() & (pl.col("n_labelled") > 0)
-        covered = frame["n_covered"].fill_null(0).to_numpy()
-        trials = np.where(frame["n_covered"].is_not_null().to_numpy(), frame["n_labelled"].to_numpy(), 0)
-        lo, hi = clopper_pearson(covered, trials)
-        frame = frame.with_columns(
-            n_pending=pl.col("n_rows") - pl.col("n_labelled"),
-            coverage=pl.when(has_coverage).then(pl.col("n_covered") / pl.col("n_labelled")),
-            coverage_lo=pl.Series(lo).fill_nan(None),
-            coverage_hi=pl.Series(hi).fill_nan(None),
-        )
-        missing = {name: dtype for kind in KINDS for name, dtype in kind.summary_columns.items()}
-        frame = frame.with_columns(
-            pl.lit(None, dtype=dtype).alias(name)
-            for name, dtype in missing.items()
-            if name not in frame.columns
-        )
-        known = [name for name in SUMMARY_ORDER if name in frame.columns]
-        extra = [name for name in frame.columns if name not in SUMMARY_ORDER]
-        return frame.select(*known[:-2], *extra, *known[-2:])
-
-    @guarded
-    def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
-        """Rows per set size: ``batch, calibrator, size, count`` (sizes with count > 0)."""
-        return self.set_size_counts_of(self._records(batches))
-
-    @guarded
-    def set_size_counts_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
-        """:meth:`set_size_counts` of some batch records (see :meth:`summary_of`)."""
-        out: dict[str, list[Any]] = {"batch": [], "calibrator": [], "size": [], "count": []}
-        with_sets = self._keys_with_sets()
-        for record in records:
-            for key, stats in record.stats.items():
-                if key not in with_sets:
-                    continue
-                counts: Any = stats  # a set kind's statistics (CalibratorBatchStats)
-                sizes = np.flatnonzero(counts.size_counts)
-                out["batch"] += [record.index] * len(sizes)
-                out["calibrator"] += [key] * len(sizes)
-                out["size"] += sizes.tolist()
-                out["count"] += counts.size_counts[sizes].tolist()
-        schema = {"batch": pl.Int64, "calibrator": pl.String, "size": pl.Int64, "count": pl.Int64}
-        return pl.DataFrame(out, schema=schema)
-
-    def _keys_with_sets(self) -> set[str]:
-        """Calibrators whose kind predicts sets (their statistics count set sizes and coverage)."""
-        return {key for key, cal in self._calibrators.items() if kind_of(cal).has_sets}
-
-    @guarded
-    def class_coverage(
-        self, batches: tuple[int, ...] | None = None, *, by_batch: bool = True
-    ) -> pl.DataFrame:
-        """Coverage by true class, per batch or (``by_batch=False``) over the whole stream.
-
-        Columns ``[batch,] calibrator, class, n_labelled, n_covered, coverage, coverage_lo,
-        coverage_hi, target``; only classes with labelled rows appear.
-        """
-        return self.class_coverage_of(self._records(batches), by_batch=by_batch)
-
-    @guarded
-    def class_coverage_of(self, records: Sequence[BatchRecord], *, by_batch: bool = True) -> pl.DataFrame:
-        """:meth:`class_coverage` of some batch records (see :meth:`summary_of`)."""
-        classes = self.classes_
-        with_sets = self._keys_with_sets()
-        out: dict[str, list[Any]] = {
-            "batch": [], "calibrator": [], "class": [], "n_labelled": [], "n_covered": [],
-        }  # fmt: skip
-        for record in records:
-            for key, stats in record.stats.items():
-                if key not in with_sets:
-                    continue
-                counts: Any = stats  # a set kind's statistics (CalibratorBatchStats)
-                present = np.flatnonzero(counts.class_labelled)
-                out["batch"] += [record.index] * len(present)
-                out["calibrator"] += [key] * len(present)
-                out["class"] += [str(c) for c in classes[present].tolist()]
-                out["n_labelled"] += counts.class_labelled[present].tolist()
-                out["n_covered"] += counts.class_covered[present].tolist()
-        schema: dict[str, Any] = {
-            "batch": pl.Int64, "calibrator": pl.String, "class": pl.String,
-            "n_labelled": pl.Int64, "n_covered": pl.Int64,
-        }  # fmt: skip
-        frame = pl.DataFrame(out, schema=schema)
-        if not by_batch:
-            frame = (
-                frame.group_by("calibrator", "class", maintain_order=True)
-                .agg(pl.col("n_labelled").sum(), pl.col("n_covered").sum())
-                .sort("calibrator", "class")
-            )
-        lo, hi = clopper_pearson(frame["n_covered"].to_numpy(), frame["n_labelled"].to_numpy())
-        targets = self.targets()
-        return frame.with_columns(
-            coverage=pl.col("n_covered") / pl.col("n_labelled"),
-            coverage_lo=pl.Series(lo, dtype=pl.Float64),
-            coverage_hi=pl.Series(hi, dtype=pl.Float64),
-            target=pl.col("calibrator").replace_strict(targets, return_dtype=pl.Float64),
-        )
-
-    @guarded
-    def rows(self, window: int | None = None, *, batch: int | None = None) -> pl.DataFrame:
-        """Raw rows still kept in the window, one per row.
-
-        Columns ``batch, id, prediction, confidence, label`` and, per calibrator, ``set_<name>``
-        (list of classes), ``size_<name>`` and ``covered_<name>`` (null until labelled); risk
-        estimators add ``risk_<name>``; Venn-ADMIT adds ``y_hat_<name>`` (the KNN prediction),
-        ``q_<name>``, ``d_<name>``, ``admitted_<name>``, ``p_lower_<name>``, ``p_upper_<name>``;
-        selective calibrators add ``score_<name>`` and ``kept_<name>``.
-
-        Parameters
-        ----------
-        window : int, optional
-            Only the most recent ``window`` rows.
-        batch : int, optional
-            Only the rows of this batch (it must still be in the window).
-        """
-        classes = self.classes_
-        records = self._stream.window_batches()
-        if batch is not None:
-            records = [r for r in records if r.index == batch]
-            if not records:
-                msg = f"batch {batch} is not in the window (its raw rows were dropped or never existed)"
-                raise ValueError(msg)
-        frames = []
-        for record in records:
-            rows = record.rows
-            assert rows is not None
-            y_hat = rows.probs.argmax(axis=1)
-            has_label = rows.labels != NO_LABEL
-            columns: dict[str, Any] = {
-                "batch": np.full(record.n_rows, record.index),
-                "id": pl.Series("id", rows.ids, dtype=pl.Object)
-                if not uniform_scalar_ids(rows.ids)
-                else rows.ids,
-                "prediction": classes[y_hat].tolist(),
-                "confidence": rows.probs.max(axis=1),
-                "label": [
-                    c if h else None for c, h in zip(classes[rows.labels].tolist(), has_label, strict=True)
-                ],
-            }
-            for key, cal in self._calibrators.items():
-                kind = kind_of(cal)
-                columns |= kind.row_columns(key, kind.results_of(rows, key, cal), rows.labels, classes)
-            frames.append(pl.DataFrame(columns))
-        if not frames:
-            return pl.DataFrame()
-        out = pl.concat(frames, how="vertical_relaxed")
-        if window is not None:
-            out = out.tail(int(window))
-        return out
-
     # ------------------------------------------------------------------ charts & widget
-    def chart(self, kind: str = "coverage") -> alt.Chart | alt.LayerChart:
-        """An Altair chart of the stream so far.
-
-        ``kind`` is one of ``"coverage"``, ``"class_coverage"``, ``"set_size"``,
-        ``"set_shares"``, ``"set_sizes"``, ``"labels"``.
-        """
-        from calwatch import charts
-
-        return charts.build(kind, self)
-
-    def widget(self) -> MonitorWidget:
-        """The live widget of this monitor (one per monitor; display it as often as you like)."""
-        if self._widget is None:
-            from calwatch.widget import MonitorWidget
-
-            self._widget = MonitorWidget(self)
-        return self._widget
-
-    def show(self, *, sidebar: bool = False, title: str | None = None) -> None:
-        """Display the live widget inline, or in a JupyterLab side panel (``sidebar=True``)."""
-        from IPython.display import display
-
-        widget = self.widget()
-        if sidebar:
-            from sidecar import Sidecar
-
-            panel = Sidecar(title=title or self.name)
-            with panel:
-                display(widget)  # type: ignore[no-untyped-call]
-            widget.keep_panel(panel)
-        else:
-            display(widget)  # type: ignore[no-untyped-call]
 
 
 def _is_regression(task: Any, model: Any) -> bool:
@@ -1332,11 +721,6 @@ def _is_regression(task: Any, model: Any) -> bool:
         return False
     is_torch = type(model).__module__.startswith("torch")
     return not (is_torch or hasattr(model, "predict_proba") or hasattr(model, "decision_function"))
-
-
-def _levels_of(calibrator: Any) -> Any:
-    """A fitted calibrator's sets at any level, when its kind has them (split conformal, or ACI's)."""
-    return kind_of(calibrator).levels(calibrator)
 
 
 def default_author() -> str:
@@ -1354,3 +738,6 @@ def default_author() -> str:
 def _describe(model: Any) -> str:
     cls = type(model)
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+__all__ = ["DEFAULT_WINDOW", "TASK_MONITORS", "LabelReport", "Monitor", "Note", "default_author"]

@@ -1,0 +1,211 @@
+"""Late labels: how :meth:`Monitor.label <calwatch.monitor.Monitor.label>` joins them to their rows.
+
+:class:`MonitorLabels` is a part of :class:`~calwatch.monitor.Monitor` (a mixin). A call finds
+each id's batch and row, has each calibrator's kind compute the labelled rows' statistics (merged
+into the batch's, a relabel's old labels merged with the sign reversed), feeds the detectors and
+the calibrators that learn from labels, and only then changes the batches: all or nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from calwatch.classes import ClassEncoder
+from calwatch.guard import Guard, guarded
+from calwatch.ids import as_id_list
+from calwatch.kinds import kind_of
+from calwatch.shift_watch import ShiftWatch
+from calwatch.stream import NO_LABEL, BatchRecord, BatchStats, StreamState
+
+if TYPE_CHECKING:
+    pass
+
+IntArray = npt.NDArray[np.intp]
+
+
+@dataclass(frozen=True)
+class LabelReport:
+    """What a :meth:`Monitor.label` call did.
+
+    Attributes
+    ----------
+    matched : int
+        Labels joined to rows in the window.
+    unmatched : int
+        Labels for ids that are unknown or whose rows left the window (counted, not applied).
+    relabelled : int
+        Matched rows that already had a label (the new label replaces it).
+    batches : tuple of int
+        The batches whose labelled metrics changed.
+    """
+
+    matched: int
+    unmatched: int
+    relabelled: int
+    batches: tuple[int, ...]
+
+
+class MonitorLabels:
+    """Joining late labels to their rows (part of :class:`~calwatch.monitor.Monitor`)."""
+
+    # The monitor's state and helpers these methods read (set and defined by Monitor).
+    _stream: StreamState
+    _calibrators: dict[str, Any]
+    _shift: ShiftWatch | None
+    if TYPE_CHECKING:
+
+        @property
+        def classes_(self) -> npt.NDArray[Any]:
+            """Class label of each probability column."""
+
+        @property
+        def _guard(self) -> Guard: ...
+
+        def _send_notifications(self, batches: tuple[int, ...]) -> None: ...
+
+        def _require_encoder(self) -> ClassEncoder: ...
+
+        def _notify(self, batches: tuple[int, ...]) -> None: ...
+
+    @guarded
+    def label(self, ids: Any, y: Any) -> LabelReport:
+        """Join late labels to the rows they belong to and update those batches' coverage.
+
+        Parameters
+        ----------
+        ids : sequence of hashables or Series
+            Ids given to :meth:`observe`.
+        y : array-like
+            The true label of each id.
+
+        Returns
+        -------
+        LabelReport
+            How many labels matched rows in the window; labels for unknown or expired ids are
+            counted in ``unmatched`` (and in :meth:`status`), never applied silently.
+        """
+        encoder = self._require_encoder()
+        id_list = as_id_list(ids)
+        labels = encoder.encode(y, "y", n_rows=len(id_list))
+        found, where = self._locate(id_list)
+        unmatched = int((~found).sum())
+        if not found.any():
+            self._stream.labels_unmatched += unmatched
+            return LabelReport(0, unmatched, 0, ())
+        batch_of, row_of, label_of = where[:, 0], where[:, 1], labels[found]
+        by_index = {record.index: record for record in self._stream.window_batches()}
+        touched = np.unique(batch_of).tolist()
+        groups = []
+        updates = []
+        relabelled = newly = 0
+        for batch_index in touched:
+            mask = batch_of == batch_index
+            record, rows_b, labels_b = by_index[batch_index], row_of[mask], label_of[mask]
+            stats, new_b, relabelled_b = self._labelled_stats(record, rows_b, labels_b)
+            updates.append((record, stats, rows_b, labels_b))
+            groups.append((record, rows_b, labels_b))
+            newly, relabelled = newly + new_b, relabelled + relabelled_b
+        # Everything is computed: the detectors and ACI are fed, then the batches change.
+        self._feed_labels(groups, latest=len(self._stream.batches) - 1, rows_seen=self._stream.rows_seen)
+        for record, stats, rows_b, labels_b in updates:
+            assert record.rows is not None
+            record.stats = stats
+            record.rows.labels[rows_b] = labels_b
+        self._stream.rows_labelled += newly
+        self._stream.labels_unmatched += unmatched
+        self._notify(tuple(touched))
+        return LabelReport(where.shape[0], unmatched, relabelled, tuple(touched))
+
+    def _locate(self, id_list: list[Hashable]) -> tuple[npt.NDArray[np.bool_], IntArray]:
+        """Which ids are in the window, and the ``(batch, row)`` of each one that is (changes nothing).
+
+        Raises if ids repeat.
+        """
+        if len(set(id_list)) != len(id_list):
+            msg = "ids must be distinct within one label() call"
+            raise ValueError(msg)
+        positions = list(map(self._stream.id_index.get, id_list))
+        found = np.fromiter((p is not None for p in positions), dtype=bool, count=len(positions))
+        where = np.asarray([p for p in positions if p is not None], dtype=np.intp).reshape(-1, 2)
+        return found, where
+
+    def _labelled_stats(
+        self, record: BatchRecord, rows: IntArray, labels: IntArray
+    ) -> tuple[dict[str, BatchStats], int, int]:
+        """A batch's statistics once these rows carry these labels (the record is not changed).
+
+        Each calibrator's kind turns the labelled rows into a statistic of their own, merged into
+        the batch's (a relabel first merges the old labels' statistic with the sign reversed).
+        Returns the new statistics, how many rows get their first label and how many a new one.
+        """
+        assert record.rows is not None
+        old = record.rows.labels[rows]
+        had = old != NO_LABEL
+        probs = record.rows.probs
+        stats: dict[str, BatchStats] = {}
+        for key, current in record.stats.items():
+            cal = self._calibrators[key]
+            kind = kind_of(cal)
+            results = kind.results_of(record.rows, key, cal)
+            delta = kind.labelled(results.take(rows), probs[rows], labels)
+            if had.any():
+                old_rows = rows[had]
+                delta = delta.merge(kind.labelled(results.take(old_rows), probs[old_rows], old[had], sign=-1))
+            stats[key] = current.merge(delta)
+        return stats, int((~had).sum()), int(had.sum())
+
+    def _feed_labels(
+        self, groups: list[tuple[BatchRecord, IntArray, IntArray]], *, latest: int, rows_seen: int
+    ) -> None:
+        """Give newly labelled rows to the calibrators that learn from labels (ACI) and the detectors.
+
+        Should the detectors fail, the calibrators that learned get their earlier state back.
+        """
+        learners = {key: cal for key, cal in self._calibrators.items() if kind_of(cal).learns_from_labels}
+        saved = {key: copy.deepcopy(vars(cal)) for key, cal in learners.items()}
+        try:
+            self._feed_adaptive(groups, learners)
+            if self._shift is not None and groups:
+                self._feed_detectors(groups, latest=latest, rows_seen=rows_seen)
+        except BaseException:
+            for key, state in saved.items():
+                vars(learners[key]).clear()
+                vars(learners[key]).update(state)
+            raise
+
+    def _feed_detectors(
+        self, groups: list[tuple[BatchRecord, IntArray, IntArray]], *, latest: int, rows_seen: int
+    ) -> None:
+        assert self._shift is not None
+        probs = np.concatenate(
+            [record.rows.probs[rows] for record, rows, _ in groups if record.rows is not None]
+        )
+        labels = np.concatenate([labels for _, _, labels in groups])
+        covered = {
+            key: np.concatenate(
+                [
+                    kind.covered(kind.results_of(record.rows, key, cal).take(rows), labels)
+                    for record, rows, labels in groups
+                    if record.rows is not None
+                ]
+            )
+            for key, cal in self._calibrators.items()
+            if (kind := kind_of(cal)).has_sets
+        }
+        self._shift.labelled(latest, (rows_seen - 1, rows_seen - 1), probs, labels, covered)
+
+    def _feed_adaptive(
+        self, groups: list[tuple[BatchRecord, IntArray, IntArray]], learners: Mapping[str, Any]
+    ) -> None:
+        """Give newly labelled rows, with the sets they were shown, to the calibrators that learn (ACI)."""
+        for key, cal in learners.items():
+            kind = kind_of(cal)
+            for record, rows, labels in groups:
+                if record.rows is not None and rows.shape[0]:
+                    kind.after_labels(cal, kind.results_of(record.rows, key, cal).take(rows), labels)

@@ -1,0 +1,420 @@
+"""The monitor's read API: summaries, coverage by class, set sizes, rows, what-if and warnings.
+
+:class:`MonitorReads` is a part of :class:`~calwatch.monitor.Monitor` (a mixin): every table a
+user or a view reads, each computed under the monitor's lock from its batch records and its
+calibrators' kinds. The ``*_of(records)`` forms take any batch records, e.g. buckets pooled by
+:func:`calwatch.stream.merge_records`; the statistics are counts, so a pooled record's table is
+exactly that of all its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from calwatch.classes import ClassEncoder
+from calwatch.engine._validation import check_alpha
+from calwatch.engine.metrics.intervals import clopper_pearson
+from calwatch.guard import Guard, guarded
+from calwatch.ids import uniform_scalar_ids
+from calwatch.kinds import KINDS, kind_of
+from calwatch.kinds.admit import admitted_accuracy
+from calwatch.shift_watch import ShiftWatch
+from calwatch.stream import NO_LABEL, BatchRecord, StreamState
+
+if TYPE_CHECKING:
+    pass
+
+IntArray = npt.NDArray[np.intp]
+
+#: Columns of :meth:`Monitor.summary`, in order. Kinds fill the middle ones
+#: (:attr:`calwatch.kinds.base.CalibratorKind.summary_columns`); a new kind's columns that are not
+#: listed here come after them, before ``in_window``.
+SUMMARY_ORDER = (
+    "batch", "name", "calibrator", "kind", "target", "n_rows", "n_labelled", "n_pending",
+    "n_covered", "coverage", "coverage_lo", "coverage_hi", "mean_set_size", "singleton_share",
+    "full_share", "estimated_error", "observed_error", "error_gap", "estimated_error_labelled",
+    "alpha_level", "admitted_share", "n_admitted_labelled", "admitted_accuracy", "kept_share",
+    "threshold", "n_kept_labelled", "kept_accuracy", "accuracy", "in_window", "observed_at",
+)  # fmt: skip
+_BASE_SUMMARY: dict[str, Any] = {
+    "batch": pl.Int64, "name": pl.String, "calibrator": pl.String, "kind": pl.String,
+    "target": pl.Float64, "n_rows": pl.Int64, "n_labelled": pl.Int64, "in_window": pl.Boolean,
+    "observed_at": pl.Datetime("us", "UTC"),
+}  # fmt: skip
+
+
+class MonitorReads:
+    """Tables of a monitor's stream (part of :class:`~calwatch.monitor.Monitor`)."""
+
+    # The monitor's state and helpers these methods read (set and defined by Monitor).
+    _stream: StreamState
+    _calibrators: dict[str, Any]
+    _shift: ShiftWatch | None
+    if TYPE_CHECKING:
+
+        @property
+        def classes_(self) -> npt.NDArray[Any]:
+            """Class label of each probability column."""
+
+        @property
+        def _guard(self) -> Guard: ...
+
+        def _send_notifications(self, batches: tuple[int, ...]) -> None: ...
+
+        def _require_encoder(self) -> ClassEncoder: ...
+
+        def _notify(self, batches: tuple[int, ...]) -> None: ...
+
+    @guarded
+    def admitted_accuracy(self, *, by: str = "true", batches: tuple[int, ...] | None = None) -> pl.DataFrame:
+        """Venn-ADMIT's admitted predictions, by class, over the labelled rows of the stream.
+
+        Parameters
+        ----------
+        by : {"true", "predicted"}
+            Stratify by the true class (paper 000's Tables 4-5: accuracy among admitted rows of
+            each class) or by the predicted class (what a user acting on them sees: precision).
+        batches : tuple of int, optional
+            Only these batches (default: all).
+
+        Returns
+        -------
+        polars.DataFrame
+            ``calibrator, class, n_admitted, n_correct, accuracy, accuracy_lo, accuracy_hi,
+            target`` (95% Clopper-Pearson interval; the target is ``1 − α``), classes with
+            admitted labelled rows only.
+        """
+        if by not in ("true", "predicted"):
+            msg = f"by must be 'true' or 'predicted'; got {by!r}"
+            raise ValueError(msg)
+        classes = [str(c) for c in self.classes_.tolist()]
+        return admitted_accuracy(self._records(batches), classes, self.targets(), by=by)
+
+    @guarded
+    def warnings(self) -> pl.DataFrame:
+        """The shift warning log: one row per episode, with acknowledgements.
+
+        Columns ``episode, name, threatens, statistic, threshold, false_alarm_control,
+        first_batch, last_batch, first_row, last_row, open, explanation, action,
+        acknowledged, ack_by, ack_at, ack_note``. Empty without shift detectors.
+        """
+        if self._shift is None:
+            return ShiftWatch([]).warnings()
+        return self._shift.warnings()
+
+    @guarded
+    def what_if_calibrators(self) -> list[str]:
+        """Set calibrators whose sets can be recomputed at another level (see :meth:`what_if`)."""
+        return [key for key, cal in self._calibrators.items() if _levels_of(cal) is not None]
+
+    @guarded
+    def what_if(self, alpha: float, calibrators: list[str] | None = None) -> pl.DataFrame:
+        """Sets and coverage of the window's rows recomputed at another level ``alpha``.
+
+        Uses each calibrator's fitted calibration scores (no refitting): the threshold is the
+        conformal quantile at ``alpha`` of the same scores, so the result is what the monitor
+        would have shown had it been built with that ``alpha``. Only the rows still in the window
+        can be recomputed; earlier batches are not in the result.
+
+        Parameters
+        ----------
+        alpha : float
+            Miscoverage level in (0, 1).
+        calibrators : list of str, optional
+            Which calibrators (default: all of :meth:`what_if_calibrators`).
+
+        Returns
+        -------
+        polars.DataFrame
+            One row per window batch and calibrator: ``batch, calibrator, alpha, target, n_rows,
+            n_labelled, n_covered, coverage, coverage_lo, coverage_hi, mean_set_size,
+            singleton_share``.
+        """
+        alpha = check_alpha(alpha)
+        eligible = self.what_if_calibrators()
+        keys = eligible if calibrators is None else list(calibrators)
+        for key in keys:
+            if key not in eligible:
+                msg = (
+                    f"calibrators: {key!r} cannot be recomputed at another level (choose from "
+                    f"{eligible}: split conformal calibrators without user categories)"
+                )
+                raise ValueError(msg)
+        out: dict[str, list[Any]] = {
+            "batch": [], "calibrator": [], "n_rows": [], "n_labelled": [], "n_covered": [],
+            "mean_set_size": [], "singleton_share": [],
+        }  # fmt: skip
+        for key in keys:
+            levels = _levels_of(self._calibrators[key])
+            assert levels is not None
+            for record in self._stream.window_batches():
+                rows = record.rows
+                assert rows is not None
+                sets = levels.sets_at_alpha(rows.probs, alpha)
+                labelled = np.flatnonzero(rows.labels != NO_LABEL)
+                sizes = sets.sum(axis=1)
+                out["batch"].append(record.index)
+                out["calibrator"].append(key)
+                out["n_rows"].append(record.n_rows)
+                out["n_labelled"].append(int(labelled.shape[0]))
+                out["n_covered"].append(int(sets[labelled, rows.labels[labelled]].sum()))
+                out["mean_set_size"].append(float(sizes.mean()))
+                out["singleton_share"].append(float((sizes == 1).mean()))
+        schema: dict[str, Any] = {
+            "batch": pl.Int64, "calibrator": pl.String, "n_rows": pl.Int64, "n_labelled": pl.Int64,
+            "n_covered": pl.Int64, "mean_set_size": pl.Float64, "singleton_share": pl.Float64,
+        }  # fmt: skip
+        frame = pl.DataFrame(out, schema=schema)
+        lo, hi = clopper_pearson(frame["n_covered"].to_numpy(), frame["n_labelled"].to_numpy())
+        return frame.with_columns(
+            alpha=pl.lit(alpha, dtype=pl.Float64),
+            target=pl.lit(1.0 - alpha, dtype=pl.Float64),
+            coverage=pl.when(pl.col("n_labelled") > 0).then(pl.col("n_covered") / pl.col("n_labelled")),
+            coverage_lo=pl.Series(lo).fill_nan(None),
+            coverage_hi=pl.Series(hi).fill_nan(None),
+        ).select(
+            "batch", "calibrator", "alpha", "target", "n_rows", "n_labelled", "n_covered", "coverage",
+            "coverage_lo", "coverage_hi", "mean_set_size", "singleton_share",
+        )  # fmt: skip
+
+    @guarded
+    def status(self) -> dict[str, int]:
+        """Stream counters: rows seen, labelled, awaiting labels, batches, unmatched labels."""
+        s = self._stream
+        return {
+            "rows_seen": s.rows_seen,
+            "rows_labelled": s.rows_labelled,
+            "rows_pending": s.rows_pending,
+            "batches": len(s.batches),
+            "labels_unmatched": s.labels_unmatched,
+            "rows_in_window": s.rows_in_window,
+        }
+
+    @guarded
+    def targets(self) -> dict[str, float]:
+        """Target coverage of each set calibrator (``1 − α``, or ``1 − ε`` for PAC sets)."""
+        out = {key: kind_of(cal).target(cal) for key, cal in self._calibrators.items()}
+        return {key: value for key, value in out.items() if value is not None}
+
+    def _records(self, batches: tuple[int, ...] | None) -> list[BatchRecord]:
+        return self._stream.batches if batches is None else [self._stream.batches[i] for i in batches]
+
+    @guarded
+    def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
+        """One row per batch and calibrator: coverage, set sizes, risk and label progress.
+
+        Columns: ``batch, name, calibrator, kind, target, n_rows, n_labelled, n_pending,
+        n_covered, coverage, coverage_lo, coverage_hi, mean_set_size, singleton_share,
+        full_share, estimated_error, observed_error, error_gap, estimated_error_labelled,
+        alpha_level, admitted_share, n_admitted_labelled, admitted_accuracy, in_window,
+        observed_at``. ``alpha_level`` is the level at which a set calibrator's sets were taken
+        (its ``α``; for ``cw.Adaptive``, the ACI level ``α_t``). The ``admitted_*`` columns are
+        Venn-ADMIT's: the share of rows whose prediction it admits, and the accuracy of the
+        admitted predictions among labelled rows (null for other calibrators). Selective
+        calibrators (``kind == "selective"``) fill ``kept_share, threshold, n_kept_labelled,
+        kept_accuracy`` (top-label accuracy of the kept labelled rows) and ``accuracy`` (of all
+        labelled rows).
+
+        ``kind`` is ``"sets"`` (coverage of prediction sets, with a 95% Clopper-Pearson
+        interval) or ``"risk"`` (a label-free estimate of the top-k error rate, known as soon
+        as the batch is observed, next to the observed error rate of its labelled rows;
+        ``error_gap`` is the estimate on the labelled rows minus the observed rate, paper 004's
+        δ: ≥ 0 means conservative). Columns of the other kind are null, as are labelled
+        metrics until a row of the batch is labelled.
+        """
+        return self.summary_of(self._records(batches))
+
+    @guarded
+    def summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+        """:meth:`summary` of some batch records (observed batches, or merged runs of them).
+
+        Part of the read API the views use: ``records`` come from :attr:`batch_records` or
+        :meth:`window_records`, possibly pooled by :func:`calwatch.stream.merge_records` (a bucket
+        of consecutive batches drawn as one point); the statistics are counts, so a pooled
+        record's summary is exactly that of all its rows.
+        """
+        targets = self.targets()
+        kinds = {key: kind_of(cal) for key, cal in self._calibrators.items()}
+        rows: list[dict[str, Any]] = []
+        for record in records:
+            for key, stats in record.stats.items():
+                kind = kinds[key]
+                rows.append(
+                    {
+                        "batch": record.index,
+                        "name": record.name,
+                        "calibrator": key,
+                        "kind": kind.summary_kind,
+                        "target": targets.get(key),
+                        "n_rows": record.n_rows,
+                        "n_labelled": stats.n_labelled,
+                        "in_window": record.rows is not None,
+                        "observed_at": record.observed_at,
+                    }
+                    | kind.summary_row(stats, record.n_rows)
+                )
+        schema = dict(_BASE_SUMMARY)
+        for present in kinds.values():
+            schema |= present.summary_columns
+        frame = pl.DataFrame(rows, schema=schema)
+        if "n_covered" not in frame.columns:
+            frame = frame.with_columns(n_covered=pl.lit(None, dtype=pl.Int64))
+        # Coverage and its exact interval, for the kinds that count covered rows.
+        has_coverage = pl.col("n_covered").is_not_null() & (pl.col("n_labelled") > 0)
+        covered = frame["n_covered"].fill_null(0).to_numpy()
+        trials = np.where(frame["n_covered"].is_not_null().to_numpy(), frame["n_labelled"].to_numpy(), 0)
+        lo, hi = clopper_pearson(covered, trials)
+        frame = frame.with_columns(
+            n_pending=pl.col("n_rows") - pl.col("n_labelled"),
+            coverage=pl.when(has_coverage).then(pl.col("n_covered") / pl.col("n_labelled")),
+            coverage_lo=pl.Series(lo).fill_nan(None),
+            coverage_hi=pl.Series(hi).fill_nan(None),
+        )
+        missing = {name: dtype for kind in KINDS for name, dtype in kind.summary_columns.items()}
+        frame = frame.with_columns(
+            pl.lit(None, dtype=dtype).alias(name)
+            for name, dtype in missing.items()
+            if name not in frame.columns
+        )
+        known = [name for name in SUMMARY_ORDER if name in frame.columns]
+        extra = [name for name in frame.columns if name not in SUMMARY_ORDER]
+        return frame.select(*known[:-2], *extra, *known[-2:])
+
+    @guarded
+    def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
+        """Rows per set size: ``batch, calibrator, size, count`` (sizes with count > 0)."""
+        return self.set_size_counts_of(self._records(batches))
+
+    @guarded
+    def set_size_counts_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+        """:meth:`set_size_counts` of some batch records (see :meth:`summary_of`)."""
+        out: dict[str, list[Any]] = {"batch": [], "calibrator": [], "size": [], "count": []}
+        with_sets = self._keys_with_sets()
+        for record in records:
+            for key, stats in record.stats.items():
+                if key not in with_sets:
+                    continue
+                counts: Any = stats  # a set kind's statistics (CalibratorBatchStats)
+                sizes = np.flatnonzero(counts.size_counts)
+                out["batch"] += [record.index] * len(sizes)
+                out["calibrator"] += [key] * len(sizes)
+                out["size"] += sizes.tolist()
+                out["count"] += counts.size_counts[sizes].tolist()
+        schema = {"batch": pl.Int64, "calibrator": pl.String, "size": pl.Int64, "count": pl.Int64}
+        return pl.DataFrame(out, schema=schema)
+
+    def _keys_with_sets(self) -> set[str]:
+        """Calibrators whose kind predicts sets (their statistics count set sizes and coverage)."""
+        return {key for key, cal in self._calibrators.items() if kind_of(cal).has_sets}
+
+    @guarded
+    def class_coverage(
+        self, batches: tuple[int, ...] | None = None, *, by_batch: bool = True
+    ) -> pl.DataFrame:
+        """Coverage by true class, per batch or (``by_batch=False``) over the whole stream.
+
+        Columns ``[batch,] calibrator, class, n_labelled, n_covered, coverage, coverage_lo,
+        coverage_hi, target``; only classes with labelled rows appear.
+        """
+        return self.class_coverage_of(self._records(batches), by_batch=by_batch)
+
+    @guarded
+    def class_coverage_of(self, records: Sequence[BatchRecord], *, by_batch: bool = True) -> pl.DataFrame:
+        """:meth:`class_coverage` of some batch records (see :meth:`summary_of`)."""
+        classes = self.classes_
+        with_sets = self._keys_with_sets()
+        out: dict[str, list[Any]] = {
+            "batch": [], "calibrator": [], "class": [], "n_labelled": [], "n_covered": [],
+        }  # fmt: skip
+        for record in records:
+            for key, stats in record.stats.items():
+                if key not in with_sets:
+                    continue
+                counts: Any = stats  # a set kind's statistics (CalibratorBatchStats)
+                present = np.flatnonzero(counts.class_labelled)
+                out["batch"] += [record.index] * len(present)
+                out["calibrator"] += [key] * len(present)
+                out["class"] += [str(c) for c in classes[present].tolist()]
+                out["n_labelled"] += counts.class_labelled[present].tolist()
+                out["n_covered"] += counts.class_covered[present].tolist()
+        schema: dict[str, Any] = {
+            "batch": pl.Int64, "calibrator": pl.String, "class": pl.String,
+            "n_labelled": pl.Int64, "n_covered": pl.Int64,
+        }  # fmt: skip
+        frame = pl.DataFrame(out, schema=schema)
+        if not by_batch:
+            frame = (
+                frame.group_by("calibrator", "class", maintain_order=True)
+                .agg(pl.col("n_labelled").sum(), pl.col("n_covered").sum())
+                .sort("calibrator", "class")
+            )
+        lo, hi = clopper_pearson(frame["n_covered"].to_numpy(), frame["n_labelled"].to_numpy())
+        targets = self.targets()
+        return frame.with_columns(
+            coverage=pl.col("n_covered") / pl.col("n_labelled"),
+            coverage_lo=pl.Series(lo, dtype=pl.Float64),
+            coverage_hi=pl.Series(hi, dtype=pl.Float64),
+            target=pl.col("calibrator").replace_strict(targets, return_dtype=pl.Float64),
+        )
+
+    @guarded
+    def rows(self, window: int | None = None, *, batch: int | None = None) -> pl.DataFrame:
+        """Raw rows still kept in the window, one per row.
+
+        Columns ``batch, id, prediction, confidence, label`` and, per calibrator, ``set_<name>``
+        (list of classes), ``size_<name>`` and ``covered_<name>`` (null until labelled); risk
+        estimators add ``risk_<name>``; Venn-ADMIT adds ``y_hat_<name>`` (the KNN prediction),
+        ``q_<name>``, ``d_<name>``, ``admitted_<name>``, ``p_lower_<name>``, ``p_upper_<name>``;
+        selective calibrators add ``score_<name>`` and ``kept_<name>``.
+
+        Parameters
+        ----------
+        window : int, optional
+            Only the most recent ``window`` rows.
+        batch : int, optional
+            Only the rows of this batch (it must still be in the window).
+        """
+        classes = self.classes_
+        records = self._stream.window_batches()
+        if batch is not None:
+            records = [r for r in records if r.index == batch]
+            if not records:
+                msg = f"batch {batch} is not in the window (its raw rows were dropped or never existed)"
+                raise ValueError(msg)
+        frames = []
+        for record in records:
+            rows = record.rows
+            assert rows is not None
+            y_hat = rows.probs.argmax(axis=1)
+            has_label = rows.labels != NO_LABEL
+            columns: dict[str, Any] = {
+                "batch": np.full(record.n_rows, record.index),
+                "id": pl.Series("id", rows.ids, dtype=pl.Object)
+                if not uniform_scalar_ids(rows.ids)
+                else rows.ids,
+                "prediction": classes[y_hat].tolist(),
+                "confidence": rows.probs.max(axis=1),
+                "label": [
+                    c if h else None for c, h in zip(classes[rows.labels].tolist(), has_label, strict=True)
+                ],
+            }
+            for key, cal in self._calibrators.items():
+                kind = kind_of(cal)
+                columns |= kind.row_columns(key, kind.results_of(rows, key, cal), rows.labels, classes)
+            frames.append(pl.DataFrame(columns))
+        if not frames:
+            return pl.DataFrame()
+        out = pl.concat(frames, how="vertical_relaxed")
+        if window is not None:
+            out = out.tail(int(window))
+        return out
+
+
+def _levels_of(calibrator: Any) -> Any:
+    """A fitted calibrator's sets at any level, when its kind has them (split conformal, or ACI's)."""
+    return kind_of(calibrator).levels(calibrator)
