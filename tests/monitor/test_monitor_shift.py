@@ -1,5 +1,6 @@
 """Shift detectors inside the Monitor: warnings, episodes, acknowledgements, charts."""
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -150,3 +151,23 @@ def test_coverage_drop_warning_reports_the_evidence_that_crossed_the_threshold()
         mon.label(ids, P.argmin(axis=1))
     drop = mon.warnings().filter(pl.col("name") == "lac: coverage drop").row(0, named=True)
     assert drop["statistic"] >= drop["threshold"]  # not the value after the post-alarm reset
+
+
+def test_default_detectors_accept_classes_too_small_to_test():
+    # Many classes, Mondrian by label: some classes have 3-7 calibration rows, too few for a finite
+    # threshold at α = 0.1 (their sets always hold them). The default detectors the user never asked
+    # for must not refuse the monitor: those classes get no test, the others do.
+    rng = np.random.default_rng(4)
+    K = 60
+    P = rng.dirichlet(np.full(K, 0.3), size=2000)
+    y = np.concatenate([np.repeat(np.arange(5), [3, 4, 5, 6, 7]), rng.integers(5, K, 2000 - 25)])
+    mon = cw.Monitor(
+        calibrators={"by-class": cw.SplitConformalClassifier(score="lac", alpha=0.1, mondrian="label")}
+    )
+    mon.calibrate(probs=P, y=y)
+    detector = next(d for d in mon.shift_watch.detectors if d.name == "by-class: class coverage drop")
+    counts = np.bincount(y, minlength=K)
+    assert set(detector.tests_) == {c for c in range(K) if counts[c] >= 9}  # k = ⌈(n+1)·0.9⌉ ≤ n
+    Pb = rng.dirichlet(np.full(K, 0.3), size=500)
+    mon.observe(probs=Pb, ids=list(range(500)), y=rng.integers(0, K, 500))
+    assert mon.summary()["n_labelled"].to_list() == [500]

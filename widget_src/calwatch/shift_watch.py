@@ -43,6 +43,7 @@ from calwatch.engine.shift.monitors import (
     EpisodeTracker,
     MonitorResult,
     ShiftWarning,
+    has_finite_threshold,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -303,10 +304,17 @@ class CoverageDropDetector:
         self.test_: CoverageDrop | None = None
 
     def calibrate(self, data: CalibrationData) -> None:
-        """Set the null miss rate from the calibrator's α and calibration size."""
+        """Set the null miss rate from the calibrator's α and calibration size.
+
+        Too few calibration rows for a finite threshold (every set full: nothing can be missed)
+        leave nothing to test; the detector then stays silent rather than refusing the monitor.
+        """
         cal = data.calibrators[self.calibrator]
         n_cal = int(getattr(cal, "n_calibration_", None) or data.labels.shape[0])
-        self.test_ = CoverageDrop(alpha=float(cal.alpha), n_calibration=n_cal, **self.options)
+        testable = has_finite_threshold(float(cal.alpha), n_cal)
+        self.test_ = (
+            CoverageDrop(alpha=float(cal.alpha), n_calibration=n_cal, **self.options) if testable else None
+        )
 
     def observe(self, probs: FloatArray) -> MonitorResult | None:
         """Label-based: nothing to do until labels arrive."""
@@ -316,7 +324,8 @@ class CoverageDropDetector:
         self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
     ) -> MonitorResult | None:
         """Feed whether each newly labelled row was covered."""
-        assert self.test_ is not None
+        if self.test_ is None:
+            return None
         result = self.test_.update(covered[self.calibrator])
         return dataclasses.replace(result, name=self.name)
 
@@ -341,7 +350,11 @@ class ClassCoverageDropDetector:
         self.classes_: list[str] = []
 
     def calibrate(self, data: CalibrationData) -> None:
-        """One test per class with calibration rows, against that class's calibration count."""
+        """One test per class with calibration rows, against that class's calibration count.
+
+        A class with too few calibration rows for a finite threshold at the calibrator's α (its
+        sets always hold it: its coverage cannot drop) gets no test.
+        """
         cal = data.calibrators[self.calibrator]
         K = int(getattr(cal, "n_classes_", 0) or data.probs.shape[1])
         counts = np.bincount(data.labels, minlength=K)
@@ -350,7 +363,7 @@ class ClassCoverageDropDetector:
         self.tests_ = {
             c: CoverageDrop(alpha=float(cal.alpha), n_calibration=int(counts[c]), threshold=threshold)
             for c in range(K)
-            if counts[c] > 0
+            if has_finite_threshold(float(cal.alpha), int(counts[c]))
         }
 
     def observe(self, probs: FloatArray) -> MonitorResult | None:

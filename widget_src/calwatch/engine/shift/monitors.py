@@ -261,6 +261,22 @@ class EpisodeTracker:
 
 
 # ------------------------------------------------------------------ betting test
+def has_finite_threshold(alpha: float, n_calibration: int) -> bool:
+    """Whether ``n`` calibration scores give a conformal threshold at level ``α`` (else every set is full).
+
+    The threshold is the ``k``-th smallest score, ``k = ⌈(n+1)(1−α)⌉``; with ``k > n`` it is
+    infinite, every set holds every class and nothing can be missed: a coverage test has nothing
+    to test.
+
+    Examples
+    --------
+    >>> has_finite_threshold(0.1, 9), has_finite_threshold(0.1, 8)
+    (True, False)
+    """
+    n = int(n_calibration)
+    return n >= 1 and conformal_rank(n, check_alpha(alpha)) <= n
+
+
 def calibration_null_rate(alpha: float, n_calibration: int, calibration_delta: float | None) -> float:
     """The miss rate ``ε₀`` that a conformal threshold from ``n`` scores is tested against.
 
@@ -886,4 +902,5 @@ __all__ = [
     "ShiftWarning",
     "calibration_null_rate",
     "chi_square_two_sample",
+    "has_finite_threshold",
 ]
