@@ -17,10 +17,10 @@ import pytest
 
 import calwatch as cw
 from calwatch.kinds.admit import AdmitKind, AdmitRows
+from calwatch.kinds.regression import RegressionBatchStats
 from calwatch.kinds.risk import RiskBatchStats
 from calwatch.kinds.selective import SelectiveBatchStats
 from calwatch.kinds.sets import CalibratorBatchStats
-from calwatch.regression_monitor import RegressionBatchStats
 from calwatch.state_checks import calibrator_problems
 from calwatch.state_codec import SnapshotError
 

@@ -16,6 +16,11 @@ import numpy as np
 import polars as pl
 
 from calwatch.kinds import KINDS, find_kind
+from calwatch.kinds.admit import AdmitKind
+from calwatch.kinds.regression import RegressionKind
+from calwatch.kinds.risk import RiskKind
+from calwatch.kinds.selective import SelectiveKind
+from calwatch.kinds.sets import SetsKind
 from calwatch.resolution import Resolution, bucket_records
 
 if TYPE_CHECKING:
@@ -958,18 +963,16 @@ CHARTS: dict[str, tuple[Any, str]] = {
     "fan": (fan_chart, "fan"),
     "labels": (labels_chart, "batches"),
 }
-#: charts that only make sense with a set calibrator, or with a risk estimator
-SET_CHARTS = ("coverage", "class_coverage", "set_size", "set_shares", "set_sizes")
-RISK_CHARTS = ("risk", "risk_gap")
-ADMIT_CHARTS = ("admitted", "admitted_accuracy", "admit_q", "admit_d")
-SELECTIVE_CHARTS = ("kept_share", "selective_curve", "kept_confidence")
-REGRESSION_CHARTS = ("interval_coverage", "interval_width", "pit", "fan")
+#: The panels each kind of calibrator contributes (declared by the kinds, :mod:`calwatch.kinds`).
+SET_CHARTS = SetsKind.panels
+RISK_CHARTS = RiskKind.panels
+ADMIT_CHARTS = tuple(panel for panel in AdmitKind.panels if panel not in SetsKind.panels)
+SELECTIVE_CHARTS = SelectiveKind.panels
+REGRESSION_CHARTS = RegressionKind.panels
 
 
 def chart_kinds(monitor: Monitor) -> list[str]:
     """The charts that apply to a monitor's calibrators, in display order."""
-    if getattr(monitor, "task", None) == "regression":
-        return [*REGRESSION_CHARTS, "labels"]
     # Each calibrator's kind contributes its panels; panels no calibrator contributes are left out.
     contributed = {
         panel for cal in monitor.calibrators.values() for panel in getattr(find_kind(cal), "panels", ())
@@ -977,7 +980,6 @@ def chart_kinds(monitor: Monitor) -> list[str]:
     skip = {panel for kind in KINDS for panel in kind.panels} - contributed
     if monitor.shift_watch is None or not monitor.shift_watch.detectors:
         skip.add("shift")
-    skip |= set(REGRESSION_CHARTS)
     return [kind for kind in CHARTS if kind not in skip]
 
 

@@ -183,7 +183,7 @@ def _merge_regression_rows(stream: StreamState, runs: list[Monitor], names: tupl
             probs=np.zeros((len(first.ids), 0)),
             packed_sets={},
             labels=np.where(np.isnan(y), NO_LABEL, 0).astype(np.intp),
-            regression={"y": y, "per_calibrator": per_calibrator},
+            regression={"y": y, "per_calibrator": per_calibrator, "levels": first.regression["levels"]},
         )
         stream._in_window.append(record)
         stream._rows_in_window += record.n_rows

@@ -170,7 +170,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing):
             if not isinstance(key, str) or not key:
                 msg = f"calibrators keys must be non-empty strings; got {key!r}"
                 raise TypeError(msg)
-            predicts = any(kind.claims(calibrator) for kind in KINDS)
+            predicts = any(kind.claims(calibrator) and kind.task == "classification" for kind in KINDS)
             if predicts and getattr(calibrator, "kind", None) == "risk":
                 predicts = hasattr(calibrator, "row_risk")
             if not (hasattr(calibrator, "fit") and predicts):

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -30,16 +29,12 @@ import polars as pl
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.guard import guarded
 from calwatch.ids import as_id_list, uniform_scalar_ids
-from calwatch.invariants import (
-    count_problems,
-    counts_problems,
-    floats_problems,
-    is_count,
-    is_counts,
-    number_problems,
-    order_problems,
-    relative_tolerance,
-    same_rows_problems,
+from calwatch.kinds import kind_of
+from calwatch.kinds.regression import (
+    PIT_BINS,
+    RegressionBatchStats,
+    RegressionOutputs,
+    pct,
 )
 from calwatch.monitor import DEFAULT_WINDOW, TASK_MONITORS, LabelReport, Monitor
 from calwatch.stream import BatchRecord, BatchRows
@@ -47,172 +42,6 @@ from calwatch.stream import BatchRecord, BatchRows
 FloatArray = npt.NDArray[np.float64]
 #: Central credible levels whose intervals are tracked (the widest is the headline one).
 DEFAULT_LEVELS = (0.5, 0.9)
-#: Bins of the PIT histogram (uniform when the CDFs are calibrated).
-PIT_BINS = 10
-
-
-@dataclass
-class RegressionBatchStats:
-    """One batch and calibrator: interval widths, and once labelled, coverage, PIT counts, CRPS."""
-
-    levels: tuple[float, ...]
-    n_rows: int
-    width_sum: FloatArray  # per level, Σ (upper − lower) over all rows
-    n_labelled: int = 0
-    covered: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    pit_counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(PIT_BINS, dtype=np.int64))
-    crps_sum: float = 0.0
-
-    #: Its columns in a snapshot's ``batches.parquet`` (``n_rows`` is the batch's own).
-    SNAPSHOT_COLUMNS: ClassVar[dict[str, Any]] = {
-        "n_labelled": pl.Int64, "levels": pl.List(pl.Float64), "width_sum": pl.List(pl.Float64),
-        "covered": pl.List(pl.Int64), "pit_counts": pl.List(pl.Int64), "crps_sum": pl.Float64,
-    }  # fmt: skip
-
-    @classmethod
-    def empty(cls, n_classes: int = 0) -> RegressionBatchStats:
-        """Statistics of no rows (no levels yet: a merge takes the other side's)."""
-        return cls(levels=(), n_rows=0, width_sum=np.zeros(0, dtype=np.float64))
-
-    def merge(self, other: RegressionBatchStats) -> RegressionBatchStats:
-        """Sums over the rows of both (a monoid: :meth:`empty` is its identity).
-
-        ``covered`` and ``width_sum`` may be empty on one side (no labels yet; a label update
-        has no widths): the other side's are taken as they are.
-
-        Examples
-        --------
-        >>> a = RegressionBatchStats(levels=(0.9,), n_rows=2, width_sum=np.array([3.0]))
-        >>> b = RegressionBatchStats.labelled({"pit": np.array([0.5]), "covered_90": np.array([True]),
-        ...                                    "crps": np.array([0.25])}, (0.9,))
-        >>> ab = a.merge(b)
-        >>> ab.n_rows, ab.n_labelled, ab.covered.tolist(), ab.crps_sum, ab.width_sum.tolist()
-        (2, 1, [1], 0.25, [3.0])
-        """
-        return RegressionBatchStats(
-            levels=other.levels or self.levels,
-            n_rows=self.n_rows + other.n_rows,
-            width_sum=_add_sums(self.width_sum, other.width_sum),
-            n_labelled=self.n_labelled + other.n_labelled,
-            covered=_add_sums(self.covered, other.covered),
-            pit_counts=self.pit_counts + other.pit_counts,
-            crps_sum=self.crps_sum + other.crps_sum,
-        )
-
-    @classmethod
-    def labelled(
-        cls, scored: dict[str, FloatArray], levels: tuple[float, ...], sign: int = 1
-    ) -> RegressionBatchStats:
-        """What scored labelled rows add to their batch's statistics (``sign=-1``: take away)."""
-        pit = scored["pit"]
-        covered = np.array([int(scored[f"covered_{_pct(level)}"].sum()) for level in levels], dtype=np.int64)
-        bins = np.minimum((pit * PIT_BINS).astype(np.int64), PIT_BINS - 1)
-        return cls(
-            levels=levels,
-            n_rows=0,
-            width_sum=np.zeros(0, dtype=np.float64),
-            n_labelled=sign * int(pit.shape[0]),
-            covered=sign * covered,
-            pit_counts=sign * np.bincount(bins, minlength=PIT_BINS).astype(np.int64),
-            crps_sum=sign * float(scored["crps"].sum()),
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RegressionBatchStats):
-            return NotImplemented
-        return (
-            self.levels == other.levels
-            and self.n_rows == other.n_rows
-            and self.n_labelled == other.n_labelled
-            and self.crps_sum == other.crps_sum
-            and all(
-                np.array_equal(getattr(self, f), getattr(other, f))
-                for f in ("width_sum", "covered", "pit_counts")
-            )
-        )
-
-    def to_row(self) -> dict[str, Any]:
-        """One row of ``batches.parquet``."""
-        return {
-            "kind": "regression", "n_labelled": self.n_labelled, "levels": list(self.levels),
-            "width_sum": self.width_sum.tolist(), "covered": self.covered.tolist(),
-            "pit_counts": self.pit_counts.tolist(), "crps_sum": self.crps_sum,
-        }  # fmt: skip
-
-    def check(self, n_rows: int) -> list[str]:
-        """Violations of these statistics' invariants, for a batch of ``n_rows`` rows (empty when sound).
-
-        ``levels`` is a non-empty tuple of levels in (0, 1); ``self.n_rows`` is the batch's
-        ``n_rows``; ``n_labelled ≤ n_rows``; ``width_sum`` has one entry per level, never NaN
-        nor negative (``+inf`` for improper CDFs); ``covered`` is empty before any label, else
-        one count per level, each at most ``n_labelled``; ``pit_counts`` has ``PIT_BINS``
-        non-negative counts summing to ``n_labelled``; ``crps_sum`` is not NaN nor negative.
-
-        Parameters
-        ----------
-        n_rows : int
-            Rows of the batch these statistics describe.
-
-        Returns
-        -------
-        list of str
-            One readable sentence per violation, naming the field, e.g.
-            ``"covered[1] (7) > n_labelled (5)"``.
-
-        Examples
-        --------
-        >>> stats = RegressionBatchStats(levels=(0.5, 0.9), n_rows=2, width_sum=np.array([7.0, 12.0]))
-        >>> stats.check(2)
-        []
-        >>> stats.crps_sum = float("nan")
-        >>> stats.check(2)
-        ['crps_sum (nan) is NaN']
-        """
-        problems = count_problems("n_rows", n_rows) + same_rows_problems(self.n_rows, n_rows)
-        n_levels = None
-        if not (isinstance(self.levels, tuple) and self.levels):
-            problems.append(f"levels ({self.levels!r}) is not a non-empty tuple of levels")
-        else:
-            n_levels = len(self.levels)
-            for i, level in enumerate(self.levels):
-                wrong = number_problems(f"levels[{i}]", level)
-                if not wrong and not 0.0 < float(level) < 1.0:
-                    wrong = [f"levels[{i}] ({float(level)!r}) is not in (0, 1)"]
-                problems += wrong
-        problems += count_problems("n_labelled", self.n_labelled)
-        problems += order_problems([("n_labelled", self.n_labelled), ("n_rows", n_rows)])
-        tolerance = relative_tolerance(n_rows)
-        problems += floats_problems("width_sum", self.width_sum, allow_inf=True, low=-tolerance)
-        if (
-            isinstance(self.width_sum, np.ndarray)
-            and n_levels is not None
-            and self.width_sum.shape != (n_levels,)
-        ):
-            problems.append(
-                f"width_sum has shape {self.width_sum.shape}, not one entry per level ({n_levels})"
-            )
-        covered_empty = isinstance(self.covered, np.ndarray) and self.covered.shape == (0,)
-        if covered_empty:
-            if is_count(self.n_labelled) and self.n_labelled > 0:
-                problems.append(f"covered is empty but n_labelled is {self.n_labelled}")
-        else:
-            problems += counts_problems("covered", self.covered, n_levels, "the number of levels")
-            if is_counts(self.covered) and is_count(self.n_labelled):
-                above = np.flatnonzero(self.covered > self.n_labelled)
-                if above.size:
-                    i = int(above[0])
-                    problems.append(f"covered[{i}] ({int(self.covered[i])}) > n_labelled ({self.n_labelled})")
-        problems += counts_problems("pit_counts", self.pit_counts, PIT_BINS, "PIT_BINS")
-        if is_counts(self.pit_counts, PIT_BINS) and is_count(self.n_labelled):
-            total = int(self.pit_counts.sum())
-            if total != self.n_labelled:
-                problems.append(f"pit_counts sum to {total}, not n_labelled ({self.n_labelled})")
-        problems += number_problems("crps_sum", self.crps_sum, low=0.0, tolerance=tolerance, allow_inf=True)
-        return problems
-
-
-def _pct(level: float) -> str:
-    return f"{100 * float(level):g}".replace(".", "_")
 
 
 class RegressionMonitor(Monitor):
@@ -434,20 +263,19 @@ class RegressionMonitor(Monitor):
             raise ValueError(msg)
         row_ids = self._batch_ids(ids, m)
         values = None if y is None else _true_values(y, m)
-        per_cal: dict[str, dict[str, Any]] = {}
-        stats: dict[str, Any] = {}
         draws = copy.deepcopy(self._draws)  # advanced only once the batch is accepted
+        # One shared copy of the batch's base predictions is kept for the window.
+        outputs = RegressionOutputs(base, self._kept(base), self.levels, draws)
+        rows = BatchRows(
+            ids=row_ids, probs=np.zeros((m, 0)), packed_sets={}, labels=np.full(m, -1, dtype=np.intp),
+            regression={"y": np.full(m, np.nan), "per_calibrator": {}, "levels": self.levels},
+        )  # fmt: skip
+        stats: dict[str, Any] = {}
         for key, cal in self._regressors().items():
-            u = draws.uniform(size=m) if cal.interpolation == "random" else None
-            out = cal.predict_rows(base, levels=self.levels, u=u)
-            widths = np.array(
-                [(out[f"upper_{_pct(v)}"] - out[f"lower_{_pct(v)}"]).sum() for v in self.levels]
-            )
-            per_cal[key] = {"u": u} | {name: out[name] for name in row_fields(self.levels)}
-            stats[key] = RegressionBatchStats(levels=self.levels, n_rows=m, width_sum=widths)
-        kept = self._kept(base)
-        for saved in per_cal.values():
-            saved["pred"] = kept  # one shared copy of the batch's base predictions
+            kind = kind_of(cal)
+            results = kind.apply(key, cal, outputs, None)
+            stats[key] = kind.observed(results, 0)
+            kind.keep(rows, key, results)
         index = len(self._stream.batches)
         record = BatchRecord(
             index=index,
@@ -455,13 +283,7 @@ class RegressionMonitor(Monitor):
             observed_at=datetime.now(UTC),
             n_rows=m,
             stats=stats,
-            rows=BatchRows(
-                ids=row_ids,
-                probs=np.zeros((m, 0)),
-                packed_sets={},
-                labels=np.full(m, -1, dtype=np.intp),
-                regression={"y": np.full(m, np.nan), "per_calibrator": per_cal},
-            ),
+            rows=rows,
         )
         newly = 0
         if values is not None:
@@ -519,16 +341,15 @@ class RegressionMonitor(Monitor):
         Returns the new statistics, how many rows get their first value and how many a new one.
         """
         assert record.rows is not None
-        store = record.rows.regression
-        old = store["y"][rows]
+        old = record.rows.regression["y"][rows]
         had = ~np.isnan(old)
         stats: dict[str, Any] = {}
         for key, cal in self._regressors().items():
-            saved = store["per_calibrator"][key]
-            delta = RegressionBatchStats.labelled(self._score(cal, saved, rows, values), self.levels)
+            kind = kind_of(cal)
+            results = kind.results_of(record.rows, key, cal)
+            delta = kind.labelled(results.take(rows), None, values)
             if had.any():
-                scored_before = self._score(cal, saved, rows[had], old[had])
-                delta = delta.merge(RegressionBatchStats.labelled(scored_before, self.levels, sign=-1))
+                delta = delta.merge(kind.labelled(results.take(rows[had]), None, old[had], sign=-1))
             stats[key] = _regression_stats(record)[key].merge(delta)
         return stats, int((~had).sum()), int(had.sum())
 
@@ -558,7 +379,7 @@ class RegressionMonitor(Monitor):
     def summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
         """:meth:`summary` of some batch records (see :meth:`Monitor.summary_of`)."""
         rows: list[dict[str, Any]] = []
-        head = _pct(self.levels[-1])
+        head = pct(self.levels[-1])
         for record in records:
             for key, stats in _regression_stats(record).items():
                 n_lab = stats.n_labelled
@@ -572,8 +393,8 @@ class RegressionMonitor(Monitor):
                     "in_window": record.rows is not None, "observed_at": record.observed_at,
                 }  # fmt: skip
                 for i, level in enumerate(self.levels):
-                    row[f"mean_width_{_pct(level)}"] = float(stats.width_sum[i]) / record.n_rows
-                    row[f"coverage_{_pct(level)}"] = int(covered[i]) / n_lab if n_lab else None
+                    row[f"mean_width_{pct(level)}"] = float(stats.width_sum[i]) / record.n_rows
+                    row[f"coverage_{pct(level)}"] = int(covered[i]) / n_lab if n_lab else None
                 rows.append(row)
         frame = pl.DataFrame(rows, infer_schema_length=None) if rows else self._empty_summary()
         lo, hi = clopper_pearson(frame["n_covered"].to_numpy(), frame["n_labelled"].to_numpy())
@@ -592,8 +413,8 @@ class RegressionMonitor(Monitor):
             "crps": pl.Float64, "in_window": pl.Boolean, "observed_at": pl.Datetime("us", "UTC"),
         }  # fmt: skip
         for level in self.levels:
-            schema[f"mean_width_{_pct(level)}"] = pl.Float64
-            schema[f"coverage_{_pct(level)}"] = pl.Float64
+            schema[f"mean_width_{pct(level)}"] = pl.Float64
+            schema[f"coverage_{pct(level)}"] = pl.Float64
         return pl.DataFrame(schema=schema)
 
     @guarded
@@ -657,8 +478,8 @@ class RegressionMonitor(Monitor):
                 saved = store["per_calibrator"][key]
                 columns[f"median_{key}"] = saved["median"]
                 for level in self.levels:
-                    columns[f"lower_{_pct(level)}_{key}"] = saved[f"lower_{_pct(level)}"]
-                    columns[f"upper_{_pct(level)}_{key}"] = saved[f"upper_{_pct(level)}"]
+                    columns[f"lower_{pct(level)}_{key}"] = saved[f"lower_{pct(level)}"]
+                    columns[f"upper_{pct(level)}_{key}"] = saved[f"upper_{pct(level)}"]
                 pit = np.full(record.n_rows, np.nan)
                 if labelled.shape[0]:
                     pit[labelled] = self._score(cal, saved, labelled, y[labelled])["pit"]
@@ -682,17 +503,6 @@ def _true_values(y: Any, n: int, per: str = "row") -> FloatArray:
     return values
 
 
-def row_fields(levels: tuple[float, ...]) -> list[str]:
-    """Per-row results a regression monitor keeps for each calibrator (besides ``pred`` and ``u``).
-
-    Examples
-    --------
-    >>> row_fields((0.5, 0.9))
-    ['median', 'lower_50', 'upper_50', 'lower_90', 'upper_90']
-    """
-    return ["median", *(f"{side}_{_pct(level)}" for level in levels for side in ("lower", "upper"))]
-
-
 def check_regressor(model: Any) -> None:
     """Raise unless ``model`` is None, has ``predict(X)`` or is callable (what a regression monitor runs)."""
     if model is not None and not (callable(getattr(model, "predict", None)) or callable(model)):
@@ -706,13 +516,3 @@ def _regression_stats(record: BatchRecord) -> dict[str, RegressionBatchStats]:
 
 
 TASK_MONITORS["regression"] = RegressionMonitor  # Monitor(task="regression") builds one
-
-
-def _add_sums(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """``a + b``, where an empty side (nothing counted yet) adds nothing."""
-    if a.shape[0] == 0:
-        return b.copy()
-    if b.shape[0] == 0:
-        return a.copy()
-    total: npt.NDArray[Any] = a + b
-    return total

@@ -48,7 +48,8 @@ import polars as pl
 
 from calwatch.invariants import problem_message
 from calwatch.kinds import KINDS, kind_named
-from calwatch.regression_monitor import PIT_BINS, RegressionBatchStats, check_regressor, row_fields
+from calwatch.kinds.regression import PIT_BINS, RegressionBatchStats, row_fields
+from calwatch.regression_monitor import check_regressor
 from calwatch.state_checks import check_calibrators
 from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder, check_dtype
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats, StreamState
@@ -468,6 +469,7 @@ def load_monitor(
             pl.read_parquet(folder / "batches.parquet"),
             pl.read_parquet(folder / "rows.parquet"),
             task=task,
+            levels=attrs.get("levels"),
         )
         if task == "regression":
             _check_regression_state(attrs, state["row_columns"])
@@ -523,6 +525,7 @@ def _read_stream(
     rows: pl.DataFrame,
     *,
     task: str = "classification",
+    levels: Any = None,
 ) -> StreamState:
     stream = StreamState(int(counters["window"]))
     records: dict[int, BatchRecord] = {}
@@ -548,6 +551,8 @@ def _read_stream(
     for index, part in rows.group_by("batch", maintain_order=True):
         record = stream.batches[int(index[0])]
         record.rows = (_regression_batch_rows if task == "regression" else _batch_rows)(part, mapping)
+        if task == "regression":
+            record.rows.regression["levels"] = levels  # the monitor's levels score its late labels
         if len(record.rows.ids) != record.n_rows:
             msg = (
                 f"rows.parquet holds {len(record.rows.ids)} rows of batch {record.index}, not {record.n_rows}"

@@ -7,7 +7,8 @@
   then, as the fallback, :class:`~.sets.SetsKind` (split and Mondrian conformal, PAC sets);
 * :mod:`.admit` — Venn-ADMIT admission;
 * :mod:`.risk` — label-free risk estimates;
-* :mod:`.selective` — selective keep/abstain.
+* :mod:`.selective` — selective keep/abstain;
+* :mod:`.regression` — calibrated CDFs of a regression monitor (MCC, paper 001).
 
 Adding a kind is one module implementing :class:`~calwatch.kinds.base.CalibratorKind`, registered
 with :func:`register` (docs/architecture.md walks through it).
@@ -19,13 +20,16 @@ from typing import Any
 
 from calwatch.kinds.admit import AdmitKind
 from calwatch.kinds.base import CalibratorKind, RowResults
+from calwatch.kinds.regression import RegressionKind
 from calwatch.kinds.risk import RiskKind
 from calwatch.kinds.selective import SelectiveKind
 from calwatch.kinds.sets import AdaptiveKind, SetsKind
 from calwatch.stream import BatchStats
 
 #: Every kind, in the order they claim calibrators (the fallback, plain sets, last).
-KINDS: list[CalibratorKind[Any, Any]] = [AdaptiveKind(), AdmitKind(), RiskKind(), SelectiveKind(), SetsKind()]
+KINDS: list[CalibratorKind[Any, Any]] = [
+    AdaptiveKind(), AdmitKind(), RiskKind(), SelectiveKind(), RegressionKind(), SetsKind(),
+]  # fmt: skip
 
 
 def register(kind: CalibratorKind[Any, Any]) -> None:

@@ -51,6 +51,8 @@ class CalibratorKind(ABC, Generic[R, S]):
 
     #: The ``kind`` of its statistics in a snapshot's ``batches.parquet``.
     name: ClassVar[str]
+    #: The monitors that take its calibrators: ``"classification"`` or ``"regression"``.
+    task: ClassVar[str] = "classification"
     #: The ``kind`` column of :meth:`Monitor.summary <calwatch.monitor.Monitor.summary>`.
     summary_kind: ClassVar[str]
     #: Its statistics type (restored from ``batches.parquet`` by ``from_row``).
@@ -98,18 +100,23 @@ class CalibratorKind(ABC, Generic[R, S]):
         calibrator.fit(inputs, y, **kwargs)
 
     @abstractmethod
-    def apply(self, key: str, calibrator: Any, outputs: ModelOutputs, categories: Any) -> R:
-        """The fitted calibrator's per-row results on a batch (raises naming ``key`` on bad output)."""
+    def apply(self, key: str, calibrator: Any, outputs: Any, categories: Any) -> R:
+        """The fitted calibrator's per-row results on a batch (raises naming ``key`` on bad output).
+
+        ``outputs`` is the batch's :class:`~calwatch.models.ModelOutputs` for classification
+        kinds, a :class:`~calwatch.kinds.regression.RegressionOutputs` for regression ones.
+        """
 
     @abstractmethod
     def observed(self, results: R, n_classes: int) -> S:
         """Statistics of freshly observed rows (no labels yet)."""
 
     @abstractmethod
-    def labelled(self, results: R, probs: npt.NDArray[np.float64], labels: IntArray, sign: int = 1) -> S:
+    def labelled(self, results: R, probs: Any, labels: Any, sign: int = 1) -> S:
         """What labelling these rows adds to their batch's statistics (``sign=-1``: takes away).
 
-        ``results`` and ``probs`` are those of the labelled rows only; observed-only fields
+        ``results`` and ``probs`` are those of the labelled rows only (``labels`` are class
+        indices, or true values for regression kinds, whose ``probs`` is None); observed-only fields
         (rows, sizes, estimated sums) are zero, so ``observed(r).merge(labelled(r, p, y))`` is
         the statistics of the rows once labelled.
         """
