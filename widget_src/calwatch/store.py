@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import uuid
@@ -462,6 +463,7 @@ def load_monitor(
             raise SnapshotError(msg)
         arrays = _read_arrays(pl.read_parquet(folder / "arrays.parquet"))
         attrs = StateDecoder(arrays).decode(state["monitor"])
+        _check_monitor_attrs(attrs, task)
         check_calibrators(attrs.get("_calibrators", {}))
         stream = _read_stream(
             state["stream"],
@@ -495,7 +497,76 @@ def load_monitor(
     monitor._listeners = []
     monitor._widget = None
     monitor._stream = stream
+    _check_views(monitor, folder)
     return monitor
+
+
+def _check_monitor_attrs(attrs: Any, task: str) -> None:
+    """The decoded monitor has each attribute a monitor of its task has, of the right type."""
+    from calwatch.classes import ClassEncoder
+    from calwatch.kinds import find_kind
+    from calwatch.monitor import Note
+    from calwatch.shift_watch import ShiftWatch
+
+    def refuse(field: str, expected: str) -> None:
+        value = attrs.get(field, "<missing>") if isinstance(attrs, dict) else "<not an object>"
+        msg = f"state.json: monitor.{field} must be {expected}; got {_short(value)}"
+        raise SnapshotError(msg)
+
+    if not isinstance(attrs, dict):
+        refuse("(whole)", "an object of the monitor's attributes")
+    checks: list[tuple[str, Any, str]] = [
+        ("name", lambda v: isinstance(v, str), "a string"),
+        ("_calibrators", lambda v: isinstance(v, dict) and v and all(isinstance(k, str) for k in v),
+         "a non-empty dict of calibrator names"),
+        ("_notes", lambda v: isinstance(v, list) and all(isinstance(n, Note) for n in v), "a list of notes"),
+        ("provenance", _is_string_dict, "a dict of strings"),
+        ("model_description", lambda v: isinstance(v, str), "a string"),
+        ("_next_auto_id", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+         "a non-negative integer"),
+        ("calibration_", lambda v: v is None or isinstance(v, dict), "None or a dict"),
+        ("_shift", lambda v: v is None or isinstance(v, ShiftWatch), "None or the shift detectors"),
+    ]  # fmt: skip
+    if task == "regression":
+        checks.append(("levels", lambda v: isinstance(v, tuple) and bool(v), "a tuple of levels"))
+        checks.append(("_draws", lambda v: isinstance(v, np.random.Generator), "a random generator"))
+    else:
+        checks.append(
+            ("_encoder", lambda v: v is None or isinstance(v, ClassEncoder), "None or the class encoder")
+        )
+        checks.append(("_tolerance", lambda v: isinstance(v, float) and math.isfinite(v) and v > 0,
+                       "a positive number"))  # fmt: skip
+    for field, ok, expected in checks:
+        if field not in attrs or not ok(attrs[field]):
+            refuse(field, expected)
+    for key, calibrator in attrs["_calibrators"].items():
+        kind = find_kind(calibrator)
+        if kind is None or kind.task != task:
+            msg = f"state.json: calibrator {key!r} ({type(calibrator).__name__}) is not a {task} calibrator"
+            raise SnapshotError(msg)
+
+
+def _check_views(monitor: Monitor, folder: Path) -> None:
+    """The loaded monitor's views work: a snapshot whose parts disagree is refused, not half-loaded."""
+    try:
+        monitor.status()
+        monitor.summary()
+        monitor.class_coverage(by_batch=False)
+        monitor.rows(window=1000)
+        monitor.warnings()
+        monitor.notes()
+    except Exception as err:  # parts that each passed their checks but do not fit together
+        msg = f"snapshot {str(folder)!r} holds a monitor whose parts disagree: {type(err).__name__}: {err}"
+        raise SnapshotError(msg) from err
+
+
+def _is_string_dict(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(x, str) for item in value.items() for x in item)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _check_regression_state(attrs: dict[str, Any], mapping: dict[str, Any]) -> None:
