@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.classes import ClassEncoder
-from calwatch.guard import Guard, guarded
+from calwatch.guard import guarded
 from calwatch.ids import as_id_list
 from calwatch.kinds import kind_of
-from calwatch.shift_watch import ShiftWatch
-from calwatch.stream import NO_LABEL, BatchRecord, BatchStats, StreamState
+from calwatch.monitor_state import MonitorState
+from calwatch.stream import NO_LABEL, BatchRecord, BatchStats
 
 if TYPE_CHECKING:
     pass
@@ -51,27 +50,8 @@ class LabelReport:
     batches: tuple[int, ...]
 
 
-class MonitorLabels:
+class MonitorLabels(MonitorState):
     """Joining late labels to their rows (part of :class:`~calwatch.monitor.Monitor`)."""
-
-    # The monitor's state and helpers these methods read (set and defined by Monitor).
-    _stream: StreamState
-    _calibrators: dict[str, Any]
-    _shift: ShiftWatch | None
-    if TYPE_CHECKING:
-
-        @property
-        def classes_(self) -> npt.NDArray[Any]:
-            """Class label of each probability column."""
-
-        @property
-        def _guard(self) -> Guard: ...
-
-        def _send_notifications(self, batches: tuple[int, ...]) -> None: ...
-
-        def _require_encoder(self) -> ClassEncoder: ...
-
-        def _notify(self, batches: tuple[int, ...]) -> None: ...
 
     @guarded
     def label(self, ids: Any, y: Any) -> LabelReport:

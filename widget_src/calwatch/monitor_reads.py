@@ -16,15 +16,15 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.classes import ClassEncoder
 from calwatch.engine._validation import check_alpha
 from calwatch.engine.metrics.intervals import clopper_pearson
-from calwatch.guard import Guard, guarded
+from calwatch.guard import guarded
 from calwatch.ids import uniform_scalar_ids
 from calwatch.kinds import KINDS, kind_of
 from calwatch.kinds.admit import admitted_accuracy
+from calwatch.monitor_state import MonitorState
 from calwatch.shift_watch import ShiftWatch
-from calwatch.stream import NO_LABEL, BatchRecord, StreamState
+from calwatch.stream import NO_LABEL, BatchRecord
 
 if TYPE_CHECKING:
     pass
@@ -48,27 +48,8 @@ _BASE_SUMMARY: dict[str, Any] = {
 }  # fmt: skip
 
 
-class MonitorReads:
+class MonitorReads(MonitorState):
     """Tables of a monitor's stream (part of :class:`~calwatch.monitor.Monitor`)."""
-
-    # The monitor's state and helpers these methods read (set and defined by Monitor).
-    _stream: StreamState
-    _calibrators: dict[str, Any]
-    _shift: ShiftWatch | None
-    if TYPE_CHECKING:
-
-        @property
-        def classes_(self) -> npt.NDArray[Any]:
-            """Class label of each probability column."""
-
-        @property
-        def _guard(self) -> Guard: ...
-
-        def _send_notifications(self, batches: tuple[int, ...]) -> None: ...
-
-        def _require_encoder(self) -> ClassEncoder: ...
-
-        def _notify(self, batches: tuple[int, ...]) -> None: ...
 
     @guarded
     def admitted_accuracy(self, *, by: str = "true", batches: tuple[int, ...] | None = None) -> pl.DataFrame:

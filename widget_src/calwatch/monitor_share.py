@@ -14,10 +14,8 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.classes import ClassEncoder
-from calwatch.guard import Guard, guarded
-from calwatch.shift_watch import ShiftWatch
-from calwatch.stream import StreamState
+from calwatch.guard import guarded
+from calwatch.monitor_state import MonitorState
 
 if TYPE_CHECKING:
     import altair as alt
@@ -28,30 +26,10 @@ if TYPE_CHECKING:
 IntArray = npt.NDArray[np.intp]
 
 
-class MonitorSharing:
+class MonitorSharing(MonitorState):
     """Snapshots, reports, charts and the widget of a monitor (part of :class:`~calwatch.monitor.Monitor`)."""
 
-    # The monitor's state and helpers these methods read (set and defined by Monitor).
-    _stream: StreamState
-    _calibrators: dict[str, Any]
-    _shift: ShiftWatch | None
-    if TYPE_CHECKING:
-
-        @property
-        def classes_(self) -> npt.NDArray[Any]:
-            """Class label of each probability column."""
-
-        @property
-        def _guard(self) -> Guard: ...
-
-        def _send_notifications(self, batches: tuple[int, ...]) -> None: ...
-
-        def _require_encoder(self) -> ClassEncoder: ...
-
-        def _notify(self, batches: tuple[int, ...]) -> None: ...
-
     _widget: MonitorWidget | None
-    name: str
 
     def _as_monitor(self) -> Monitor:
         return cast("Monitor", self)  # this class is only ever a part of Monitor

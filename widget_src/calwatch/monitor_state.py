@@ -1,0 +1,43 @@
+"""What the parts of a monitor share: its state and the helpers its coordinator defines.
+
+:class:`~calwatch.monitor.Monitor` is built from parts (``monitor_labels``, ``monitor_reads``,
+``monitor_share``), each a class of methods. :class:`MonitorState` declares, once, the attributes
+and helpers those methods use, which :class:`~calwatch.monitor.Monitor` sets and defines.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy.typing as npt
+
+from calwatch.classes import ClassEncoder
+from calwatch.guard import Guard
+from calwatch.shift_watch import ShiftWatch
+from calwatch.stream import StreamState
+
+
+class MonitorState:
+    """The state a monitor's parts read (set by :class:`~calwatch.monitor.Monitor`)."""
+
+    _stream: StreamState
+    _calibrators: dict[str, Any]
+    _shift: ShiftWatch | None
+    name: str
+    if TYPE_CHECKING:
+
+        @property
+        def classes_(self) -> npt.NDArray[Any]:
+            """Class label of each probability column."""
+
+        @property
+        def _guard(self) -> Guard: ...
+
+        def _send_notifications(self, batches: tuple[int, ...]) -> None: ...
+
+        def _require_encoder(self) -> ClassEncoder: ...
+
+        def _notify(self, batches: tuple[int, ...]) -> None: ...
+
+
+__all__ = ["MonitorState"]
