@@ -552,7 +552,9 @@ def _check_views(monitor: Monitor, folder: Path) -> None:
         monitor.status()
         monitor.summary()
         monitor.class_coverage(by_batch=False)
-        monitor.rows(window=1000)
+        window = monitor.window_records()
+        if window:  # the newest batch's rows (all of the window's would cost seconds on a big one)
+            monitor.rows(batch=window[-1].index)
         monitor.warnings()
         monitor.notes()
     except Exception as err:  # parts that each passed their checks but do not fit together
