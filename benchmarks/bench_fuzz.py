@@ -4,7 +4,8 @@ Runs ``tests/monitor/test_fuzz_boundary.py`` (observe, label, what_if, calibrate
 inputs) and ``tests/monitor/test_fuzz_load.py`` (damaged and edited snapshots) with
 ``CALWATCH_FUZZ_EXAMPLES`` examples per test (default 1,000; `make test` runs 60 and 40), and
 prints how many examples ran, how long it took and what failed (a failure is a bug to fix: the
-falsifying example is printed by hypothesis).
+falsifying example is printed by hypothesis). `make test` runs the same examples every time
+(derandomised, ``tests/conftest.py``); this explores with fresh randomness on every run.
 
 Run: ``python benchmarks/bench_fuzz.py [--examples 1000]``.
 """
@@ -27,7 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--examples", type=int, default=1000)
     args = parser.parse_args(argv)
-    env = os.environ | {"CALWATCH_FUZZ_EXAMPLES": str(args.examples)}
+    env = os.environ | {
+        "CALWATCH_FUZZ_EXAMPLES": str(args.examples),
+        "CALWATCH_HYPOTHESIS_PROFILE": "explore",
+    }
     print(f"boundary fuzzing, {args.examples:,} examples per test")
     print(f"{'module':<40}{'tests':>7}{'examples':>10}{'seconds':>9}  result")
     failed = 0
