@@ -43,6 +43,7 @@ from calwatch import charts
 from calwatch.cards import overview_rows
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.kinds import find_kind
+from calwatch.kinds.sets import POPCOUNT
 
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
@@ -585,9 +586,6 @@ def reliability(
     return reliability_bins(np.concatenate(conf_parts), np.concatenate(hit_parts))
 
 
-_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
-
-
 def set_by_class(
     monitor: Monitor,
     *,
@@ -604,7 +602,7 @@ def set_by_class(
             continue
         top = rows.probs.argmax(axis=1)
         for key, packed in rows.packed_sets.items():
-            sizes = _POPCOUNT[packed].sum(axis=1)
+            sizes = POPCOUNT[packed].sum(axis=1)
             n, single, size_sum = totals.setdefault(
                 key, (np.zeros(K, np.int64), np.zeros(K, np.int64), np.zeros(K, np.int64))
             )

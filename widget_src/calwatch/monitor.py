@@ -22,6 +22,7 @@ from calwatch.engine.errors import NotFittedError
 from calwatch.guard import Guard, guard_of, guarded
 from calwatch.ids import as_id_list
 from calwatch.kinds import KINDS, kind_of
+from calwatch.kinds.admit import require_embeddings
 from calwatch.models import ModelAdapter, ModelOutputs, wrap
 from calwatch.monitor_labels import LabelReport, MonitorLabels
 from calwatch.monitor_reads import MonitorReads
@@ -429,13 +430,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing):
             outputs = ModelOutputs.from_arrays(
                 None, logits=L_ref, embeddings=E_ref, n_classes=len(encoder), tolerance=self._tolerance
             )
-        if outputs.embeddings is None:
-            msg = (
-                "reference needs embeddings: use a torch model with Monitor(model, embedding_layer=...), "
-                "or pass embeddings= with precomputed outputs"
-            )
-            raise ValueError(msg)
-        E = outputs.embeddings
+        E = require_embeddings(outputs, "reference")
         return (
             E,
             outputs.logits_or_log_probs(),

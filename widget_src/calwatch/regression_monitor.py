@@ -33,6 +33,7 @@ from calwatch.kinds import kind_of
 from calwatch.kinds.regression import (
     PIT_BINS,
     RegressionBatchStats,
+    RegressionKind,
     RegressionOutputs,
     pct,
 )
@@ -353,15 +354,6 @@ class RegressionMonitor(Monitor):
             stats[key] = _regression_stats(record)[key].merge(delta)
         return stats, int((~had).sum()), int(had.sum())
 
-    def _score(
-        self, cal: Any, saved: dict[str, Any], rows: npt.NDArray[np.intp], y: FloatArray
-    ) -> dict[str, FloatArray]:
-        base = saved["pred"]
-        sub = [b[rows] for b in base] if isinstance(base, list) else base[rows]
-        u = None if saved["u"] is None else saved["u"][rows]
-        scored: dict[str, FloatArray] = cal.predict_rows(sub, y, levels=self.levels, u=u)
-        return scored
-
     # ------------------------------------------------------------------ views
     @guarded
     def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
@@ -482,7 +474,10 @@ class RegressionMonitor(Monitor):
                     columns[f"upper_{pct(level)}_{key}"] = saved[f"upper_{pct(level)}"]
                 pit = np.full(record.n_rows, np.nan)
                 if labelled.shape[0]:
-                    pit[labelled] = self._score(cal, saved, labelled, y[labelled])["pit"]
+                    kind = kind_of(cal)
+                    assert isinstance(kind, RegressionKind)  # a regression monitor takes no other kind
+                    results = kind.results_of(record.rows, key, cal).take(labelled)
+                    pit[labelled] = kind.score(results, y[labelled])["pit"]
                 columns[f"pit_{key}"] = [None if np.isnan(v) else float(v) for v in pit]
             frames.append(pl.DataFrame(columns))
         if not frames:

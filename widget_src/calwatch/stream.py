@@ -133,17 +133,6 @@ class BatchRows:
     # them without knowing the kind (rows.parquet columns ``extra_<i>_<name>``)
     extra: dict[str, dict[str, npt.NDArray[Any]]] = field(default_factory=dict)
 
-    def contains(self, calibrator: str, rows: IntArray, labels: IntArray) -> npt.NDArray[np.bool_]:
-        """Whether each row's prediction set holds the given label."""
-        packed = self.packed_sets[calibrator]
-        bits = packed[rows, labels // 8] >> (7 - labels % 8)
-        return (bits & 1).astype(bool)
-
-    def sets(self, calibrator: str) -> npt.NDArray[np.bool_]:
-        """The (m, K) boolean set matrix of this batch for a calibrator."""
-        K = self.probs.shape[1]
-        return np.unpackbits(self.packed_sets[calibrator], axis=1, count=K).astype(bool)
-
 
 class StreamState:
     """Batches of the whole stream, with an id index over the rows still in the window.

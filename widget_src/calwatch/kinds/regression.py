@@ -292,8 +292,14 @@ class RegressionKind(CalibratorKind[RegressionRows, RegressionBatchStats]):
         self, results: RegressionRows, probs: Any, labels: Any, sign: int = 1
     ) -> RegressionBatchStats:
         """PIT, interval coverage and CRPS of rows with these true values (scored with their CDFs)."""
-        scored = results.calibrator.predict_rows(results.pred, labels, levels=results.levels, u=results.u)
-        return RegressionBatchStats.labelled(scored, results.levels, sign)
+        return RegressionBatchStats.labelled(self.score(results, labels), results.levels, sign)
+
+    def score(self, results: RegressionRows, y: FloatArray) -> dict[str, FloatArray]:
+        """Each row's PIT, interval hits and CRPS for true values ``y``, with the CDF it was shown."""
+        scored: dict[str, FloatArray] = results.calibrator.predict_rows(
+            results.pred, y, levels=results.levels, u=results.u
+        )
+        return scored
 
     def keep(self, rows: BatchRows, key: str, results: RegressionRows) -> None:
         """The draws, the intervals and the (shared) base predictions go to ``rows.regression``."""
