@@ -10,7 +10,6 @@ never code run from the snapshot.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ import calwatch as cw
 from calwatch.state_codec import SnapshotError
 
 from ..synthetic import pets_monitor
+from .snapshot_files import resign
 
 FILES = ("state.json", "arrays.parquet", "batches.parquet", "rows.parquet")
 FUZZ = settings(
@@ -60,13 +60,6 @@ def copy_of(template, tmp_path):
         return target
 
     return fresh
-
-
-def _resign(snap: Path, name: str) -> None:
-    manifest = json.loads((snap / "manifest.json").read_text())
-    data = (snap / name).read_bytes()
-    manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    (snap / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
 
 def _loads_or_refuses(snap: Path) -> None:
@@ -114,13 +107,13 @@ def test_flipped_bytes_are_refused(copy_of, name, where, flip):
 
 
 @FUZZ
-@given(name=st.sampled_from(FILES), keep=st.floats(0, 1, exclude_max=True), resign=st.booleans())
-def test_truncated_files_load_or_are_refused(copy_of, name, keep, resign):
+@given(name=st.sampled_from(FILES), keep=st.floats(0, 1, exclude_max=True), signed=st.booleans())
+def test_truncated_files_load_or_are_refused(copy_of, name, keep, signed):
     snap = copy_of()
     data = (snap / name).read_bytes()
     (snap / name).write_bytes(data[: int(keep * len(data))])
-    if resign:
-        _resign(snap, name)
+    if signed:
+        resign(snap, name)
     _loads_or_refuses(snap)
 
 
@@ -132,7 +125,7 @@ def test_any_edit_of_the_state_loads_or_is_refused(copy_of, data, value):
     paths = list(_paths(state))
     path = data.draw(st.sampled_from(paths))
     (snap / "state.json").write_text(json.dumps(_replace(state, path, value)))
-    _resign(snap, "state.json")
+    resign(snap, "state.json")
     _loads_or_refuses(snap)
 
 
@@ -159,5 +152,5 @@ def test_any_cell_of_batches_parquet_edited_loads_or_is_refused(copy_of, data):
     values[row] = value
     frame = frame.with_columns(pl.Series(column, values, dtype=dtype))
     frame.write_parquet(snap / "batches.parquet")
-    _resign(snap, "batches.parquet")
+    resign(snap, "batches.parquet")
     _loads_or_refuses(snap)

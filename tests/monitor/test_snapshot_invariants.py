@@ -6,7 +6,6 @@ the checksums pass), and expects :class:`~calwatch.state_codec.SnapshotError` na
 the batch or calibrator, and the field.
 """
 
-import hashlib
 import json
 import math
 import shutil
@@ -25,6 +24,7 @@ from calwatch.state_checks import calibrator_problems
 from calwatch.state_codec import SnapshotError
 
 from ..synthetic import pets_monitor, softmax_data
+from .snapshot_files import resign
 
 FAST = {"epochs": 1, "steps_per_epoch": 3, "sample_size": 64, "progress": False, "n_threads": 1}
 
@@ -110,19 +110,13 @@ def snapshot(saved, tmp_path):
 
 
 # ---------------------------------------------------------------------------- tampering, re-signed
-def _resign(snap, name):
-    """Record a changed file's size and SHA-256 in manifest.json, as save_monitor does."""
-    manifest = json.loads((snap / "manifest.json").read_text())
-    data = (snap / name).read_bytes()
-    manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    (snap / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
 
 def _edit_state(snap, edit):
     state = json.loads((snap / "state.json").read_text())
     edit(state)
     (snap / "state.json").write_text(json.dumps(state, allow_nan=False))
-    _resign(snap, "state.json")
+    resign(snap, "state.json")
 
 
 def _calibrator(state, key):
@@ -151,7 +145,7 @@ def _edit_batches(snap, batch, calibrator, **values):
     for name, value in values.items():
         hits[0][name] = value(hits[0]) if callable(value) else value
     pl.DataFrame(rows, schema=frame.schema).write_parquet(snap / "batches.parquet")
-    _resign(snap, "batches.parquet")
+    resign(snap, "batches.parquet")
     return hits[0]
 
 
@@ -163,7 +157,7 @@ def _edit_array(snap, key, edit):
     edit(values)
     row["data"] = values.tobytes()
     pl.DataFrame(rows, schema=frame.schema).write_parquet(snap / "arrays.parquet")
-    _resign(snap, "arrays.parquet")
+    resign(snap, "arrays.parquet")
 
 
 def _refused(snap, *parts):
