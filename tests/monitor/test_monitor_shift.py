@@ -167,7 +167,8 @@ def test_default_detectors_accept_classes_too_small_to_test():
     mon.calibrate(probs=P, y=y)
     detector = next(d for d in mon.shift_watch.detectors if d.name == "by-class: class coverage drop")
     counts = np.bincount(y, minlength=K)
-    assert set(detector.tests_) == {c for c in range(K) if counts[c] >= 9}  # k = ⌈(n+1)·0.9⌉ ≤ n
+    assert set(np.flatnonzero(detector.test_.testable)) == {c for c in range(K) if counts[c] >= 9}  # k ≤ n
+    assert detector.untested_ == [c for c in range(K) if counts[c] < 9]
     Pb = rng.dirichlet(np.full(K, 0.3), size=500)
     mon.observe(probs=Pb, ids=list(range(500)), y=rng.integers(0, K, 500))
     assert mon.summary()["n_labelled"].to_list() == [500]

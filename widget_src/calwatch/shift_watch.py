@@ -36,14 +36,21 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from calwatch.engine.shift.betting import (
+    DEFAULT_SR_THRESHOLD,
+    GroupedBetting,
+    calibration_null_rates,
+    has_finite_threshold,
+)
 from calwatch.engine.shift.detectors import ConformalTestMartingale
 from calwatch.engine.shift.monitors import (
-    DEFAULT_SR_THRESHOLD,
+    DEFAULT_CALIBRATION_DELTA,
+    BettingLook,
     CoverageDrop,
     EpisodeTracker,
     MonitorResult,
     ShiftWarning,
-    has_finite_threshold,
+    coverage_drop_result,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -133,13 +140,13 @@ class _MartingaleDetector:
         assert self.martingale_ is not None  # calibrate() runs before any look
         m = self.martingale_
         before = len(m.alarm_indices_)
-        out = m.update(scores)
-        column = {"ville": "log10_martingale", "cusum": "log10_cusum", "shiryaev-roberts": "log10_sr"}
-        values = out[column[self.statistic]].to_numpy()
+        step = m.step(scores)
+        values = {"ville": step.log_martingale, "cusum": step.log_cusum, "shiryaev-roberts": step.log_sr}[
+            self.statistic
+        ]
         new_alarms = tuple(m.alarm_indices_[before:])
-        statistic = float(values.max()) if values.size else -math.inf
-        p_values = out["p_value"].to_numpy()
-        p_mean = float(p_values.mean()) if p_values.size else math.nan
+        statistic = float(values.max()) / _LN10 if values.size else -math.inf
+        p_mean = float(step.p_value.mean()) if step.p_value.size else math.nan
         return MonitorResult(
             name=self.name,
             statistic=statistic,
@@ -335,9 +342,15 @@ class ClassCoverageDropDetector:
 
     A ``mondrian="label"`` calibrator promises coverage ``≥ 1 − α`` within every class, so a
     drop in one class (say, late flights) breaks its promise even while the marginal coverage
-    holds. One :class:`~calwatch.engine.shift.monitors.CoverageDrop` runs per class, each against
-    that class's calibration count; with ``K`` classes each test's threshold is ``K·c``, so by
-    the union bound the K tests together keep the false-alarm control of one test at ``c``.
+    holds. One betting test runs per class (the test of
+    :class:`~calwatch.engine.shift.monitors.CoverageDrop`, on that class's rows in arrival order,
+    against that class's calibration count); with ``K`` classes each test's threshold is
+    ``K·c``, so by the union bound the K tests together keep the false-alarm control of one test
+    at ``c``. The K tests advance together (:class:`~calwatch.engine.shift.betting.GroupedBetting`):
+    a batch costs a few array operations whatever ``K``.
+
+    A class with too few calibration rows for a finite threshold at the calibrator's α (its sets
+    always hold it: its coverage cannot drop) has no test; ``untested_`` lists them.
     """
 
     needs_labels = True
@@ -346,25 +359,53 @@ class ClassCoverageDropDetector:
         self.calibrator = calibrator
         self.name = f"{calibrator}: class coverage drop"
         self.threshold = threshold
-        self.tests_: dict[int, CoverageDrop] = {}
+        self.test_: GroupedBetting | None = None
+        self.alpha_ = math.nan
         self.classes_: list[str] = []
 
-    def calibrate(self, data: CalibrationData) -> None:
-        """One test per class with calibration rows, against that class's calibration count.
+    @property
+    def untested_(self) -> list[int]:
+        """Classes without a test (too few calibration rows at the calibrator's α)."""
+        return [] if self.test_ is None else np.flatnonzero(~self.test_.testable).tolist()
 
-        A class with too few calibration rows for a finite threshold at the calibrator's α (its
-        sets always hold it: its coverage cannot drop) gets no test.
-        """
+    def calibrate(self, data: CalibrationData) -> None:
+        """One test per class with enough calibration rows, against that class's calibration count."""
         cal = data.calibrators[self.calibrator]
         K = int(getattr(cal, "n_classes_", 0) or data.probs.shape[1])
-        counts = np.bincount(data.labels, minlength=K)
-        threshold = (self.threshold or DEFAULT_SR_THRESHOLD) * K
+        counts = np.bincount(data.labels, minlength=K)[:K]
+        self.alpha_ = float(cal.alpha)
+        testable = np.array([has_finite_threshold(self.alpha_, int(n)) for n in counts.tolist()], dtype=bool)
+        rates = np.full(K, np.nan)
+        rates[testable] = calibration_null_rates(self.alpha_, counts[testable], DEFAULT_CALIBRATION_DELTA)
+        self.test_ = GroupedBetting(rates, threshold=(self.threshold or DEFAULT_SR_THRESHOLD) * K)
         self.classes_ = data.classes if data.classes is not None else [str(c) for c in range(K)]
-        self.tests_ = {
-            c: CoverageDrop(alpha=float(cal.alpha), n_calibration=int(counts[c]), threshold=threshold)
-            for c in range(K)
-            if has_finite_threshold(float(cal.alpha), int(counts[c]))
-        }
+
+    def _after_decode(self) -> None:
+        """Rebuild a snapshot of the one-test-per-class layout (``tests_``) as grouped state."""
+        tests: dict[int, CoverageDrop] | None = self.__dict__.pop("tests_", None)
+        if tests is None or getattr(self, "test_", None) is not None:
+            return
+        self.alpha_ = math.nan
+        K = len(self.classes_)
+        rates = np.full(K, np.nan)
+        for c, test in tests.items():
+            rates[c] = test.null_rate
+        threshold = next(iter(tests.values())).test_.threshold if tests else DEFAULT_SR_THRESHOLD * K
+        grouped = GroupedBetting(rates, threshold=threshold)
+        alarms: list[tuple[int, int]] = []
+        for c, test in tests.items():
+            inner = test.test_
+            with np.errstate(divide="ignore"):
+                grouped.sr[c] = np.exp(inner._log_sr)
+            grouped.alarmed[c] = inner.alarmed_
+            grouped.rows[c] = inner.rows_
+            grouped.events[c] = inner.events_
+            grouped.log10_statistic[c] = inner.log10_statistic_
+            alarms.extend((c, row) for row in inner.alarms_)
+            self.alpha_ = test.alpha
+        grouped.alarm_groups = np.array([c for c, _ in alarms], dtype=np.int64)
+        grouped.alarm_rows = np.array([row for _, row in alarms], dtype=np.int64)
+        self.test_ = grouped
 
     def observe(self, probs: FloatArray) -> MonitorResult | None:
         """Label-based: nothing to do until labels arrive."""
@@ -374,24 +415,41 @@ class ClassCoverageDropDetector:
         self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
     ) -> MonitorResult | None:
         """Feed each class's newly labelled rows to its test; report the class most in doubt."""
-        hits = covered[self.calibrator]
-        results = [
-            (c, self.tests_[c].update(hits[labels == c]))
-            for c in np.unique(labels).tolist()
-            if c in self.tests_
-        ]
-        if not results:
+        if self.test_ is None:
             return None
-        alarmed = [(c, r) for c, r in results if r.alarm]
-        c, worst = max(alarmed or results, key=lambda item: item[1].statistic)
+        hits = covered[self.calibrator]
+        look = self.test_.update(~hits, labels)
+        if look.groups.size == 0:
+            return None
+        alarmed = np.isin(look.groups, look.alarm_groups)
+        candidates = np.flatnonzero(alarmed) if alarmed.any() else np.arange(look.groups.size)
+        pick = int(candidates[np.argmax(look.peak[candidates])])  # the first of equal peaks
+        c = int(look.groups[pick])
+        test = self.test_
+        window = BettingLook(
+            guarantee=test.guarantee(c),
+            detector=test.detector,
+            log10_statistic=float(look.peak[pick]),
+            log10_threshold=test.log10_threshold,
+            window_alarms=tuple(look.alarms_of(c)),
+            alarmed_ever=bool(np.isin(c, test.alarm_groups)),
+            rows_seen=int(test.rows[c]),
+        )
+        worst = coverage_drop_result(
+            window,
+            hits[labels == c],
+            name=self.name,
+            alpha=self.alpha_,
+            null_rate=float(test.null_rates[c]),
+            calibration_delta=DEFAULT_CALIBRATION_DELTA,
+        )
         name = self.classes_[c] if c < len(self.classes_) else str(c)
         return dataclasses.replace(
             worst,
-            name=self.name,
-            alarm=bool(alarmed),
+            alarm=bool(alarmed.any()),
             threatens=f"coverage within each class of {self.calibrator}'s prediction sets (class {name!r})",
             explanation=f"class {name!r}: {worst.explanation}",
-            guarantee=f"{worst.guarantee}; each of the {len(self.tests_)} class tests at threshold K·c",
+            guarantee=f"{worst.guarantee}; each of the {test.n_tests} class tests at threshold K·c",
         )
 
 

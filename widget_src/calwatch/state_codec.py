@@ -7,7 +7,9 @@ name of their class together with their attributes. Decoding rebuilds objects wi
 their constructors (``cls.__new__`` then the attributes, or the class's own ``__setstate__``
 when it defines ``__getstate__``/``__setstate__``, e.g. to rebuild a native index from arrays),
 and only for classes defined in the ``calwatch`` package; anything else in a snapshot is
-refused with :class:`SnapshotError`.
+refused with :class:`SnapshotError`. A class whose attributes changed layout may define
+``_after_decode()``, called once its attributes are set, to rebuild an older layout in the new
+one (the code run is calwatch's own, never the snapshot's).
 
 Shared references are kept: an object reached twice is written once and decoded as one
 object, so a detector list that the monitor and its shift layer both hold stays shared.
@@ -74,6 +76,11 @@ LEGACY_MODULES: dict[str, str] = {
     "calwatch.engine.monitors": "calwatch.engine.shift.monitors",
     "calwatch.engine.metrics": "calwatch.engine.metrics.intervals",
     "calwatch.engine.calibration_metrics": "calwatch.engine.metrics.calibration",
+}
+#: Classes that moved to another module after the house layout (names already read through
+#: :data:`LEGACY_MODULES`).
+LEGACY_CLASSES: dict[str, str] = {
+    "calwatch.engine.shift.monitors:BernoulliBetting": "calwatch.engine.shift.betting:BernoulliBetting",
 }
 
 
@@ -231,6 +238,9 @@ class StateDecoder:
             return obj
         for key, value in tree["attrs"].items():
             object.__setattr__(obj, key, self.decode(value))  # also for frozen dataclasses and slots
+        upgrade = getattr(cls, "_after_decode", None)
+        if callable(upgrade):  # a calwatch class rebuilding an older layout of its attributes
+            obj._after_decode()
         return obj
 
     def _namedtuple(self, tree: dict[str, Any]) -> Any:
@@ -361,17 +371,20 @@ def _trusted_name(obj: Any, path: str) -> str:
 
 
 def current_name(name: str) -> str:
-    """``"module:qualname"`` with a module that moved in the house layout renamed to where it is now.
+    """``"module:qualname"`` with a module or class that moved renamed to where it is now.
 
     Examples
     --------
     >>> current_name("calwatch.engine.conformal:SplitConformalClassifier")
     'calwatch.engine.conformal.classifier:SplitConformalClassifier'
+    >>> current_name("calwatch.engine.monitors:BernoulliBetting")
+    'calwatch.engine.shift.betting:BernoulliBetting'
     >>> current_name("calwatch.monitor:Note")
     'calwatch.monitor:Note'
     """
     module_name, sep, qualname = str(name).partition(":")
-    return f"{LEGACY_MODULES.get(module_name, module_name)}{sep}{qualname}"
+    renamed = f"{LEGACY_MODULES.get(module_name, module_name)}{sep}{qualname}"
+    return LEGACY_CLASSES.get(renamed, renamed)
 
 
 def resolve_trusted(name: str) -> Any:

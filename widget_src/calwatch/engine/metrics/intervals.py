@@ -13,7 +13,11 @@ def clopper_pearson(
 ) -> tuple[FloatArray, FloatArray]:
     """Exact (Clopper-Pearson) binomial confidence interval for ``successes / trials``.
 
-    Vectorised; rows with ``trials == 0`` get ``(nan, nan)``.
+    Vectorised; rows with ``trials == 0`` get ``(nan, nan)``. The bounds are quantiles of Beta
+    distributions, ``Beta(k, n−k+1)`` at ``(1−confidence)/2`` and ``Beta(k+1, n−k)`` at
+    ``(1+confidence)/2``, computed by ``scipy.special.betaincinv`` (the inverse regularised
+    incomplete beta that ``scipy.stats.beta.ppf`` evaluates, at a tenth of its per-call cost:
+    the monitor asks for an interval per detector per batch).
 
     Examples
     --------
@@ -21,14 +25,14 @@ def clopper_pearson(
     >>> round(float(lo[0]), 4), round(float(hi[0]), 4)
     (0.555, 0.9975)
     """
-    from scipy.stats import beta  # scipy.stats costs ~0.3 s to import: only when an interval is asked for
+    from scipy.special import betaincinv  # on first use: `import calwatch` stays fast
 
     k = np.atleast_1d(np.asarray(successes, dtype=np.float64))
     n = np.atleast_1d(np.asarray(trials, dtype=np.float64))
     tail = (1.0 - confidence) / 2.0
     with np.errstate(invalid="ignore", divide="ignore"):
-        lo = np.where(k > 0, beta.ppf(tail, k, n - k + 1), 0.0)
-        hi = np.where(k < n, beta.ppf(1.0 - tail, k + 1, n - k), 1.0)
+        lo = np.where(k > 0, betaincinv(k, n - k + 1, tail), 0.0)
+        hi = np.where(k < n, betaincinv(k + 1, n - k, 1.0 - tail), 1.0)
     empty = n <= 0
     lo = np.where(empty, np.nan, lo)
     hi = np.where(empty, np.nan, hi)

@@ -43,14 +43,14 @@ False-alarm guarantees (under exchangeability of calibration + stream)
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Self
+from typing import Any, Literal, NamedTuple, Self
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
 from calwatch.engine.errors import NotFittedError
-from calwatch.engine.shift.martingale import ScoreBag, cusum, shiryaev_roberts, simple_jumper
+from calwatch.engine.shift.martingale import GridScoreBag, ScoreBag, change_statistics, simple_jumper
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -88,6 +88,20 @@ def _check_scores(scores: Any, name: str) -> FloatArray:
         msg = f"{name} contains NaN (first in row {int(np.flatnonzero(np.isnan(out))[0])})"
         raise ValueError(msg)
     return out
+
+
+class MartingaleStep(NamedTuple):
+    """One batch of a :class:`ConformalTestMartingale`, one entry per row (natural logs).
+
+    ``p_value``, ``log_martingale`` (``log S_n``), ``log_cusum``, ``log_sr`` (before any
+    restart) and ``alarm`` (the chosen statistic alarmed at this row).
+    """
+
+    p_value: FloatArray
+    log_martingale: FloatArray
+    log_cusum: FloatArray
+    log_sr: FloatArray
+    alarm: npt.NDArray[np.bool_]
 
 
 def _log_or_none(value: float) -> float | None:
@@ -172,6 +186,8 @@ class ConformalTestMartingale:
     (True, 324)
     """
 
+    _bag: ScoreBag | GridScoreBag
+
     def __init__(
         self,
         *,
@@ -220,6 +236,27 @@ class ConformalTestMartingale:
     def _grid(self, scores: FloatArray) -> FloatArray:
         return scores if self.resolution is None else np.floor(scores / self.resolution)
 
+    def _new_bag(self, values: FloatArray) -> ScoreBag | GridScoreBag:
+        """A grid bag for gridded scores that fit one (the fast case), sorted runs otherwise."""
+        if self.resolution is not None and GridScoreBag.accepts(values):
+            return GridScoreBag.from_values(values)
+        return ScoreBag(values)
+
+    def _bag_for(self, batch: FloatArray) -> ScoreBag | GridScoreBag:
+        """The bag, moved to sorted runs when a grid bag cannot hold this batch (same counts)."""
+        bag = self._bag
+        if isinstance(bag, GridScoreBag) and not GridScoreBag.accepts(batch, bag.lo, bag.hi):
+            self._bag = ScoreBag.from_counts(*bag.counts())
+        return self._bag
+
+    def _after_decode(self) -> None:
+        """A snapshot from before grid bags holds sorted runs: gridded scores move to a grid bag."""
+        bag = getattr(self, "_bag", None)
+        if isinstance(bag, ScoreBag) and self.resolution is not None:
+            values, counts = bag.counts()
+            if GridScoreBag.accepts(values):
+                self._bag = GridScoreBag.from_counts(values, counts)
+
     def fit(self, scores_cal: Any) -> Self:
         """Start a test: the calibration scores become the first elements of the bag.
 
@@ -238,7 +275,7 @@ class ConformalTestMartingale:
         if scores.shape[0] == 0:
             msg = "scores_cal is empty: expected at least one calibration score"
             raise ValueError(msg)
-        self._bag = ScoreBag(self._grid(scores))
+        self._bag = self._new_bag(self._grid(scores))
         self._rng = np.random.default_rng(self.seed)
         self._capital = np.full(3, 1.0 / 3.0)
         self._log_s = 0.0
@@ -307,21 +344,44 @@ class ConformalTestMartingale:
             ``threshold`` at this row (for CUSUM and Shiryaev–Roberts, which then restart).
         """
         self._check_fitted()
+        start = self.n_seen_
+        step = self.step(scores)
+        return pl.DataFrame(
+            {
+                "row": np.arange(start, start + step.p_value.shape[0], dtype=np.int64),
+                "p_value": step.p_value,
+                "log10_martingale": step.log_martingale / _LN10,
+                "log10_cusum": step.log_cusum / _LN10,
+                "log10_sr": step.log_sr / _LN10,
+                "alarm": step.alarm,
+            }
+        )
+
+    def step(self, scores: Any) -> MartingaleStep:
+        """:meth:`update` as plain arrays (natural logs), for callers that need no data frame."""
+        self._check_fitted()
         batch = self._grid(_check_scores(scores, "scores"))
         b = batch.shape[0]
         theta: FloatArray = np.asarray(self._rng.random(b), dtype=np.float64)
-        p = np.empty(b)
-        for lo in range(0, b, MAX_CHUNK):
-            hi = min(b, lo + MAX_CHUNK)
-            p[lo:hi] = self._bag.p_values(batch[lo:hi], theta[lo:hi])
+        bag = self._bag_for(batch)
+        if isinstance(bag, GridScoreBag):
+            p = bag.p_values(batch, theta)
+        else:
+            p = np.empty(b)
+            for lo in range(0, b, MAX_CHUNK):
+                hi = min(b, lo + MAX_CHUNK)
+                p[lo:hi] = bag.p_values(batch[lo:hi], theta[lo:hi])
         growth, self._capital = simple_jumper(p, jump=self.jump, capital=self._capital)
         log_s = self._log_s + growth
         factors = np.diff(growth, prepend=0.0)
-        log_c = math.log(self.threshold)
-        log_cusum, cusum_alarm = cusum(factors, start=self._log_cusum, log_threshold=log_c)
-        log_sr, sr_alarm = shiryaev_roberts(factors, start=self._log_sr, log_threshold=log_c)
+        log_cusum, cusum_alarm, log_sr, sr_alarm = change_statistics(
+            factors,
+            cusum_start=self._log_cusum,
+            sr_start=self._log_sr,
+            log_threshold=math.log(self.threshold),
+        )
         if self.statistic == "ville":
-            alarm = log_s >= log_c
+            alarm = log_s >= math.log(self.threshold)
         else:
             alarm = cusum_alarm if self.statistic == "cusum" else sr_alarm
         start = self.n_seen_
@@ -339,16 +399,7 @@ class ConformalTestMartingale:
                 if self.first_alarm_index_ is None:
                     self.first_alarm_index_ = self.alarm_indices_[0]
                 self.alarmed_ = True
-        return pl.DataFrame(
-            {
-                "row": np.arange(start, start + b, dtype=np.int64),
-                "p_value": p,
-                "log10_martingale": log_s / _LN10,
-                "log10_cusum": log_cusum / _LN10,
-                "log10_sr": log_sr / _LN10,
-                "alarm": alarm,
-            }
-        )
+        return MartingaleStep(p, log_s, log_cusum, log_sr, alarm)
 
     # ------------------------------------------------------------------ state
     def state(self) -> tuple[dict[str, npt.NDArray[Any]], dict[str, Any]]:
@@ -432,7 +483,10 @@ class ConformalTestMartingale:
             msg = f"state array capital must be 3 non-negative numbers summing to 1; got {capital!r}"
             raise ValueError(msg)
         out = cls(**info["params"])
-        out._bag = ScoreBag.from_counts(values, counts)
+        gridded = out.resolution is not None and GridScoreBag.accepts(values)
+        out._bag = (
+            GridScoreBag.from_counts(values, counts) if gridded else ScoreBag.from_counts(values, counts)
+        )
         out._rng = np.random.default_rng()
         out._rng.bit_generator.state = info["rng"]
         out._capital = capital.copy()

@@ -15,8 +15,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -229,6 +228,118 @@ class ScoreBag:
         return out
 
 
+# ------------------------------------------------------------------------ the grid bag
+#: Most grid cells a :class:`GridScoreBag` spans (two int64 arrays of this length: 64 MiB).
+MAX_GRID_CELLS = 1 << 22
+
+
+class GridScoreBag:
+    """The exact multiset of scores on an integer grid: a count per cell, in a Fenwick tree.
+
+    A martingale with ``resolution`` feeds scores ``⌊score / resolution⌋``, integers in a range
+    that the scores' own range bounds (``[0, 1]`` at ``1e-4``: 10,001 cells). Counting per cell
+    makes a p-value two prefix sums over the tree, ``O(log cells)``, for every row in arrival
+    order, the batch's earlier rows included (a compiled loop,
+    :func:`calwatch.engine.shift.kernels.fenwick_p_values`), with no sorting and no merging;
+    memory is two integers per cell whatever the stream's length. The range grows (doubling)
+    when a score falls outside it; :meth:`accepts` says when a batch cannot be held (a
+    non-integer or infinite score, or more than :data:`MAX_GRID_CELLS` cells), and the
+    martingale then moves to the sorted-runs :class:`ScoreBag` (same counts, same p-values).
+
+    Parameters
+    ----------
+    lo : int
+        The value of cell 0.
+    counts : ndarray of int64
+        Scores per cell.
+    """
+
+    def __init__(self, lo: int, counts: IntArray) -> None:
+        from calwatch.engine.shift.kernels import fenwick_build
+
+        self.lo = int(lo)
+        self._counts = np.ascontiguousarray(counts, dtype=np.int64)
+        self._tree = fenwick_build(self._counts)
+        self.size = int(self._counts.sum())
+
+    @staticmethod
+    def accepts(values: FloatArray, lo: float | None = None, hi: float | None = None) -> bool:
+        """Whether these values (with a current range ``[lo, hi]``) fit on a grid bag."""
+        if values.shape[0] == 0:
+            return True
+        vmin, vmax = float(values.min()), float(values.max())
+        if not (math.isfinite(vmin) and math.isfinite(vmax)) or not np.array_equal(values, np.floor(values)):
+            return False
+        low = vmin if lo is None else min(lo, vmin)
+        high = vmax if hi is None else max(hi, vmax)
+        return high - low + 1 <= MAX_GRID_CELLS
+
+    @classmethod
+    def from_values(cls, values: FloatArray) -> GridScoreBag:
+        """A bag of these integer-valued scores (check :meth:`accepts` first)."""
+        if values.shape[0] == 0:
+            return cls(0, np.zeros(1, dtype=np.int64))
+        lo = int(values.min())
+        counts = np.bincount((values - lo).astype(np.int64))
+        return cls(lo, counts)
+
+    @classmethod
+    def from_counts(cls, values: FloatArray, counts: IntArray) -> GridScoreBag:
+        """A bag holding ``counts[i]`` copies of the integer ``values[i]`` (sorted, distinct)."""
+        if values.shape[0] == 0:
+            return cls(0, np.zeros(1, dtype=np.int64))
+        lo = int(values[0])
+        dense = np.zeros(int(values[-1]) - lo + 1, dtype=np.int64)
+        dense[(values - lo).astype(np.int64)] = counts
+        return cls(lo, dense)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The cells' counts (the tree is rebuilt from them on load)."""
+        return {"lo": self.lo, "counts": self._counts}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Rebuild the tree from the saved counts."""
+        self.__init__(int(state["lo"]), np.asarray(state["counts"], dtype=np.int64))  # type: ignore[misc]
+
+    @property
+    def hi(self) -> int:
+        """The value of the last cell."""
+        return self.lo + int(self._counts.shape[0]) - 1
+
+    def counts(self) -> tuple[FloatArray, IntArray]:
+        """The bag as sorted distinct values and their multiplicities."""
+        cells = np.flatnonzero(self._counts)
+        return (cells + self.lo).astype(np.float64), self._counts[cells].copy()
+
+    def _cover(self, vmin: int, vmax: int) -> None:
+        """Grow the range to hold ``[vmin, vmax]``, with as much room again on the side that grew."""
+        lo, hi = self.lo, self.hi
+        if vmin >= lo and vmax <= hi:
+            return
+        span = max(hi, vmax) - min(lo, vmin) + 1
+        room = min(span, MAX_GRID_CELLS - span) // 2
+        new_lo = min(lo, vmin) - (room if vmin < lo else 0)
+        new_hi = max(hi, vmax) + (room if vmax > hi else 0)
+        counts = np.zeros(new_hi - new_lo + 1, dtype=np.int64)
+        counts[lo - new_lo : lo - new_lo + self._counts.shape[0]] = self._counts
+        self.__init__(new_lo, counts)  # type: ignore[misc]
+
+    def p_values(self, scores: FloatArray, theta: FloatArray) -> FloatArray:
+        """Add ``scores`` to the bag, in order, returning each row's smoothed p-value.
+
+        The same p-values as :meth:`ScoreBag.p_values`, to the last bit.
+        """
+        from calwatch.engine.shift.kernels import fenwick_p_values
+
+        if scores.shape[0] == 0:
+            return np.empty(0)
+        self._cover(int(scores.min()), int(scores.max()))
+        cells = (scores - self.lo).astype(np.int64)
+        out: FloatArray = fenwick_p_values(self._tree, self._counts, cells, theta, self.size)
+        self.size += int(scores.shape[0])
+        return out
+
+
 # ------------------------------------------------------------------------ the simple jumper
 def jumper_matrix(jump: float) -> FloatArray:
     """``M = (1 − J) I + (J/3) 11ᵀ``: each state keeps ``1 − J`` of its capital, the rest is pooled."""
@@ -240,9 +351,9 @@ def simple_jumper(p: FloatArray, *, jump: float, capital: FloatArray) -> tuple[F
 
     Row ``n`` maps the capital vector ``C`` (states ``ε = −1, 0, 1``) to ``D_n M C`` with
     ``D_n = diag(1 + ε (p_n − ½))`` and ``M`` from :func:`jumper_matrix`; the martingale is
-    ``S_n = Σ_ε C_ε``. The batch's prefix products are computed in parallel: a doubling scan
-    inside blocks of :data:`JUMPER_BLOCK` rows (bounded entries, no rescaling), then a doubling
-    scan over the block totals, each normalised to sum 1 with its log carried separately.
+    ``S_n = Σ_ε C_ε``. Computed row by row
+    (:func:`calwatch.engine.shift.kernels.simple_jumper_rows`), the capital renormalised to sum
+    1 after each row and the log of its growth carried.
 
     Parameters
     ----------
@@ -260,105 +371,33 @@ def simple_jumper(p: FloatArray, *, jump: float, capital: FloatArray) -> tuple[F
     capital : ndarray of shape (3,)
         The capital after the batch, normalised to sum 1.
     """
-    b = p.shape[0]
-    if b == 0:
-        return np.empty(0), capital.copy()
-    block = JUMPER_BLOCK
-    n_blocks = -(-b // block)
-    f = 1.0 + EPSILONS[:, None] * (p[None, :] - 0.5)
-    flat = np.empty((3, 3, n_blocks * block))
-    np.multiply(f[:, None, :], jumper_matrix(jump)[:, :, None], out=flat[..., :b])
-    flat[..., b:] = np.eye(3)[:, :, None]  # padding: identity factors
-    X = flat.reshape(3, 3, n_blocks, block)
-    step = 1
-    while step < block:  # X[..., k, j] becomes A_{k,j} ⋯ A_{k,0}
-        X[..., step:] = np.einsum("ijnb,jknb->iknb", X[..., step:], X[..., :-step])
-        step *= 2
-    # Block level: U_k = T_k ⋯ T_0 (T_k the total of block k), each kept as exp(scale) · unit-sum.
-    U = X[..., -1].copy()
-    scale = np.log(U.sum(axis=(0, 1)))
-    U /= np.exp(scale)
-    step = 1
-    while step < n_blocks:
-        product = np.einsum("ijn,jkn->ikn", U[..., step:], U[..., :-step])
-        norm = product.sum(axis=(0, 1))
-        U[..., step:] = product / norm
-        scale[step:] += scale[:-step] + np.log(norm)
-        step *= 2
-    # Capital entering each block: c for block 0, U_{k−1} c after.
-    entering = np.empty((3, n_blocks))
-    entering[:, 0] = capital
-    entry_scale = np.zeros(n_blocks)
-    if n_blocks > 1:
-        carried = np.einsum("ijn,j->in", U[..., :-1], capital)
-        total = carried.sum(axis=0)
-        entering[:, 1:] = carried / total
-        entry_scale[1:] = scale[:-1] + np.log(total)
-    inside = np.einsum("ijnb,jn->inb", X, entering).reshape(3, -1)[:, :b]
-    sums = inside.sum(axis=0)
-    log_growth: FloatArray = np.repeat(entry_scale, block)[:b] + np.log(sums)
-    return log_growth, inside[:, -1] / sums[-1]
+    from calwatch.engine.shift.kernels import simple_jumper_rows
+
+    after = np.array(capital, dtype=np.float64)
+    factors: FloatArray = simple_jumper_rows(np.ascontiguousarray(p, dtype=np.float64), float(jump), after)
+    return np.cumsum(factors), after
 
 
 # ------------------------------------------------------------- CUSUM and Shiryaev–Roberts
-#: After a restart, the change statistics are computed over this many rows at first, then over
-#: windows twice as long while no alarm comes (so restarts cost ``O(gap)``, not ``O(batch)``).
-_FIRST_WINDOW = 64
+def change_statistics(
+    log_factors: FloatArray, *, cusum_start: float, sr_start: float, log_threshold: float
+) -> tuple[FloatArray, BoolArray, FloatArray, BoolArray]:
+    """CUSUM and Shiryaev–Roberts together on the same factors (one compiled pass).
 
+    Returns ``(log_gamma, cusum_alarm, log_r, sr_alarm)``; see :func:`cusum` and
+    :func:`shiryaev_roberts`.
+    """
+    from calwatch.engine.shift.kernels import change_statistics as kernel
 
-def _cusum_window(log_factors: FloatArray, head: float) -> FloatArray:
-    """``log γ`` over a stretch without restarts, ``head = log γ`` before it."""
-    L = np.cumsum(log_factors)
-    floor = np.empty(L.shape[0])
-    floor[0] = -max(0.0, head)
-    floor[1:] = L[:-1]
-    out: FloatArray = L - np.minimum.accumulate(floor)
-    return out
-
-
-def _sr_window(log_factors: FloatArray, head: float) -> FloatArray:
-    """``log R`` over a stretch without restarts, ``head = log R`` before it."""
-    L = np.cumsum(log_factors)
-    terms = np.empty(L.shape[0] + 1)
-    terms[0] = head
-    terms[1] = 0.0
-    np.negative(L[:-1], out=terms[2:])
-    out: FloatArray = L + np.logaddexp.accumulate(terms)[1:]
-    return out
-
-
-def _with_restarts(
-    log_factors: FloatArray,
-    window: Callable[[FloatArray, float], FloatArray],
-    start: float,
-    restart: float,
-    log_threshold: float,
-) -> tuple[FloatArray, BoolArray]:
-    """Run a statistic over the batch, restarting it (``head = restart``) after each alarm."""
-    b = log_factors.shape[0]
-    out = np.empty(b)
-    alarm = np.zeros(b, dtype=bool)
-    head, i, width = start, 0, _FIRST_WINDOW
-    while i < b:
-        stop = min(b, i + width)
-        values = window(log_factors[i:stop], head)
-        hits = values >= log_threshold
-        k = int(hits.argmax())
-        if hits[k]:
-            out[i : i + k + 1] = values[: k + 1]
-            alarm[i + k] = True
-            head, i, width = restart, i + k + 1, _FIRST_WINDOW
-        else:
-            out[i:stop] = values
-            head, i, width = float(values[-1]), stop, 2 * width
-    return out, alarm
+    f = np.ascontiguousarray(log_factors, dtype=np.float64)
+    log_gamma = np.empty(f.shape[0])
+    log_r = np.empty(f.shape[0])
+    alarms = kernel(f, float(cusum_start), float(sr_start), float(log_threshold), log_gamma, log_r)
+    return log_gamma, alarms[:, 0].copy(), log_r, alarms[:, 1].copy()
 
 
 def cusum(log_factors: FloatArray, *, start: float, log_threshold: float) -> tuple[FloatArray, BoolArray]:
     """CUSUM ``log γ_n = log F_n + max(0, log γ_{n−1})`` with restarts after every alarm.
-
-    Vectorised: between restarts ``log γ_n = L_n − min(−max(0, log γ_0), L_1, …, L_{n−1})``
-    with ``L`` the cumulative sum of the log factors since the restart.
 
     Parameters
     ----------
@@ -373,16 +412,16 @@ def cusum(log_factors: FloatArray, *, start: float, log_threshold: float) -> tup
     -------
     log_gamma, alarm : ndarray of shape (b,)
     """
-    return _with_restarts(log_factors, _cusum_window, start, 0.0, log_threshold)
+    log_gamma, alarm, _, _ = change_statistics(
+        log_factors, cusum_start=start, sr_start=-math.inf, log_threshold=log_threshold
+    )
+    return log_gamma, alarm
 
 
 def shiryaev_roberts(
     log_factors: FloatArray, *, start: float, log_threshold: float
 ) -> tuple[FloatArray, BoolArray]:
     """Shiryaev–Roberts ``log R_n = log F_n + log(1 + R_{n−1})``, ``R_0 = 0``, restarted at alarms.
-
-    Vectorised: between restarts ``R_n = e^{L_n} (R_0 + Σ_{k<n} e^{−L_k})`` with ``L_0 = 0``,
-    accumulated with ``logaddexp``.
 
     Parameters
     ----------
@@ -397,4 +436,7 @@ def shiryaev_roberts(
     -------
     log_r, alarm : ndarray of shape (b,)
     """
-    return _with_restarts(log_factors, _sr_window, start, -math.inf, log_threshold)
+    _, _, log_r, alarm = change_statistics(
+        log_factors, cusum_start=0.0, sr_start=start, log_threshold=log_threshold
+    )
+    return log_r, alarm

@@ -15,34 +15,10 @@ exchangeability every calwatch guarantee rests on).
 - :class:`PredictionMix` (label-free): predicted-class counts of the window against the
   calibration rows' (chi-square, alpha spending over looks).
 
-**The betting test** (:class:`BernoulliBetting`). Events ``e_t ∈ {0, 1}`` (a miss, an
-exceedance) with null ``E[e_t | past] ≤ ε₀``. For a fixed bet ``λ ∈ [0, 1/ε₀]`` the capital
-``K_t = Π_{s ≤ t} (1 + λ (e_s − ε₀))`` is a non-negative supermartingale under the null. We
-bet on a fixed grid of ten ``λ_j = u_j / ε₀``, ``u_j`` geometric from 0.005 to 0.5 (Kelly's
-bet ``(ε₁ − ε₀)/(ε₀(1 − ε₀))`` for rates ``ε₁`` from a few tenths of a point to several
-times ``ε₀`` above the null), and average with equal weights:
-
-- ``detector="ville"``: ``K_t = mean_j K_{j,t}`` is a test supermartingale, so by Ville's
-  inequality ``P(sup_t K_t ≥ c) ≤ 1/c`` over the whole stream. The alarm is sticky (the
-  "violated since calibration" flag). Closed form from the counts: ``log K_{j,t} =
-  E_t log(1 + λ_j(1 − ε₀)) + (t − E_t) log(1 − λ_j ε₀)``.
-- ``detector="sr"`` (default): Shiryaev-Roberts for repeated detection,
-  ``R_{j,t} = F_{j,t} (1 + R_{j,t−1})``, ``R_{j,0} = 0``, ``F`` the row's betting factor;
-  alarm at ``mean_j R_{j,t} ≥ c``, then reset to 0. ``R_t − t`` is a supermartingale under the
-  null, so the mean number of rows to a false alarm is ``≥ c`` and, by Doob's maximal
-  inequality on the submartingale ``R_t``, ``P(a false alarm within L rows) ≤ L/c``: choose
-  ``c = L/δ``. (CUSUM, ``F·max(1, ·)``, is never above SR, so it has the same bounds and
-  alarms no sooner.) Vectorised per batch: with ``L_t = Σ_{s≤t} log F_s``,
-  ``R_t = e^{L_t} (R_0 + Σ_{k<t} e^{−L_k})``, a cumulative log-sum-exp.
-
-**The null rate** ``ε₀`` of a conformal threshold: the threshold ``s_(k)``,
-``k = ⌈(n+1)(1−α)⌉``, misses a fresh row with probability ``ε ~ Beta(n+1−k, k)`` over the
-calibration draw (exactly for continuous scores, stochastically smaller with ties or with
-the top class added). ``ε`` is ``α`` only on average: a test against ``α`` itself would, on a
-long enough clean stream, alarm for about half of all calibration draws (those with
-``ε > α``). So ``calibration_delta=δ_c`` tests against ``ε₀ =`` the ``1 − δ_c`` quantile of that
-Beta, and the false-alarm bound gains ``+ δ_c`` (a calibration draw this unlucky counts as a
-false alarm). ``calibration_delta=None`` tests against ``α`` exactly.
+**The betting test** (:class:`~calwatch.engine.shift.betting.BernoulliBetting`) and **the null
+rate** ``ε₀`` of a conformal threshold (:func:`~calwatch.engine.shift.betting.calibration_null_rate`)
+live in :mod:`calwatch.engine.shift.betting`, with the false-alarm bounds of its two detectors
+(Ville: ``P(any false alarm) ≤ 1/c``; Shiryaev-Roberts: mean rows to a false alarm ``≥ c``).
 
 **Warnings** (SHIFT.md §5): :class:`EpisodeTracker` turns a sequence of results into
 :class:`ShiftWarning` records, one per episode: an episode opens at the first alarm and closes
@@ -55,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -64,18 +40,22 @@ from calwatch.engine._validation import check_alpha
 from calwatch.engine.conformal.quantiles import conformal_rank
 from calwatch.engine.errors import NotFittedError
 from calwatch.engine.metrics.intervals import clopper_pearson
+from calwatch.engine.shift.betting import (
+    BET_FRACTIONS,
+    DEFAULT_SR_THRESHOLD,
+    DEFAULT_VILLE_THRESHOLD,
+    DETECTOR_NAMES,
+    BernoulliBetting,
+    DetectorName,
+    calibration_null_rate,
+    check_detector,
+    has_finite_threshold,
+)
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.intp]
-DetectorName = Literal["sr", "ville"]
-DETECTOR_NAMES: tuple[DetectorName, ...] = ("sr", "ville")
 
-#: Bets ``u_j = λ_j ε₀`` of the betting mixture: a share of the largest bet ``1/ε₀``.
-BET_FRACTIONS: tuple[float, ...] = tuple(float(u) for u in np.geomspace(0.005, 0.5, 10))
-#: Default alarm thresholds ``c``: Shiryaev-Roberts (mean rows to a false alarm ≥ c) and Ville.
-DEFAULT_SR_THRESHOLD = 1e6
-DEFAULT_VILLE_THRESHOLD = 100.0
 #: Default false-alarm budget of the alpha-spending tests (over all looks).
 DEFAULT_DELTA = 0.01
 #: Default share of the calibration draws allowed to count as false alarms (see the module doc).
@@ -260,217 +240,7 @@ class EpisodeTracker:
         return None
 
 
-# ------------------------------------------------------------------ betting test
-def has_finite_threshold(alpha: float, n_calibration: int) -> bool:
-    """Whether ``n`` calibration scores give a conformal threshold at level ``α`` (else every set is full).
-
-    The threshold is the ``k``-th smallest score, ``k = ⌈(n+1)(1−α)⌉``; with ``k > n`` it is
-    infinite, every set holds every class and nothing can be missed: a coverage test has nothing
-    to test.
-
-    Examples
-    --------
-    >>> has_finite_threshold(0.1, 9), has_finite_threshold(0.1, 8)
-    (True, False)
-    """
-    n = int(n_calibration)
-    return n >= 1 and conformal_rank(n, check_alpha(alpha)) <= n
-
-
-def calibration_null_rate(alpha: float, n_calibration: int, calibration_delta: float | None) -> float:
-    """The miss rate ``ε₀`` that a conformal threshold from ``n`` scores is tested against.
-
-    ``None``: ``α`` itself. Otherwise the ``1 − δ_c`` quantile of ``Beta(n+1−k, k)``,
-    ``k = ⌈(n+1)(1−α)⌉``, the distribution of the threshold's true miss rate over calibration
-    draws.
-
-    Examples
-    --------
-    n = 99, α = 0.1: ``k = 90``, so ``ε ~ Beta(10, 90)`` (mean 0.1); its 99% quantile:
-
-    >>> round(calibration_null_rate(0.1, 99, 0.01), 4)
-    0.1805
-    """
-    from scipy.stats import beta  # on first use: `import calwatch` stays fast
-
-    a = check_alpha(alpha)
-    if calibration_delta is None:
-        return a
-    delta = check_alpha(calibration_delta, "calibration_delta")
-    n = int(n_calibration)
-    k = conformal_rank(n, a)
-    if n < 1 or k > n:
-        msg = (
-            f"{n} calibration rows give no finite threshold at level {a} (every set is full, "
-            "nothing can be missed): nothing to test"
-        )
-        raise ValueError(msg)
-    return float(beta.ppf(1.0 - delta, n + 1 - k, k))
-
-
-class BernoulliBetting:
-    """Sequential test of ``H0: E[e_t | past] ≤ ε₀`` for 0/1 events, by betting.
-
-    See the module docstring for the martingales and their false-alarm bounds.
-
-    Parameters
-    ----------
-    null_rate : float
-        ``ε₀`` in (0, 1).
-    detector : {"sr", "ville"}
-        Shiryaev-Roberts (repeated detection, reset after each alarm) or Ville (one sticky
-        alarm over the whole stream).
-    threshold : float, optional
-        Alarm threshold ``c > 1``; default ``1e6`` (SR) or ``100`` (Ville).
-
-    Attributes
-    ----------
-    log10_statistic_ : float
-        ``log10`` of the current mixture statistic (``−inf`` for SR before any row).
-    rows_, events_ : int
-        Rows and events seen.
-    alarms_ : list of int
-        0-based rows at which the test alarmed.
-
-    Examples
-    --------
-    One bet, by hand: ``ε₀ = 0.1`` and ``u = 0.5`` (``λ = 5``): an event multiplies the capital by
-    ``1 + 5·0.9 = 5.5``, a non-event by ``1 − 5·0.1 = 0.5``. Shiryaev-Roberts on events 1, 1, 0:
-    ``R = 5.5·(1+0) = 5.5``, then ``5.5·(1+5.5) = 35.75``, then ``0.5·(1+35.75) = 18.375``.
-
-    >>> t = BernoulliBetting(0.1, bet_fractions=(0.5,))
-    >>> (10 ** t.update(np.array([True, True, False]))).round(6).tolist()
-    [5.5, 35.75, 18.375]
-    """
-
-    def __init__(
-        self,
-        null_rate: float,
-        *,
-        detector: DetectorName = "sr",
-        threshold: float | None = None,
-        bet_fractions: tuple[float, ...] = BET_FRACTIONS,
-    ) -> None:
-        eps = check_alpha(null_rate, "null_rate")
-        if detector not in DETECTOR_NAMES:
-            msg = f"detector must be one of {DETECTOR_NAMES}; got {detector!r}"
-            raise ValueError(msg)
-        if threshold is None:
-            threshold = DEFAULT_SR_THRESHOLD if detector == "sr" else DEFAULT_VILLE_THRESHOLD
-        if not (math.isfinite(threshold) and threshold > 1):
-            msg = f"threshold must be a finite number > 1; got {threshold!r}"
-            raise ValueError(msg)
-        u = np.asarray(bet_fractions, dtype=np.float64)
-        if u.ndim != 1 or u.size == 0 or not ((u > 0) & (u < 1)).all():
-            msg = f"bet_fractions must be numbers in (0, 1); got {bet_fractions!r}"
-            raise ValueError(msg)
-        self.null_rate = eps
-        self.detector: DetectorName = detector
-        self.threshold = float(threshold)
-        self.bet_fractions = tuple(float(v) for v in u)
-        self._log_up = np.log1p(u * (1.0 - eps) / eps)  # factor 1 + λ(1 − ε₀) of an event
-        self._log_down = np.log1p(-u)  # factor 1 − λ ε₀ of a non-event
-        self._log_j = math.log(u.size)
-        self._log_sr = np.full(u.size, -math.inf)
-        self.rows_ = 0
-        self.events_ = 0
-        self.alarms_: list[int] = []
-        self.log10_statistic_ = -math.inf if detector == "sr" else 0.0
-
-    @property
-    def log10_threshold(self) -> float:
-        """``log10 c``."""
-        return math.log10(self.threshold)
-
-    def guarantee(self) -> str:
-        """The false-alarm bound, in words with the numbers."""
-        c = self.threshold
-        if self.detector == "ville":
-            return (
-                f"Ville's inequality on a mixture of {len(self.bet_fractions)} betting martingales "
-                f"against rate {self.null_rate:.4g}: P(any false alarm over the whole stream) "
-                f"≤ 1/c = {1.0 / c:.3g}"
-            )
-        return (
-            f"Shiryaev-Roberts on a mixture of {len(self.bet_fractions)} betting martingales "
-            f"against rate {self.null_rate:.4g}, c = {c:.3g}: mean rows to a false alarm ≥ c; "
-            f"P(a false alarm within L rows) ≤ L/c ({min(1.0, 1e4 / c):.3g} for 10,000 rows)"
-        )
-
-    def update(self, events: Any) -> FloatArray:
-        """Feed the next events in order; return ``log10`` of the statistic after each row."""
-        e = np.asarray(events)
-        if e.ndim != 1:
-            msg = f"events must be a 1-D array of 0/1 or booleans; got shape {e.shape}"
-            raise ValueError(msg)
-        if e.dtype != np.bool_:
-            if not np.isin(e, (0, 1)).all():
-                msg = "events must hold only 0/1 or booleans"
-                raise ValueError(msg)
-            e = e.astype(bool)
-        m = e.shape[0]
-        if m == 0:
-            return np.empty(0)
-        out = self._ville(e) if self.detector == "ville" else self._shiryaev_roberts(e)
-        self.rows_ += m
-        self.events_ += int(np.count_nonzero(e))
-        self.log10_statistic_ = float(out[-1])
-        return out
-
-    def _ville(self, e: BoolArray) -> FloatArray:
-        from scipy.special import logsumexp  # on first use: `import calwatch` stays fast
-
-        events = self.events_ + np.cumsum(e)
-        rows = self.rows_ + np.arange(1, e.shape[0] + 1)
-        log_k = events[:, None] * self._log_up[None, :] + (rows - events)[:, None] * self._log_down[None, :]
-        log10_mix: FloatArray = (logsumexp(log_k, axis=1) - self._log_j) / math.log(10.0)
-        if not self.alarms_:
-            crossed = np.flatnonzero(log10_mix >= self.log10_threshold)
-            if crossed.size:
-                self.alarms_.append(self.rows_ + int(crossed[0]))
-        return log10_mix
-
-    def _shiryaev_roberts(self, e: BoolArray) -> FloatArray:
-        from scipy.special import logsumexp  # on first use: `import calwatch` stays fast
-
-        log_f = np.where(e[:, None], self._log_up[None, :], self._log_down[None, :])
-        out = np.empty(e.shape[0])
-        start = 0
-        log_c = self.log10_threshold
-        while start < e.shape[0]:
-            block = log_f[start:]
-            cum = np.cumsum(block, axis=0)  # L_t
-            terms = np.vstack([self._log_sr[None, :], np.zeros((1, block.shape[1])), -cum[:-1]])
-            acc = np.logaddexp.accumulate(terms, axis=0)[1:]  # log(R_0 + Σ_{k<t} e^{−L_k})
-            log_r = cum + acc
-            log10_mix = (logsumexp(log_r, axis=1) - self._log_j) / math.log(10.0)
-            crossed = np.flatnonzero(log10_mix >= log_c)
-            if crossed.size == 0:
-                out[start:] = log10_mix
-                self._log_sr = log_r[-1]
-                break
-            stop = int(crossed[0])
-            out[start : start + stop + 1] = log10_mix[: stop + 1]
-            self.alarms_.append(self.rows_ + start + stop)
-            self._log_sr = np.full(block.shape[1], -math.inf)  # reset after the alarm
-            start += stop + 1
-        return out
-
-    @property
-    def alarmed_(self) -> bool:
-        """Whether the test has ever alarmed."""
-        return bool(self.alarms_)
-
-
-def _check_detector(detector: str, threshold: float | None) -> None:
-    if detector not in DETECTOR_NAMES:
-        msg = f"detector must be one of {DETECTOR_NAMES}; got {detector!r}"
-        raise ValueError(msg)
-    if threshold is not None and not (math.isfinite(threshold) and threshold > 1):
-        msg = f"threshold must be a finite number > 1; got {threshold!r}"
-        raise ValueError(msg)
-
-
+# ------------------------------------------------------------------ helpers
 def _spent_level(delta: float, look: int) -> float:
     """Alpha spending over looks: look ``k`` (1-based) gets ``6δ / (π² k²)``; the levels sum to δ."""
     return 6.0 * delta / (math.pi**2 * look**2)
@@ -488,10 +258,53 @@ def _as_1d(values: Any, name: str, *, dtype: Any = np.float64) -> npt.NDArray[An
     return out
 
 
-def _betting_result(
-    test: BernoulliBetting,
+@dataclass(frozen=True)
+class BettingLook:
+    """What a betting test did over one window, as the monitors' results report it.
+
+    Attributes
+    ----------
+    guarantee : str
+        The test's false-alarm bound in words.
+    detector : {"sr", "ville"}
+        Its detector.
+    log10_statistic, log10_threshold : float
+        The statistic to report (e.g. the window's peak) and the alarm level.
+    window_alarms : tuple of int
+        Alarm rows of this window in the test's own row count.
+    alarmed_ever : bool
+        Whether the test has alarmed at any time (Ville's alarm is sticky).
+    rows_seen : int
+        Rows the test has seen, this window included.
+    """
+
+    guarantee: str
+    detector: DetectorName
+    log10_statistic: float
+    log10_threshold: float
+    window_alarms: tuple[int, ...]
+    alarmed_ever: bool
+    rows_seen: int
+
+    @classmethod
+    def of(
+        cls, test: BernoulliBetting, window_alarms: list[int], statistic: float | None = None
+    ) -> BettingLook:
+        """The look of a :class:`BernoulliBetting` after a window (its latest statistic by default)."""
+        return cls(
+            guarantee=test.guarantee(),
+            detector=test.detector,
+            log10_statistic=test.log10_statistic_ if statistic is None else statistic,
+            log10_threshold=test.log10_threshold,
+            window_alarms=tuple(window_alarms),
+            alarmed_ever=test.alarmed_,
+            rows_seen=test.rows_,
+        )
+
+
+def betting_result(
+    look: BettingLook,
     name: str,
-    window_alarms: list[int],
     *,
     estimate: float,
     interval: tuple[float, float],
@@ -499,26 +312,55 @@ def _betting_result(
     threatens: str,
     explanation: str,
     action: str,
-    statistic: float | None = None,
 ) -> MonitorResult:
-    guarantee = test.guarantee()
+    """A :class:`MonitorResult` for one window of a betting test, with its full guarantee."""
+    guarantee = look.guarantee
     if calibration_delta is not None:
         guarantee += f"; + {calibration_delta:g} for an unlucky calibration draw"
     guarantee += " (null: rows i.i.d. like the calibration rows)"
-    alarm = bool(window_alarms) or (test.detector == "ville" and test.alarmed_)
     return MonitorResult(
         name=name,
-        statistic=test.log10_statistic_ if statistic is None else statistic,
-        threshold=test.log10_threshold,
-        alarm=alarm,
+        statistic=look.log10_statistic,
+        threshold=look.log10_threshold,
+        alarm=bool(look.window_alarms) or (look.detector == "ville" and look.alarmed_ever),
         guarantee=guarantee,
         threatens=threatens,
         explanation=explanation,
         action=action,
         estimate=estimate,
         interval=interval,
-        rows_seen=test.rows_,
-        alarm_rows=tuple(window_alarms),
+        rows_seen=look.rows_seen,
+        alarm_rows=look.window_alarms,
+    )
+
+
+def coverage_drop_result(
+    look: BettingLook,
+    hits: BoolArray,
+    *,
+    name: str,
+    alpha: float,
+    null_rate: float,
+    calibration_delta: float | None,
+) -> MonitorResult:
+    """The result of a coverage-drop test over a window of labelled rows (``hits``: covered or not)."""
+    coverage = float(hits.mean())
+    covered = int(np.count_nonzero(hits))
+    lo, hi = clopper_pearson([covered], [hits.shape[0]])
+    return betting_result(
+        look,
+        name,
+        estimate=coverage,
+        interval=(float(lo[0]), float(hi[0])),
+        calibration_delta=calibration_delta,
+        threatens=f"coverage ≥ {1 - alpha:.3g} of the prediction sets",
+        explanation=(
+            f"labelled rows have fallen outside their sets more often than the calibrator allows "
+            f"({null_rate:.1%}): the betting test's evidence reached 10^{look.log10_statistic:.1f} "
+            f"(alarm at 10^{look.log10_threshold:.1f}); in this window "
+            f"{hits.shape[0] - covered} of {hits.shape[0]} missed ({1 - coverage:.1%})"
+        ),
+        action="recalibrate on recent labelled data; if it keeps recurring, retrain",
     )
 
 
@@ -565,7 +407,7 @@ class CoverageDrop:
         threshold: float | None = None,
     ) -> None:
         self.alpha = check_alpha(alpha)
-        _check_detector(detector, threshold)
+        check_detector(detector, threshold)
         if calibration_delta is not None and n_calibration is None:
             msg = "pass n_calibration= (the calibrator's calibration rows), or calibration_delta=None"
             raise ValueError(msg)
@@ -587,25 +429,15 @@ class CoverageDrop:
         before = len(self.test_.alarms_)
         trace = self.test_.update(~hits)
         peak = float(trace.max()) if trace.size else -math.inf  # the evidence at its highest
-        coverage = float(hits.mean())
-        lo, hi = clopper_pearson([int(hits.sum())], [hits.shape[0]])
-        eps = self.null_rate
-        return _betting_result(
-            self.test_,
-            self.name,
-            self.test_.alarms_[before:],
-            estimate=coverage,
-            interval=(float(lo[0]), float(hi[0])),
+        # The window's highest evidence is reported (the statistic resets after an alarm).
+        look = BettingLook.of(self.test_, self.test_.alarms_[before:], statistic=peak)
+        return coverage_drop_result(
+            look,
+            hits,
+            name=self.name,
+            alpha=self.alpha,
+            null_rate=self.null_rate,
             calibration_delta=self.calibration_delta,
-            threatens=f"coverage ≥ {1 - self.alpha:.3g} of the prediction sets",
-            explanation=(
-                f"labelled rows have fallen outside their sets more often than the calibrator allows "
-                f"({eps:.1%}): the betting test's evidence reached 10^{peak:.1f} "
-                f"(alarm at 10^{self.test_.log10_threshold:.1f}); in this window "
-                f"{hits.shape[0] - int(hits.sum())} of {hits.shape[0]} missed ({1 - coverage:.1%})"
-            ),
-            action="recalibrate on recent labelled data; if it keeps recurring, retrain",
-            statistic=peak,  # the window's highest evidence (the statistic resets after an alarm)
         )
 
 
@@ -648,7 +480,7 @@ class ReferenceExceedance:
         threshold: float | None = None,
     ) -> None:
         self.share = check_alpha(share, "share")
-        _check_detector(detector, threshold)
+        check_detector(detector, threshold)
         self.calibration_delta = calibration_delta
         self.detector: DetectorName = detector
         self.threshold = threshold
@@ -675,10 +507,9 @@ class ReferenceExceedance:
         before = len(self.test_.alarms_)
         self.test_.update(far)
         lo, hi = clopper_pearson([int(far.sum())], [far.shape[0]])
-        return _betting_result(
-            self.test_,
+        return betting_result(
+            BettingLook.of(self.test_, self.test_.alarms_[before:]),
             self.name,
-            self.test_.alarms_[before:],
             estimate=float(far.mean()),
             interval=(float(lo[0]), float(hi[0])),
             calibration_delta=self.calibration_delta,
@@ -893,6 +724,7 @@ __all__ = [
     "DEFAULT_VILLE_THRESHOLD",
     "DETECTOR_NAMES",
     "BernoulliBetting",
+    "BettingLook",
     "CoverageDrop",
     "EpisodeTracker",
     "MonitorResult",
@@ -900,7 +732,9 @@ __all__ = [
     "ReferenceExceedance",
     "RiskJump",
     "ShiftWarning",
+    "betting_result",
     "calibration_null_rate",
     "chi_square_two_sample",
+    "coverage_drop_result",
     "has_finite_threshold",
 ]

@@ -1,0 +1,509 @@
+"""The betting test of a 0/1 event rate, one stream at a time or many side by side.
+
+Events ``e_t ∈ {0, 1}`` (a miss, an exceedance) with null ``E[e_t | past] ≤ ε₀``. For a fixed
+bet ``λ ∈ [0, 1/ε₀]`` the capital ``K_t = Π_{s ≤ t} (1 + λ (e_s − ε₀))`` is a non-negative
+supermartingale under the null. We bet on a fixed grid of ten ``λ_j = u_j / ε₀``, ``u_j``
+geometric from 0.005 to 0.5 (Kelly's bet ``(ε₁ − ε₀)/(ε₀(1 − ε₀))`` for rates ``ε₁`` from a few
+tenths of a point to several times ``ε₀`` above the null), and average with equal weights:
+
+- ``detector="ville"``: ``K_t = mean_j K_{j,t}`` is a test supermartingale, so by Ville's
+  inequality ``P(sup_t K_t ≥ c) ≤ 1/c`` over the whole stream. The alarm is sticky. Closed form
+  from the counts: ``log K_{j,t} = E_t log(1 + λ_j(1 − ε₀)) + (t − E_t) log(1 − λ_j ε₀)``.
+- ``detector="sr"`` (default): Shiryaev-Roberts for repeated detection,
+  ``R_{j,t} = F_{j,t} (1 + R_{j,t−1})``, ``R_{j,0} = 0``, ``F`` the row's betting factor; alarm
+  at ``mean_j R_{j,t} ≥ c``, then reset to 0. ``R_t − t`` is a supermartingale under the null,
+  so the mean number of rows to a false alarm is ``≥ c`` and, by Doob's maximal inequality on
+  the submartingale ``R_t``, ``P(a false alarm within L rows) ≤ L/c``: choose ``c = L/δ``.
+  Vectorised: with ``L_t = Σ_{s≤t} log F_s``, ``R_t = e^{L_t} (R_0 + Σ_{k<t} e^{−L_k})``, a
+  cumulative log-sum-exp.
+
+**Many tests at once.** A per-class coverage test runs one such test per class, each on its
+class's rows in arrival order. :class:`GroupedBetting` holds their states as arrays (one row
+per group) and advances every group touched by a batch in one pass: the batch's rows are
+grouped, laid out as a padded ``groups × rows × bets`` block (groups of similar size together,
+so padding at most doubles the work), and the recursions above run along the rows axis for all
+groups at once. Padding sits after a group's last row and is never read, so each group's values
+are computed by exactly the floating-point operations of the one-group test
+(:class:`BernoulliBetting`, which runs the same kernel with one group): the per-class test costs
+a few array operations per batch whatever the number of classes, not a call per class.
+
+**The null rate** ``ε₀`` of a conformal threshold: the threshold ``s_(k)``,
+``k = ⌈(n+1)(1−α)⌉``, misses a fresh row with probability ``ε ~ Beta(n+1−k, k)`` over the
+calibration draw (exactly for continuous scores, stochastically smaller with ties or with the
+top class added). ``ε`` is ``α`` only on average, so ``calibration_delta=δ_c`` tests against
+``ε₀ =`` the ``1 − δ_c`` quantile of that Beta, and the false-alarm bound gains ``+ δ_c``.
+``calibration_delta=None`` tests against ``α`` exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from calwatch.engine._validation import check_alpha
+from calwatch.engine.conformal.quantiles import conformal_rank
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+DetectorName = Literal["sr", "ville"]
+DETECTOR_NAMES: tuple[DetectorName, ...] = ("sr", "ville")
+
+#: Bets ``u_j = λ_j ε₀`` of the betting mixture: a share of the largest bet ``1/ε₀``.
+BET_FRACTIONS: tuple[float, ...] = tuple(float(u) for u in np.geomspace(0.005, 0.5, 10))
+#: Default alarm thresholds ``c``: Shiryaev-Roberts (mean rows to a false alarm ≥ c) and Ville.
+DEFAULT_SR_THRESHOLD = 1e6
+DEFAULT_VILLE_THRESHOLD = 100.0
+_LN10 = math.log(10.0)
+
+
+# ----------------------------------------------------------------------- null rates
+def has_finite_threshold(alpha: float, n_calibration: int) -> bool:
+    """Whether ``n`` calibration scores give a conformal threshold at level ``α`` (else every set is full).
+
+    The threshold is the ``k``-th smallest score, ``k = ⌈(n+1)(1−α)⌉``; with ``k > n`` it is
+    infinite, every set holds every class and nothing can be missed: a coverage test has nothing
+    to test.
+
+    Examples
+    --------
+    >>> has_finite_threshold(0.1, 9), has_finite_threshold(0.1, 8)
+    (True, False)
+    """
+    n = int(n_calibration)
+    return n >= 1 and conformal_rank(n, check_alpha(alpha)) <= n
+
+
+def calibration_null_rate(alpha: float, n_calibration: int, calibration_delta: float | None) -> float:
+    """The miss rate ``ε₀`` that a conformal threshold from ``n`` scores is tested against.
+
+    ``None``: ``α`` itself. Otherwise the ``1 − δ_c`` quantile of ``Beta(n+1−k, k)``,
+    ``k = ⌈(n+1)(1−α)⌉``, the distribution of the threshold's true miss rate over calibration
+    draws.
+
+    Examples
+    --------
+    n = 99, α = 0.1: ``k = 90``, so ``ε ~ Beta(10, 90)`` (mean 0.1); its 99% quantile:
+
+    >>> round(calibration_null_rate(0.1, 99, 0.01), 4)
+    0.1805
+    """
+    a = check_alpha(alpha)
+    if calibration_delta is None:
+        return a
+    n = int(n_calibration)
+    if not has_finite_threshold(a, n):
+        msg = (
+            f"{n} calibration rows give no finite threshold at level {a} (every set is full, "
+            "nothing can be missed): nothing to test"
+        )
+        raise ValueError(msg)
+    return float(calibration_null_rates(a, np.array([n]), calibration_delta)[0])
+
+
+def calibration_null_rates(alpha: float, n_calibration: Any, calibration_delta: float) -> FloatArray:
+    """:func:`calibration_null_rate` for many calibration sizes at once (all must be testable).
+
+    One call of the regularised incomplete beta's inverse for every size (``scipy.special.betaincinv``,
+    the function ``scipy.stats.beta.ppf`` evaluates, without its per-call overhead).
+
+    Examples
+    --------
+    >>> calibration_null_rates(0.1, [9, 99], 0.01).round(4).tolist()
+    [0.4005, 0.1805]
+    """
+    from scipy.special import betaincinv  # on first use: `import calwatch` stays fast
+
+    a = check_alpha(alpha)
+    delta = check_alpha(calibration_delta, "calibration_delta")
+    n = np.asarray(n_calibration, dtype=np.int64)
+    k = np.array([conformal_rank(int(v), a) for v in n.tolist()], dtype=np.int64)
+    if n.size and (np.any(n < 1) or np.any(k > n)):
+        msg = f"calibration sizes {n[(n < 1) | (k > n)].tolist()} give no finite threshold at level {a}"
+        raise ValueError(msg)
+    return np.asarray(betaincinv(n + 1 - k, k, 1.0 - delta), dtype=np.float64)
+
+
+def check_detector(detector: str, threshold: float | None) -> None:
+    """Refuse an unknown detector name or a threshold that is not a finite number above 1."""
+    if detector not in DETECTOR_NAMES:
+        msg = f"detector must be one of {DETECTOR_NAMES}; got {detector!r}"
+        raise ValueError(msg)
+    if threshold is not None and not (math.isfinite(threshold) and threshold > 1):
+        msg = f"threshold must be a finite number > 1; got {threshold!r}"
+        raise ValueError(msg)
+
+
+def check_bet_fractions(bet_fractions: Any) -> FloatArray:
+    """The bet fractions ``u_j`` as an array, refused unless a non-empty list of numbers in (0, 1)."""
+    u = np.asarray(bet_fractions, dtype=np.float64)
+    if u.ndim != 1 or u.size == 0 or not ((u > 0) & (u < 1)).all():
+        msg = f"bet_fractions must be numbers in (0, 1); got {bet_fractions!r}"
+        raise ValueError(msg)
+    return u
+
+
+def log_up_factors(null_rates: FloatArray, u: FloatArray) -> FloatArray:
+    """``log(1 + λ_j (1 − ε₀))`` of an event, ``λ_j = u_j/ε₀``, shape ``(groups, bets)``."""
+    eps = null_rates[:, None]
+    out: FloatArray = np.log1p(u[None, :] * (1.0 - eps) / eps)
+    return out
+
+
+def log_mean_exp(x: FloatArray) -> FloatArray:
+    """``log mean_j exp(x_j)`` over the last axis, shifted by the maximum (no overflow).
+
+    Examples
+    --------
+    >>> float(log_mean_exp(np.log(np.array([1.0, 3.0]))))  # log 2
+    0.6931471805599453
+    """
+    top = x.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    out: FloatArray = np.log(np.exp(x - top).sum(axis=-1)) + top[..., 0] - math.log(x.shape[-1])
+    return out
+
+
+# --------------------------------------------------------------------------- the kernel
+def run_betting(
+    events: BoolArray,
+    groups: IntArray,
+    *,
+    log_up: FloatArray,
+    log_down: FloatArray,
+    sr: FloatArray,
+    rows: IntArray,
+    counts: IntArray,
+    alarmed: BoolArray,
+    detector: DetectorName,
+    log10_threshold: float,
+) -> tuple[FloatArray, BoolArray]:
+    """Advance the tests of ``groups`` over the rows, in arrival order; return the trace and alarms.
+
+    The state arrays (``sr``, ``rows``, ``counts``, ``alarmed``) are updated in place. The rows
+    run through :func:`calwatch.engine.shift.kernels.betting_rows`, the recursion row by row.
+    """
+    from calwatch.engine.shift.kernels import betting_rows
+
+    trace = np.empty(events.shape[0])
+    alarm = np.zeros(events.shape[0], dtype=np.bool_)
+    betting_rows(
+        np.ascontiguousarray(events), np.ascontiguousarray(groups, dtype=np.int64), log_up, log_down,
+        sr, rows, counts, alarmed, detector == "ville", float(log10_threshold), trace, alarm,
+    )  # fmt: skip
+    return trace, alarm
+
+
+def guarantee_text(detector: DetectorName, null_rate: float, threshold: float, n_bets: int) -> str:
+    """The false-alarm bound of a betting test, in words with the numbers."""
+    if detector == "ville":
+        return (
+            f"Ville's inequality on a mixture of {n_bets} betting martingales "
+            f"against rate {null_rate:.4g}: P(any false alarm over the whole stream) "
+            f"≤ 1/c = {1.0 / threshold:.3g}"
+        )
+    return (
+        f"Shiryaev-Roberts on a mixture of {n_bets} betting martingales "
+        f"against rate {null_rate:.4g}, c = {threshold:.3g}: mean rows to a false alarm ≥ c; "
+        f"P(a false alarm within L rows) ≤ L/c ({min(1.0, 1e4 / threshold):.3g} for 10,000 rows)"
+    )
+
+
+def as_events(events: Any) -> BoolArray:
+    """0/1 or boolean events as a 1-D boolean array, refused otherwise."""
+    e = np.asarray(events)
+    if e.ndim != 1:
+        msg = f"events must be a 1-D array of 0/1 or booleans; got shape {e.shape}"
+        raise ValueError(msg)
+    if e.dtype != np.bool_:
+        if not np.isin(e, (0, 1)).all():
+            msg = "events must hold only 0/1 or booleans"
+            raise ValueError(msg)
+        e = e.astype(bool)
+    return e
+
+
+# ------------------------------------------------------------------------ one stream
+class BernoulliBetting:
+    """Sequential test of ``H0: E[e_t | past] ≤ ε₀`` for 0/1 events, by betting.
+
+    See the module docstring for the martingales and their false-alarm bounds.
+
+    Parameters
+    ----------
+    null_rate : float
+        ``ε₀`` in (0, 1).
+    detector : {"sr", "ville"}
+        Shiryaev-Roberts (repeated detection, reset after each alarm) or Ville (one sticky
+        alarm over the whole stream).
+    threshold : float, optional
+        Alarm threshold ``c > 1``; default ``1e6`` (SR) or ``100`` (Ville).
+
+    Attributes
+    ----------
+    log10_statistic_ : float
+        ``log10`` of the current mixture statistic (``−inf`` for SR before any row).
+    rows_, events_ : int
+        Rows and events seen.
+    alarms_ : list of int
+        0-based rows at which the test alarmed.
+
+    Examples
+    --------
+    One bet, by hand: ``ε₀ = 0.1`` and ``u = 0.5`` (``λ = 5``): an event multiplies the capital by
+    ``1 + 5·0.9 = 5.5``, a non-event by ``1 − 5·0.1 = 0.5``. Shiryaev-Roberts on events 1, 1, 0:
+    ``R = 5.5·(1+0) = 5.5``, then ``5.5·(1+5.5) = 35.75``, then ``0.5·(1+35.75) = 18.375``.
+
+    >>> t = BernoulliBetting(0.1, bet_fractions=(0.5,))
+    >>> (10 ** t.update(np.array([True, True, False]))).round(6).tolist()
+    [5.5, 35.75, 18.375]
+    """
+
+    def __init__(
+        self,
+        null_rate: float,
+        *,
+        detector: DetectorName = "sr",
+        threshold: float | None = None,
+        bet_fractions: tuple[float, ...] = BET_FRACTIONS,
+    ) -> None:
+        eps = check_alpha(null_rate, "null_rate")
+        check_detector(detector, threshold)
+        if threshold is None:
+            threshold = DEFAULT_SR_THRESHOLD if detector == "sr" else DEFAULT_VILLE_THRESHOLD
+        u = check_bet_fractions(bet_fractions)
+        self.null_rate = eps
+        self.detector: DetectorName = detector
+        self.threshold = float(threshold)
+        self.bet_fractions = tuple(float(v) for v in u)
+        self._log_up = log_up_factors(np.array([eps]), u)[0]  # factor 1 + λ(1 − ε₀) of an event
+        self._log_down = np.log1p(-u)  # factor 1 − λ ε₀ of a non-event
+        self._log_j = math.log(u.size)
+        self._log_sr = np.full(u.size, -math.inf)
+        self.rows_ = 0
+        self.events_ = 0
+        self.alarms_: list[int] = []
+        self.log10_statistic_ = -math.inf if detector == "sr" else 0.0
+
+    @property
+    def log10_threshold(self) -> float:
+        """``log10 c``."""
+        return math.log10(self.threshold)
+
+    def guarantee(self) -> str:
+        """The false-alarm bound, in words with the numbers."""
+        return guarantee_text(self.detector, self.null_rate, self.threshold, len(self.bet_fractions))
+
+    def update(self, events: Any) -> FloatArray:
+        """Feed the next events in order; return ``log10`` of the statistic after each row."""
+        e = as_events(events)
+        m = e.shape[0]
+        if m == 0:
+            return np.empty(0)
+        with np.errstate(divide="ignore"):
+            sr = np.exp(self._log_sr)[None, :]  # kept in log form (snapshots), run in linear form
+            rows = np.array([self.rows_], dtype=np.int64)
+            counts = np.array([self.events_], dtype=np.int64)
+            trace, alarm = run_betting(
+                e, np.zeros(m, dtype=np.int64), log_up=self._log_up[None, :], log_down=self._log_down, sr=sr,
+                rows=rows, counts=counts, alarmed=np.array([self.alarmed_]), detector=self.detector,
+                log10_threshold=self.log10_threshold,
+            )  # fmt: skip
+            self._log_sr = np.log(sr[0])
+        self.alarms_.extend((self.rows_ + np.flatnonzero(alarm)).tolist())
+        self.rows_ += m
+        self.events_ += int(np.count_nonzero(e))
+        self.log10_statistic_ = float(trace[-1])
+        return trace
+
+    @property
+    def alarmed_(self) -> bool:
+        """Whether the test has ever alarmed."""
+        return bool(self.alarms_)
+
+
+# ----------------------------------------------------------------------- many streams
+@dataclass(frozen=True)
+class GroupLook:
+    """One batch of a :class:`GroupedBetting`, for the groups it touched.
+
+    Attributes
+    ----------
+    groups : ndarray of int64
+        The groups with rows in the batch (sorted).
+    rows, events : ndarray of int64
+        Per touched group, its rows and events in this batch.
+    peak : ndarray of float64
+        Per touched group, the highest ``log10`` statistic within the batch.
+    last : ndarray of float64
+        Per touched group, the ``log10`` statistic after its last row.
+    alarm_groups, alarm_rows : ndarray of int64
+        The batch's alarms: the group, and the row in that group's own row count (from 0).
+    """
+
+    groups: IntArray
+    rows: IntArray
+    events: IntArray
+    peak: FloatArray
+    last: FloatArray
+    alarm_groups: IntArray
+    alarm_rows: IntArray
+
+    def alarms_of(self, group: int) -> list[int]:
+        """The alarm rows of one group in this batch."""
+        rows: list[int] = self.alarm_rows[self.alarm_groups == group].tolist()
+        return rows
+
+
+class GroupedBetting:
+    """Independent :class:`BernoulliBetting` tests, one per group, advanced together.
+
+    Group ``i`` tests its own rows in arrival order against its own null rate ``ε₀,i``; every
+    group shares the bets, the detector and the threshold. Groups whose null rate is ``nan``
+    have no test (a class too small to test): their rows are ignored. The values equal those
+    of one :class:`BernoulliBetting` per group fed that group's rows (same floating-point
+    operations), at the cost of a few array operations per batch.
+
+    Parameters
+    ----------
+    null_rates : array-like of shape (g,)
+        ``ε₀`` per group in (0, 1), or ``nan`` for a group without a test.
+    detector, threshold, bet_fractions
+        As for :class:`BernoulliBetting`.
+
+    Attributes
+    ----------
+    rows, events : ndarray of int64, shape (g,)
+        Rows and events each group has seen.
+    log10_statistic : ndarray of shape (g,)
+        Each group's current statistic.
+    alarm_groups, alarm_rows : ndarray of int64
+        Every alarm so far (group, row in the group's own count), oldest batch first.
+
+    Examples
+    --------
+    Two groups with one bet ``u = 0.5`` at ``ε₀ = 0.1`` (×5.5 an event, ×0.5 a non-event): the
+    rows of group 0 are events 1, 1 and group 1's are 0, 1, each in its own Shiryaev-Roberts.
+
+    >>> t = GroupedBetting([0.1, 0.1], bet_fractions=(0.5,))
+    >>> look = t.update(np.array([True, False, True, True]), np.array([0, 1, 0, 1]))
+    >>> (10 ** look.last).round(6).tolist()  # 5.5·(1 + 5.5) and 5.5·(1 + 0.5)
+    [35.75, 8.25]
+    """
+
+    def __init__(
+        self,
+        null_rates: Any,
+        *,
+        detector: DetectorName = "sr",
+        threshold: float | None = None,
+        bet_fractions: tuple[float, ...] = BET_FRACTIONS,
+    ) -> None:
+        rates = np.asarray(null_rates, dtype=np.float64)
+        testable = ~np.isnan(rates)
+        if rates.ndim != 1 or not ((rates[testable] > 0) & (rates[testable] < 1)).all():
+            msg = f"null_rates must be a 1-D array of rates in (0, 1) or nan; got {null_rates!r}"
+            raise ValueError(msg)
+        check_detector(detector, threshold)
+        if threshold is None:
+            threshold = DEFAULT_SR_THRESHOLD if detector == "sr" else DEFAULT_VILLE_THRESHOLD
+        u = check_bet_fractions(bet_fractions)
+        self.null_rates = rates
+        self.testable = testable
+        self.detector: DetectorName = detector
+        self.threshold = float(threshold)
+        self.bet_fractions = tuple(float(v) for v in u)
+        self.log_up = np.zeros((rates.size, u.size))
+        self.log_up[testable] = log_up_factors(rates[testable], u)
+        self.log_down = np.log1p(-u)
+        g = rates.size
+        self.sr = np.zeros((g, u.size))  # Shiryaev-Roberts R_j per group, linear scale
+        self.alarmed = np.zeros(g, dtype=np.bool_)
+        self.rows = np.zeros(g, dtype=np.int64)
+        self.events = np.zeros(g, dtype=np.int64)
+        self.log10_statistic = np.full(g, -math.inf if detector == "sr" else 0.0)
+        self.alarm_groups = np.empty(0, dtype=np.int64)
+        self.alarm_rows = np.empty(0, dtype=np.int64)
+
+    @property
+    def n_tests(self) -> int:
+        """Groups with a test."""
+        return int(np.count_nonzero(self.testable))
+
+    @property
+    def log10_threshold(self) -> float:
+        """``log10 c``."""
+        return math.log10(self.threshold)
+
+    def guarantee(self, group: int) -> str:
+        """Group ``group``'s false-alarm bound, in words with the numbers."""
+        return guarantee_text(
+            self.detector, float(self.null_rates[group]), self.threshold, len(self.bet_fractions)
+        )
+
+    def update(self, events: Any, groups: Any) -> GroupLook:
+        """Feed the next rows (in arrival order) with their groups; rows of untested groups are skipped.
+
+        Parameters
+        ----------
+        events : array-like of bool, shape (m,)
+            The rows' events.
+        groups : array-like of int, shape (m,)
+            The rows' groups, ``0 ≤ group < g``.
+        """
+        e = as_events(events)
+        gid = np.asarray(groups, dtype=np.int64)
+        if gid.shape != e.shape:
+            msg = f"groups must hold one group per event: shape {e.shape}; got {gid.shape}"
+            raise ValueError(msg)
+        if gid.size and (gid.min() < 0 or gid.max() >= self.null_rates.size):
+            msg = f"groups must be integers in 0..{self.null_rates.size - 1}"
+            raise ValueError(msg)
+        keep = self.testable[gid]
+        e, gid = e[keep], gid[keep]
+        before = self.rows.copy()
+        trace, alarm = run_betting(
+            e, gid, log_up=self.log_up, log_down=self.log_down, sr=self.sr, rows=self.rows,
+            counts=self.events, alarmed=self.alarmed, detector=self.detector,
+            log10_threshold=self.log10_threshold,
+        )  # fmt: skip
+        order = np.argsort(gid, kind="stable")  # each group's rows together, in arrival order
+        touched, starts, lengths = np.unique(gid[order], return_index=True, return_counts=True)
+        if touched.size == 0:
+            empty = np.empty(0, dtype=np.int64)
+            return GroupLook(empty, empty, empty, np.empty(0), np.empty(0), empty, empty)
+        ordered_trace = trace[order]
+        peak = np.maximum.reduceat(ordered_trace, starts)
+        last = ordered_trace[starts + lengths - 1]
+        counts = np.add.reduceat(e[order].astype(np.int64), starts)
+        position = np.empty(gid.shape[0], dtype=np.int64)  # each row's place among its group's rows
+        position[order] = np.arange(gid.shape[0]) - np.repeat(starts, lengths)
+        hits = np.flatnonzero(alarm)  # arrival order: within a group, oldest first
+        alarm_groups = gid[hits]
+        alarm_rows = before[alarm_groups] + position[hits]
+        by_group = np.argsort(alarm_groups, kind="stable")
+        alarm_groups, alarm_rows = alarm_groups[by_group], alarm_rows[by_group]
+        self.log10_statistic[touched] = last
+        self.alarm_groups = np.concatenate([self.alarm_groups, alarm_groups])
+        self.alarm_rows = np.concatenate([self.alarm_rows, alarm_rows])
+        return GroupLook(touched, lengths.astype(np.int64), counts, peak, last, alarm_groups, alarm_rows)
+
+
+__all__ = [
+    "BET_FRACTIONS",
+    "DEFAULT_SR_THRESHOLD",
+    "DEFAULT_VILLE_THRESHOLD",
+    "DETECTOR_NAMES",
+    "BernoulliBetting",
+    "GroupLook",
+    "GroupedBetting",
+    "calibration_null_rate",
+    "calibration_null_rates",
+    "has_finite_threshold",
+    "log_mean_exp",
+    "run_betting",
+]

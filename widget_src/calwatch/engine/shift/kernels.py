@@ -1,0 +1,244 @@
+"""Compiled row-by-row loops of the shift detectors (numba), each the recursion's own definition.
+
+The detectors' statistics are recursions over rows: a betting capital, a Shiryaev-Roberts or
+CUSUM statistic, a conformal p-value against every row before. numpy can only unroll them into
+prefix products, cumulative log-sum-exps and merge-sort counts, a dozen array passes per batch
+with a transcendental per element; a monitor with its default detectors then spent 8-10× the
+time of the monitor itself. Compiled, each recursion is one pass of a few floating-point
+operations per row and bet, the recursion exactly as written, so these loops are also the
+clearest statement of what is computed.
+
+``numba`` is imported when a detector first runs (not by ``import calwatch``); each kernel is
+compiled on its first call and cached on disk (``cache=True``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import numpy as np
+from numba import njit
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _jit(fn: F) -> F:
+    """Compile ``fn`` without the Python interpreter (no GIL), cached on disk."""
+    return cast("F", njit(cache=True, nogil=True)(fn))
+
+
+@_jit
+def betting_rows(
+    events: Any,
+    groups: Any,
+    log_up: Any,
+    log_down: Any,
+    sr: Any,
+    rows: Any,
+    counts: Any,
+    alarmed: Any,
+    ville: bool,
+    log10_threshold: float,
+    trace: Any,
+    alarm: Any,
+) -> None:
+    """Advance betting tests over rows in arrival order, each row in its group's test.
+
+    Parameters
+    ----------
+    events : bool (m,)
+        The rows' events.
+    groups : int64 (m,)
+        The rows' groups (every one tested).
+    log_up : float64 (g, j)
+        ``log(1 + λ_j(1 − ε₀))`` per group and bet.
+    log_down : float64 (j,)
+        ``log(1 − u_j)``.
+    sr : float64 (g, j)
+        Shiryaev-Roberts ``R_j`` per group, linear scale, updated in place (``R ← F(1 + R)``, reset
+        to 0 after an alarm; before an alarm ``R_j ≤ j·c``, far inside float64's range).
+    rows, counts : int64 (g,)
+        Rows and events per group, updated in place (Ville's closed form reads them).
+    alarmed : bool (g,)
+        Whether a group's Ville test has alarmed (its alarm is sticky: raised once).
+    ville : bool
+        Ville's mixture ``log mean_j exp(E log_up_j + (n − E) log_down_j)`` instead of
+        Shiryaev-Roberts.
+    log10_threshold : float
+        ``log10 c``.
+    trace : float64 (m,)
+        Out: ``log10`` of the row's group statistic after the row.
+    alarm : bool (m,)
+        Out: the row raised an alarm.
+    """
+    n_bets = log_down.shape[0]
+    log_bets = math.log(n_bets)
+    threshold = 10.0**log10_threshold
+    up = np.exp(log_up)
+    down = np.exp(log_down)
+    terms = np.empty(n_bets)
+    for t in range(events.shape[0]):
+        g = groups[t]
+        hit = events[t]
+        rows[g] += 1
+        if hit:
+            counts[g] += 1
+        if ville:
+            top = -np.inf
+            for j in range(n_bets):
+                terms[j] = counts[g] * log_up[g, j] + (rows[g] - counts[g]) * log_down[j]
+                top = max(top, terms[j])
+            total = 0.0
+            for j in range(n_bets):
+                total += math.exp(terms[j] - top)
+            value = (math.log(total) + top - log_bets) / math.log(10.0)
+            trace[t] = value
+            if value >= log10_threshold and not alarmed[g]:
+                alarm[t] = True
+                alarmed[g] = True
+            continue
+        total = 0.0
+        for j in range(n_bets):
+            factor = up[g, j] if hit else down[j]
+            sr[g, j] = factor * (1.0 + sr[g, j])
+            total += sr[g, j]
+        mean = total / n_bets
+        trace[t] = math.log10(mean)
+        if mean >= threshold:
+            alarm[t] = True
+            for j in range(n_bets):
+                sr[g, j] = 0.0
+
+
+@_jit
+def fenwick_p_values(tree: Any, counts: Any, cells: Any, theta: Any, size: int) -> Any:
+    """Smoothed conformal p-values of rows entering a bag of grid scores, one row at a time.
+
+    The bag is a count per grid cell held in a Fenwick tree (``tree``, 1-based, updated in
+    place). Row ``n`` joins the bag, then ``p_n = (#{bag > a_n} + θ_n · #{bag = a_n}) / N_n``
+    over the bag with it (``N_n`` counts it): every calibration row and every earlier row,
+    of this batch too, in ``O(log cells)``.
+
+    Parameters
+    ----------
+    tree : int64 (cells + 1,)
+        Fenwick tree of the counts per cell.
+    counts : int64 (cells,)
+        The counts per cell themselves, updated in place too.
+    cells : int64 (m,)
+        The rows' cells (0-based, inside the tree).
+    theta : float64 (m,)
+        The tie-breaking draws.
+    size : int
+        Scores in the bag before the batch.
+    """
+    n_cells = tree.shape[0] - 1
+    out = np.empty(cells.shape[0])
+    for t in range(cells.shape[0]):
+        cell = cells[t]
+        counts[cell] += 1
+        i = cell + 1
+        while i <= n_cells:  # the row joins the bag
+            tree[i] += 1
+            i += i & -i
+        size += 1
+        below = _prefix(tree, cell)  # rows in cells < cell
+        upto = _prefix(tree, cell + 1)  # rows in cells ≤ cell
+        out[t] = ((size - upto) + theta[t] * (upto - below)) / size
+    return out
+
+
+@_jit
+def _prefix(tree: Any, i: int) -> int:
+    """Rows in the first ``i`` cells (Fenwick prefix sum)."""
+    total = 0
+    while i > 0:
+        total += tree[i]
+        i -= i & -i
+    return total
+
+
+@_jit
+def fenwick_build(counts: Any) -> Any:
+    """The Fenwick tree (1-based, int64) of counts per cell, in ``O(cells)``."""
+    n = counts.shape[0]
+    tree = np.zeros(n + 1, dtype=np.int64)
+    for i in range(1, n + 1):
+        tree[i] += counts[i - 1]
+        parent = i + (i & -i)
+        if parent <= n:
+            tree[parent] += tree[i]
+    return tree
+
+
+@_jit
+def simple_jumper_rows(p: Any, jump: float, capital: Any) -> Any:
+    """Vovk's simple jumper over p-values, row by row: each row's log factor ``log(S_n / S_{n−1})``.
+
+    The capital ``C`` on the bets ``ε ∈ {−1, 0, 1}`` moves to ``D_n M C``: a share ``J`` of the
+    total is pooled and shared out evenly, ``C_ε ← (1 − J) C_ε + (J/3) S``, then each bet is paid
+    ``f_ε(p) = 1 + ε(p − ½)``. ``capital`` (normalised to sum 1) is updated in place, kept at
+    sum 1 with the log of the growth carried separately.
+    """
+    out = np.empty(p.shape[0])
+    c0, c1, c2 = capital[0], capital[1], capital[2]
+    keep = 1.0 - jump
+    for t in range(p.shape[0]):
+        pooled = jump / 3.0 * (c0 + c1 + c2)
+        half = p[t] - 0.5
+        c0 = (keep * c0 + pooled) * (1.0 - half)
+        c1 = keep * c1 + pooled
+        c2 = (keep * c2 + pooled) * (1.0 + half)
+        total = c0 + c1 + c2
+        c0, c1, c2 = c0 / total, c1 / total, c2 / total
+        out[t] = math.log(total)
+    capital[0], capital[1], capital[2] = c0, c1, c2
+    return out
+
+
+@_jit
+def change_statistics(
+    log_factors: Any, log_cusum: float, log_sr: float, log_threshold: float, out_cusum: Any, out_sr: Any
+) -> Any:
+    """CUSUM and Shiryaev-Roberts on a martingale's factors, restarted after each alarm.
+
+    ``log γ_n = log F_n + max(0, log γ_{n−1})`` (restart: ``γ = 1``) and
+    ``log R_n = log F_n + log(1 + R_{n−1})`` (restart: ``R = 0``), each alarming at ``≥ log c``.
+    Writes each row's value (before any restart) to ``out_cusum`` and ``out_sr`` and returns
+    the alarm flags, shape (m, 2): CUSUM's, then Shiryaev-Roberts's. The state after the batch
+    is the last value, or the restart value where the last row alarmed.
+    """
+    m = log_factors.shape[0]
+    alarms = np.zeros((m, 2), dtype=np.bool_)
+    for t in range(m):
+        f = log_factors[t]
+        log_cusum = f + max(0.0, log_cusum)
+        # log(1 + R) = logaddexp(0, log R), written to stay exact for tiny and huge R
+        if log_sr > 0.0:
+            log_sr = f + log_sr + math.log1p(math.exp(-log_sr))
+        else:
+            log_sr = f + math.log1p(math.exp(log_sr))
+        out_cusum[t] = log_cusum
+        out_sr[t] = log_sr
+        if log_cusum >= log_threshold:
+            alarms[t, 0] = True
+            log_cusum = 0.0
+        if log_sr >= log_threshold:
+            alarms[t, 1] = True
+            log_sr = -np.inf
+    return alarms
+
+
+def warm_up() -> None:
+    """Compile (or load from the disk cache) every kernel once, on tiny inputs."""
+    tree = fenwick_build(np.zeros(4, dtype=np.int64))
+    fenwick_p_values(tree, np.zeros(4, dtype=np.int64), np.array([1], dtype=np.int64), np.array([0.5]), 0)
+    simple_jumper_rows(np.array([0.5]), 0.01, np.full(3, 1.0 / 3.0))
+    change_statistics(np.zeros(1), 0.0, -math.inf, 1.0, np.empty(1), np.empty(1))
+    betting_rows(
+        np.zeros(1, dtype=np.bool_), np.zeros(1, dtype=np.int64), np.zeros((1, 1)), np.zeros(1),
+        np.zeros((1, 1)), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
+        np.zeros(1, dtype=np.bool_), False, 1.0, np.empty(1), np.zeros(1, dtype=np.bool_),
+    )  # fmt: skip
