@@ -165,8 +165,13 @@ class MonitorReads(MonitorState):
 
     @guarded
     def status(self) -> dict[str, int]:
-        """Stream counters: rows seen, labelled, awaiting labels, batches, unmatched labels."""
+        """Stream counters: rows seen, labelled, awaiting labels, batches, unmatched labels.
+
+        ``classes_untested`` counts the (calibrator, class) pairs that a per-class detector
+        cannot test (too few calibration rows; :meth:`notices` says which).
+        """
         s = self._stream
+        detector_notices = [] if self._shift is None else self._shift.notices()
         return {
             "rows_seen": s.rows_seen,
             "rows_labelled": s.rows_labelled,
@@ -174,7 +179,45 @@ class MonitorReads(MonitorState):
             "batches": len(s.batches),
             "labels_unmatched": s.labels_unmatched,
             "rows_in_window": s.rows_in_window,
+            "classes_untested": sum(int(n["classes"]) for n in detector_notices),
         }
+
+    @guarded
+    def notices(self) -> pl.DataFrame:
+        """What the monitor does by rule rather than by the book, one row per rule applied.
+
+        A class too rare for its own conformal threshold (``mondrian="label"`` with fewer than
+        ``⌈(1−α)/α⌉`` calibration rows, or below the calibrator's ``kappa``) gets the full set:
+        that class is in every set, as the per-class guarantee requires when nothing can be
+        learnt about it; a class too rare for a per-class coverage test gets none. Neither is an
+        error, and a user should know. Columns ``calibrator, detector`` (null for a calibrator's
+        own rule), ``classes`` (how many), ``examples`` (the first few names) and ``message``.
+        """
+        rows: list[dict[str, Any]] = []
+        names = self._encoder.classes.tolist() if self._encoder is not None else []
+        for key, cal in self._calibrators.items():
+            quantiles = getattr(cal, "quantiles_", None)
+            if getattr(cal, "mode_", None) != "label" or not isinstance(quantiles, dict):
+                continue
+            full = [c for c, q in quantiles.items() if q == float("inf")]
+            if full:
+                shown = [str(names[c]) if c < len(names) else str(c) for c in full]
+                rows.append({
+                    "calibrator": key, "detector": None, "classes": len(full),
+                    "examples": ", ".join(shown[:5]) + (", …" if len(shown) > 5 else ""),
+                    "message": (
+                        f"{len(full)} classes have too few calibration rows for their own threshold at "
+                        f"α = {float(cal.alpha):g}: they are in every set (their coverage holds; sets "
+                        "are larger by up to that many classes)"
+                    ),
+                })  # fmt: skip
+        if self._shift is not None:
+            rows.extend(self._shift.notices())
+        schema: dict[str, Any] = {
+            "calibrator": pl.String, "detector": pl.String, "classes": pl.Int64,
+            "examples": pl.String, "message": pl.String,
+        }  # fmt: skip
+        return pl.DataFrame(rows, schema=schema)
 
     @guarded
     def targets(self) -> dict[str, float]:
@@ -183,7 +226,19 @@ class MonitorReads(MonitorState):
         return {key: value for key, value in out.items() if value is not None}
 
     def _records(self, batches: tuple[int, ...] | None) -> list[BatchRecord]:
-        return self._stream.batches if batches is None else [self._stream.batches[i] for i in batches]
+        """The records of ``batches`` (all by default), refused unless batch numbers of this stream."""
+        records = self._stream.batches
+        if batches is None:
+            return records
+        picked = list(batches) if isinstance(batches, (tuple, list, range)) else None
+        if picked is None or not all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < len(records)
+            for i in picked
+        ):
+            last = len(records) - 1
+            msg = f"batches must be a tuple of batch numbers in 0..{last} (or None); got {batches!r}"
+            raise ValueError(msg)
+        return [records[i] for i in picked]
 
     @guarded
     def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:

@@ -23,6 +23,7 @@ class MonitorState:
     _stream: StreamState
     _calibrators: dict[str, Any]
     _shift: ShiftWatch | None
+    _encoder: ClassEncoder | None
     name: str
     if TYPE_CHECKING:
 

@@ -380,6 +380,25 @@ class ClassCoverageDropDetector:
         self.test_ = GroupedBetting(rates, threshold=(self.threshold or DEFAULT_SR_THRESHOLD) * K)
         self.classes_ = data.classes if data.classes is not None else [str(c) for c in range(K)]
 
+    def notice(self) -> dict[str, Any] | None:
+        """The classes without a test, as a notice for ``Monitor.notices()`` (None if every class has one)."""
+        untested = self.untested_
+        if not untested:
+            return None
+        need = smallest_testable_count(self.alpha_)
+        names = [self.classes_[c] if c < len(self.classes_) else str(c) for c in untested]
+        return {
+            "calibrator": self.calibrator,
+            "detector": self.name,
+            "classes": len(untested),
+            "examples": ", ".join(names[:5]) + (", …" if len(names) > 5 else ""),
+            "message": (
+                f"{len(untested)} classes have fewer than {need} calibration rows, too few for a "
+                f"threshold at α = {self.alpha_:g}: their sets always hold them, so their coverage "
+                "cannot drop, and no per-class test runs for them"
+            ),
+        }
+
     def _after_decode(self) -> None:
         """Rebuild a snapshot of the one-test-per-class layout (``tests_``) as grouped state."""
         tests: dict[int, CoverageDrop] | None = self.__dict__.pop("tests_", None)
@@ -451,6 +470,20 @@ class ClassCoverageDropDetector:
             explanation=f"class {name!r}: {worst.explanation}",
             guarantee=f"{worst.guarantee}; each of the {test.n_tests} class tests at threshold K·c",
         )
+
+
+def smallest_testable_count(alpha: float) -> int:
+    """Fewest calibration rows that give a finite conformal threshold at level ``α``.
+
+    Examples
+    --------
+    >>> smallest_testable_count(0.1), smallest_testable_count(0.05)
+    (9, 19)
+    """
+    n = 1
+    while not has_finite_threshold(alpha, n):
+        n += 1
+    return n
 
 
 def default_detectors(calibrators: dict[str, Any], *, embeddings: bool = False) -> list[Detector]:
@@ -566,6 +599,16 @@ class ShiftWatch:
         ack = Acknowledgement(by=who, at=datetime.now(UTC).isoformat(timespec="seconds"), note=str(note))
         self.acknowledgements[episode] = ack
         return ack
+
+    def notices(self) -> list[dict[str, Any]]:
+        """What the detectors do by rule (e.g. classes too rare to test), one dict per rule applied."""
+        out = []
+        for detector in self.detectors:
+            notice = getattr(detector, "notice", None)
+            found = notice() if callable(notice) else None
+            if found is not None:
+                out.append(found)
+        return out
 
     def warning_records(self) -> list[dict[str, Any]]:
         """Every warning so far as plain dicts (oldest first), with its acknowledgement."""
