@@ -243,3 +243,47 @@ def test_listeners_hear_of_a_change_after_the_lock_is_released(fed):
     with pytest.raises(ValueError, match="distinct"):  # a rejected call notifies nobody
         fed.label(["x-1", "x-1"], [0, 0])
     assert len(heard) == 1
+
+
+def _detector_states(mon):
+    """Every detector's state as plain values (the martingales' state(), the betting tests' counters)."""
+    out = []
+    for det in mon.shift_watch.detectors:
+        m = getattr(det, "martingale_", None)
+        if m is not None:
+            arrays, info = m.state()
+            out.append((det.name, {k: v.tolist() for k, v in arrays.items()}, info))
+        test = getattr(det, "test_", None)
+        inner = getattr(test, "test_", None)  # a CoverageDrop's BernoulliBetting
+        if inner is not None:
+            out.append((det.name, inner._log_sr.tolist(), inner.rows_, inner.events_, list(inner.alarms_)))
+        elif test is not None and hasattr(test, "sr"):  # the per-class GroupedBetting
+            out.append((det.name, *(getattr(test, name).tolist() for name in test._STATE)))
+    return out, dict(mon.shift_watch.looks), mon.shift_watch.warning_records()
+
+
+@pytest.mark.parametrize("call", ["observe", "label"])
+def test_a_detector_failing_half_way_leaves_every_detector_as_it_was(call, monkeypatch):
+    # The last label-based detector raises after the others have been fed: the ones fed before it
+    # are put back too, and the monitor then goes on exactly like a twin that never saw the call.
+    mon, twin = _monitor(), _monitor()
+    for m in (mon, twin):
+        for b in range(3):
+            P, y = softmax_data(BATCH, K=K, seed=b + 1)
+            m.observe(probs=P, ids=[f"{b}-{i}" for i in range(BATCH)])
+        m.label([f"0-{i}" for i in range(BATCH)], softmax_data(BATCH, K=K, seed=1)[1])
+    before = _detector_states(mon)
+    last = [d for d in mon.shift_watch.detectors if d.needs_labels][-1]
+    monkeypatch.setattr(last, "labelled", lambda *a, **k: (_ for _ in ()).throw(MemoryError("late")))
+    P, y = softmax_data(BATCH, K=K, seed=9)
+    with pytest.raises(MemoryError, match="late"):
+        if call == "observe":
+            mon.observe(probs=P, ids=[f"new-{i}" for i in range(BATCH)], y=y)  # label-free ones fed first
+        else:
+            mon.label([f"1-{i}" for i in range(BATCH)], softmax_data(BATCH, K=K, seed=2)[1])
+    assert _detector_states(mon) == before
+    monkeypatch.undo()
+    for m in (mon, twin):
+        m.observe(probs=P, ids=[f"new-{i}" for i in range(BATCH)], y=y)
+        m.label([f"1-{i}" for i in range(BATCH)], softmax_data(BATCH, K=K, seed=2)[1])
+    assert _detector_states(mon) == _detector_states(twin)

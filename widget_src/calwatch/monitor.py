@@ -487,46 +487,64 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing):
         ):
             msg = "categories must be None: no calibrator was built with mondrian='category'"
             raise ValueError(msg)
-        K = len(encoder)
-        results: dict[str, Any] = {}
-        stats: dict[str, BatchStats] = {}
-        for key, cal in self._calibrators.items():
-            kind = kind_of(cal)
-            results[key] = kind.apply(key, cal, outputs, cats)
-            stats[key] = kind.observed(results[key], K)
-        # Everything is validated and computed: commit.
-        index = len(self._stream.batches)
-        rows = BatchRows(
-            ids=row_ids, probs=outputs.probs, packed_sets={}, labels=np.full(m, NO_LABEL, dtype=np.intp),
-            categories=cats,
-        )  # fmt: skip
-        for key, cal in self._calibrators.items():
-            kind_of(cal).keep(rows, key, results[key])
-        record = BatchRecord(
-            index=index,
-            name=str(index) if name is None else str(name),
-            observed_at=datetime.now(UTC),
-            n_rows=m,
-            stats=stats,
-            rows=rows,
-        )
-        every_row = np.arange(m)
-        newly_labelled = 0
-        if labels is not None:
-            record.stats, newly_labelled, _ = self._labelled_stats(record, every_row, labels)
-            rows.labels[:] = labels
-        # Detectors and ACI last (their state changes as they are fed), then the stream.
-        first_row = self._stream.rows_seen
-        if self._shift is not None:
-            self._shift.observe(index, (first_row, first_row + m - 1), outputs.probs, outputs.embeddings)
-        if labels is not None:
-            self._feed_labels([(record, every_row, labels)], latest=index, rows_seen=first_row + m)
-        if ids is None:
-            self._next_auto_id += m
-        self._stream.append(record)
-        self._stream.rows_labelled += newly_labelled
-        self._notify((index,))
-        return index
+        # Randomised calibrators draw from their own seeded streams while computing: a call that
+        # fails puts the streams back, so the next call draws what it would have drawn.
+        streams = random_streams(self._calibrators.values())
+        drawn_from = [stream.bit_generator.state for stream in streams]
+        try:
+            K = len(encoder)
+            results: dict[str, Any] = {}
+            stats: dict[str, BatchStats] = {}
+            for key, cal in self._calibrators.items():
+                kind = kind_of(cal)
+                results[key] = kind.apply(key, cal, outputs, cats)
+                stats[key] = kind.observed(results[key], K)
+            # Everything is validated and computed: commit.
+            index = len(self._stream.batches)
+            rows = BatchRows(
+                ids=row_ids, probs=outputs.probs, packed_sets={}, labels=np.full(m, NO_LABEL, dtype=np.intp),
+                categories=cats,
+            )  # fmt: skip
+            for key, cal in self._calibrators.items():
+                kind_of(cal).keep(rows, key, results[key])
+            record = BatchRecord(
+                index=index,
+                name=str(index) if name is None else str(name),
+                observed_at=datetime.now(UTC),
+                n_rows=m,
+                stats=stats,
+                rows=rows,
+            )
+            every_row = np.arange(m)
+            newly_labelled = 0
+            if labels is not None:
+                record.stats, newly_labelled, _ = self._labelled_stats(record, every_row, labels)
+                rows.labels[:] = labels
+            # Detectors and ACI last (their state changes as they are fed; undone if anything
+            # raises), then the stream.
+            first_row = self._stream.rows_seen
+            restore_detectors = None if self._shift is None else self._shift.checkpoint()
+            try:
+                if self._shift is not None:
+                    self._shift.observe(
+                        index, (first_row, first_row + m - 1), outputs.probs, outputs.embeddings
+                    )
+                if labels is not None:
+                    self._feed_labels([(record, every_row, labels)], latest=index, rows_seen=first_row + m)
+            except BaseException:
+                if restore_detectors is not None:
+                    restore_detectors()
+                raise
+            if ids is None:
+                self._next_auto_id += m
+            self._stream.append(record)
+            self._stream.rows_labelled += newly_labelled
+            self._notify((index,))
+            return index
+        except BaseException:
+            for stream, state in zip(streams, drawn_from, strict=True):
+                stream.bit_generator.state = state
+            raise
 
     def _batch_ids(self, ids: Any, m: int) -> list[Hashable]:
         if ids is None:
@@ -736,3 +754,19 @@ def _describe(model: Any) -> str:
 
 
 __all__ = ["DEFAULT_WINDOW", "TASK_MONITORS", "LabelReport", "Monitor", "Note", "default_author"]
+
+
+def random_streams(objects: Any, depth: int = 2) -> list[np.random.Generator]:
+    """The numpy random generators that calwatch objects (and calwatch objects they hold) draw from.
+
+    Calibrators keep their seeded streams as attributes (e.g. a randomised APS's ``u`` draws); a
+    wrapper (``cw.Adaptive``) holds its calibrator. ``depth`` bounds the walk.
+    """
+    found: list[np.random.Generator] = []
+    for obj in objects:
+        for value in getattr(obj, "__dict__", {}).values():
+            if isinstance(value, np.random.Generator):
+                found.append(value)
+            elif depth > 1 and type(value).__module__.startswith("calwatch."):
+                found.extend(random_streams([value], depth - 1))
+    return found

@@ -145,10 +145,12 @@ class MonitorLabels(MonitorState):
     ) -> None:
         """Give newly labelled rows to the calibrators that learn from labels (ACI) and the detectors.
 
-        Should the detectors fail, the calibrators that learned get their earlier state back.
+        Should anything fail, the calibrators that learned and the detectors get their earlier
+        state back (the detectors' checkpoints: :meth:`calwatch.shift_watch.ShiftWatch.checkpoint`).
         """
         learners = {key: cal for key, cal in self._calibrators.items() if kind_of(cal).learns_from_labels}
         saved = {key: copy.deepcopy(vars(cal)) for key, cal in learners.items()}
+        restore_detectors = None if self._shift is None else self._shift.checkpoint()
         try:
             self._feed_adaptive(groups, learners)
             if self._shift is not None and groups:
@@ -157,6 +159,8 @@ class MonitorLabels(MonitorState):
             for key, state in saved.items():
                 vars(learners[key]).clear()
                 vars(learners[key]).update(state)
+            if restore_detectors is not None:
+                restore_detectors()
             raise
 
     def _feed_detectors(

@@ -28,6 +28,7 @@ import copy
 import dataclasses
 import getpass
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -92,6 +93,13 @@ class Detector(Protocol):
     ) -> MonitorResult | None:
         """Look at newly labelled rows, in arrival order (label-based detectors)."""
 
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the detector back as it is now (a failed call is undone with it)."""
+
+
+def _nothing_to_restore() -> None:
+    """The restore function of a detector that has no state yet."""
+
 
 def _martingale_guarantee(statistic: StatisticName, threshold: float) -> str:
     if statistic == "ville":
@@ -126,6 +134,10 @@ class _MartingaleDetector:
         self.resolution = resolution
         self.seed = int(seed)
         self.martingale_: ConformalTestMartingale | None = None
+
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the martingale back as it is now."""
+        return _nothing_to_restore if self.martingale_ is None else self.martingale_.checkpoint()
 
     def _fit(self, scores: FloatArray) -> None:
         self.martingale_ = ConformalTestMartingale(
@@ -281,6 +293,19 @@ class LabelMartingale(_MartingaleDetector):
         self.threatens = f"the coverage of {calibrator}'s prediction sets"
         self._scorer: Any = None
 
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the martingale and its scorer's random stream back as they are now."""
+        restore_martingale = super().checkpoint()
+        rng = getattr(self._scorer, "_predict_rng", None)
+        rng_state = None if rng is None else rng.bit_generator.state
+
+        def restore() -> None:
+            restore_martingale()
+            if rng is not None:
+                rng.bit_generator.state = rng_state
+
+        return restore
+
     def calibrate(self, data: CalibrationData) -> None:
         """Fit on the calibrator's conformity scores of the calibration rows."""
         # A copy: scoring must not advance a randomised calibrator's own random stream.
@@ -309,6 +334,10 @@ class CoverageDropDetector:
         self.name = f"{calibrator}: coverage drop"
         self.options = options
         self.test_: CoverageDrop | None = None
+
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the test back as it is now."""
+        return _nothing_to_restore if self.test_ is None else self.test_.test_.checkpoint()
 
     def calibrate(self, data: CalibrationData) -> None:
         """Set the null miss rate from the calibrator's α and calibration size.
@@ -367,6 +396,10 @@ class ClassCoverageDropDetector:
     def untested_(self) -> list[int]:
         """Classes without a test (too few calibration rows at the calibrator's α)."""
         return [] if self.test_ is None else np.flatnonzero(~self.test_.testable).tolist()
+
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts every class's test back as it is now."""
+        return _nothing_to_restore if self.test_ is None else self.test_.checkpoint()
 
     def calibrate(self, data: CalibrationData) -> None:
         """One test per class with enough calibration rows, against that class's calibration count."""
@@ -531,6 +564,29 @@ class ShiftWatch:
             msg = f"shift detectors must have distinct names; got {names}"
             raise ValueError(msg)
         self.tracker = EpisodeTracker(patience=self.patience)
+
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts every detector, the looks and the warning episodes back as they are now.
+
+        The monitor takes one before it feeds a batch or labels to the detectors and calls it if
+        anything raises, so a failed ``observe`` or ``label`` leaves the detectors as they were
+        (each detector's own checkpoint copies only what its update changes: a few arrays of
+        the size of its state, never the data it has seen).
+        """
+        restores = [detector.checkpoint() for detector in self.detectors]
+        looks = dict(self.looks)
+        tracker = self.tracker
+        warnings = list(tracker._warnings)
+        episodes = {name: list(state) for name, state in tracker._open.items()}
+
+        def restore() -> None:
+            for undo in restores:
+                undo()
+            self.looks = dict(looks)
+            tracker._warnings = list(warnings)
+            tracker._open = {name: list(state) for name, state in episodes.items()}
+
+        return restore
 
     def calibrate(self, data: CalibrationData) -> None:
         """Fit every detector (fresh state: warnings and looks of an earlier calibration stay)."""

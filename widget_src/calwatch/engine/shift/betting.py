@@ -38,6 +38,7 @@ top class added). ``ε`` is ``α`` only on average, so ``calibration_delta=δ_c`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -325,6 +326,18 @@ class BernoulliBetting:
         """Whether the test has ever alarmed."""
         return bool(self.alarms_)
 
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the test back exactly as it is now."""
+        log_sr = self._log_sr.copy()
+        rows, events, statistic, n_alarms = self.rows_, self.events_, self.log10_statistic_, len(self.alarms_)
+
+        def restore() -> None:
+            self._log_sr = log_sr.copy()
+            self.rows_, self.events_, self.log10_statistic_ = rows, events, statistic
+            del self.alarms_[n_alarms:]
+
+        return restore
+
 
 # ----------------------------------------------------------------------- many streams
 @dataclass(frozen=True)
@@ -428,6 +441,18 @@ class GroupedBetting:
         self.log10_statistic = np.full(g, -math.inf if detector == "sr" else 0.0)
         self.alarm_groups = np.empty(0, dtype=np.int64)
         self.alarm_rows = np.empty(0, dtype=np.int64)
+
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts every group's test back exactly as it is now (copies of g × bets numbers)."""
+        arrays = {name: getattr(self, name).copy() for name in self._STATE}
+
+        def restore() -> None:
+            for name, value in arrays.items():
+                setattr(self, name, value.copy())
+
+        return restore
+
+    _STATE = ("sr", "alarmed", "rows", "events", "log10_statistic", "alarm_groups", "alarm_rows")
 
     @property
     def n_tests(self) -> int:

@@ -43,6 +43,7 @@ False-alarm guarantees (under exchangeability of calibration + stream)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, Self
 
 import numpy as np
@@ -400,6 +401,30 @@ class ConformalTestMartingale:
                     self.first_alarm_index_ = self.alarm_indices_[0]
                 self.alarmed_ = True
         return MartingaleStep(p, log_s, log_cusum, log_sr, alarm)
+
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the test back exactly as it is now (for all-or-nothing updates).
+
+        Cheap: the bag's own checkpoint (a copy of a grid bag's counts, or the list of a runs
+        bag's immutable runs), the random generator's state and a few numbers.
+        """
+        self._check_fitted()
+        bag, restore_bag = self._bag, self._bag.checkpoint()
+        rng_state = self._rng.bit_generator.state
+        scalars = (self._log_s, self._max_log_s, self._log_cusum, self._log_sr, self.n_seen_)
+        capital = self._capital.copy()
+        flags = (self.alarmed_, self.first_alarm_index_, len(self.alarm_indices_))
+
+        def restore() -> None:
+            restore_bag()
+            self._bag = bag
+            self._rng.bit_generator.state = rng_state
+            self._log_s, self._max_log_s, self._log_cusum, self._log_sr, self.n_seen_ = scalars
+            self._capital = capital.copy()
+            self.alarmed_, self.first_alarm_index_ = flags[0], flags[1]
+            del self.alarm_indices_[flags[2] :]
+
+        return restore
 
     # ------------------------------------------------------------------ state
     def state(self) -> tuple[dict[str, npt.NDArray[Any]], dict[str, Any]]:

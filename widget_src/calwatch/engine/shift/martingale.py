@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -185,6 +186,15 @@ class ScoreBag:
         """How many sorted runs the bag is split into now."""
         return len(self._runs)
 
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the bag back as it is now (runs are never changed in place)."""
+        runs, size = list(self._runs), self.size
+
+        def restore() -> None:
+            self._runs, self.size = list(runs), size
+
+        return restore
+
     def _push(self, run: _Run) -> None:
         self._runs.append(run)
         self.size += int(run.below[-1])
@@ -300,6 +310,16 @@ class GridScoreBag:
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Rebuild the tree from the saved counts."""
         self.__init__(int(state["lo"]), np.asarray(state["counts"], dtype=np.int64))  # type: ignore[misc]
+
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the bag back as it is now (a copy of the counts: 8 bytes a cell)."""
+        lo, counts, size = self.lo, self._counts.copy(), self.size
+
+        def restore() -> None:
+            self.__init__(lo, counts.copy())  # type: ignore[misc]
+            assert self.size == size
+
+        return restore
 
     @property
     def hi(self) -> int:
