@@ -287,3 +287,24 @@ def test_a_detector_failing_half_way_leaves_every_detector_as_it_was(call, monke
         m.observe(probs=P, ids=[f"new-{i}" for i in range(BATCH)], y=y)
         m.label([f"1-{i}" for i in range(BATCH)], softmax_data(BATCH, K=K, seed=2)[1])
     assert _detector_states(mon) == _detector_states(twin)
+
+
+def test_a_relabel_is_not_a_new_observation_for_detectors_or_aci():
+    # Two monitors see the same rows and the same first labels; one also gets every label again
+    # (a resend) and some rows relabelled. Coverage counts take the final labels; the detectors
+    # and ACI, which are sequential, saw each row once in both, so their states are the same.
+    once, twice = _monitor(), _monitor()
+    rng = np.random.default_rng(5)
+    for b in range(4):
+        P, y = softmax_data(BATCH, K=K, seed=b + 1)
+        ids = [f"{b}-{i}" for i in range(BATCH)]
+        for m in (once, twice):
+            m.observe(probs=P, ids=ids)
+            m.label(ids, y)
+        twice.label(ids, y)  # the same labels again
+        changed = rng.choice(BATCH, size=20, replace=False)
+        twice.label([ids[i] for i in changed], (y[changed] + 1) % K)  # corrections
+    assert _detector_states(twice) == _detector_states(once)
+    assert twice.calibrators["aci"].alpha_t_ == once.calibrators["aci"].alpha_t_
+    assert twice.status()["rows_labelled"] == once.status()["rows_labelled"] == 4 * BATCH
+    assert not twice.summary()["n_covered"].equals(once.summary()["n_covered"])  # counts took the corrections

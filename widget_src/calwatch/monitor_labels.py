@@ -69,6 +69,12 @@ class MonitorLabels(MonitorState):
         LabelReport
             How many labels matched rows in the window; labels for unknown or expired ids are
             counted in ``unmatched`` (and in :meth:`status`), never applied silently.
+
+        Notes
+        -----
+        A second label for a row replaces the first in every count (coverage, class coverage,
+        errors). The shift detectors and ``cw.Adaptive`` are sequential: they took the row in
+        with its first label and do not take it again (a relabel is not a new observation).
         """
         encoder = self._require_encoder()
         id_list = as_id_list(ids)
@@ -89,7 +95,13 @@ class MonitorLabels(MonitorState):
             record, rows_b, labels_b = by_index[batch_index], row_of[mask], label_of[mask]
             stats, new_b, relabelled_b = self._labelled_stats(record, rows_b, labels_b)
             updates.append((record, stats, rows_b, labels_b))
-            groups.append((record, rows_b, labels_b))
+            # A relabel replaces the row's label in every count, but the sequential consumers (the
+            # detectors' tests, ACI's level) took the row in when its first label came: it is not
+            # a new observation for them, and counting it again would bias their bounds.
+            assert record.rows is not None
+            first = record.rows.labels[rows_b] == NO_LABEL
+            if first.any():
+                groups.append((record, rows_b[first], labels_b[first]))
             newly, relabelled = newly + new_b, relabelled + relabelled_b
         # Everything is computed: the detectors and ACI are fed, then the batches change.
         self._feed_labels(groups, latest=len(self._stream.batches) - 1, rows_seen=self._stream.rows_seen)
