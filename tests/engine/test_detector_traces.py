@@ -80,7 +80,9 @@ def test_class_coverage_drop_replays_its_recorded_looks():
         labels=labels_cal,
         calibrators={"c": _Cal(0.1, K, labels_cal.size)},
     )
-    by_class, marginal = ClassCoverageDropDetector("c"), CoverageDropDetector("c")
+    # The recording ran the constant thresholds that were the defaults then (c = 10⁶, K·c per class).
+    by_class = ClassCoverageDropDetector("c", threshold=1e6)
+    marginal = CoverageDropDetector("c", threshold=1e6)
     by_class.calibrate(data)
     marginal.calibrate(data)
     assert by_class.untested_ == [0]  # 5 calibration rows: ⌈6·0.9⌉ = 6 > 5, its sets always hold it

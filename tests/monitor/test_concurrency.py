@@ -276,11 +276,12 @@ def test_a_detector_failing_half_way_leaves_every_detector_as_it_was(call, monke
     last = [d for d in mon.shift_watch.detectors if d.needs_labels][-1]
     monkeypatch.setattr(last, "labelled", lambda *a, **k: (_ for _ in ()).throw(MemoryError("late")))
     P, y = softmax_data(BATCH, K=K, seed=9)
+    if call == "observe":  # the label-free detectors are fed first, then the labels
+        failing = lambda: mon.observe(probs=P, ids=[f"new-{i}" for i in range(BATCH)], y=y)  # noqa: E731
+    else:
+        failing = lambda: mon.label([f"1-{i}" for i in range(BATCH)], softmax_data(BATCH, K=K, seed=2)[1])  # noqa: E731
     with pytest.raises(MemoryError, match="late"):
-        if call == "observe":
-            mon.observe(probs=P, ids=[f"new-{i}" for i in range(BATCH)], y=y)  # label-free ones fed first
-        else:
-            mon.label([f"1-{i}" for i in range(BATCH)], softmax_data(BATCH, K=K, seed=2)[1])
+        failing()
     assert _detector_states(mon) == before
     monkeypatch.undo()
     for m in (mon, twin):

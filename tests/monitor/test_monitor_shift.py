@@ -1,5 +1,7 @@
 """Shift detectors inside the Monitor: warnings, episodes, acknowledgements, charts."""
 
+import math
+
 import numpy as np
 import polars as pl
 import pytest
@@ -63,8 +65,9 @@ def test_confidence_shift_opens_one_warning_that_can_be_acknowledged():
     assert confidence.height == 1  # one episode, not one warning per alarming batch
     w = confidence.row(0, named=True)
     assert w["first_batch"] >= 3 and w["open"] and not w["acknowledged"]
-    assert "exchangeable" in w["explanation"] and "L/c" in w["false_alarm_control"]
-    assert w["statistic"] >= w["threshold"] == pytest.approx(6.0)
+    assert "exchangeable" in w["explanation"] and "however long" in w["false_alarm_control"]
+    # the anytime threshold of the first epoch (10⁵ rows): c = 10⁵·π²/(6·0.01)
+    assert w["statistic"] >= w["threshold"] == pytest.approx(math.log10(1e5 * math.pi**2 / 0.06))
     mon.acknowledge(w["episode"], "known: new model version deployed", by="ana")
     w = mon.warnings().filter(pl.col("episode") == w["episode"]).row(0, named=True)
     assert w["acknowledged"] and w["ack_by"] == "ana" and w["ack_note"].startswith("known")

@@ -111,4 +111,4 @@ def test_class_coverage_drop_names_the_class_whose_promise_breaks():
     assert "class 'b'" in warnings["threatens"][0]
     det = next(d for d in mon.shift_watch.detectors if isinstance(d, ClassCoverageDropDetector))
     assert det.test_ is not None and det.test_.n_tests == 3 and det.untested_ == []
-    assert det.test_.threshold == pytest.approx(3e6)  # K·c: the union bound over 3 classes
+    assert det.test_.false_alarm == pytest.approx(0.01 / 3)  # δ/K: the union bound over 3 classes

@@ -8,7 +8,9 @@ warnings can be acknowledged, with a note, and the acknowledgement is kept in th
 Default detectors (``Monitor(shift="default")``):
 
 - a label-free conformal test martingale on the model's confidence ``1 − max p`` (CUSUM,
-  ``c = 10⁶``: mean time to a false alarm ≥ 10⁶ rows, ``P(false alarm within L rows) ≤ L/10⁶``);
+  restarted after each alarm, against the anytime threshold of
+  :mod:`calwatch.engine.shift.betting`: ``P(any false alarm over the whole stream) ≤ 0.01``,
+  however long it runs);
 - when the model gives embeddings, the same kind of martingale on each row's distance to the
   calibration embeddings (:class:`ReferenceDistanceMartingale`);
 - per set calibrator with ``label_scores``: a conformal test martingale on its conformity
@@ -38,6 +40,7 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.engine.shift.betting import (
+    DEFAULT_FALSE_ALARM,
     DEFAULT_SR_THRESHOLD,
     GroupedBetting,
     calibration_null_rates,
@@ -58,7 +61,8 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 StatisticName = Literal["ville", "cusum", "shiryaev-roberts"]
 
-#: Threshold of the default repeated-detection martingales (CUSUM).
+#: A constant threshold for the repeated-detection martingales, for who asks for one
+#: (``threshold=``); the default is the anytime threshold at ``false_alarm`` = 0.01.
 DEFAULT_CUSUM_THRESHOLD = 1e6
 #: Grid on which scores enter the default martingales.
 DEFAULT_RESOLUTION = 1e-4
@@ -101,7 +105,16 @@ def _nothing_to_restore() -> None:
     """The restore function of a detector that has no state yet."""
 
 
-def _martingale_guarantee(statistic: StatisticName, threshold: float) -> str:
+def _martingale_guarantee(
+    statistic: StatisticName, threshold: float | None, false_alarm: float | None
+) -> str:
+    name = "CUSUM" if statistic == "cusum" else "Shiryaev–Roberts"
+    if threshold is None:
+        return (
+            f"P(any false alarm over the whole stream, however long) ≤ δ = {false_alarm:g} ({name}, "
+            "restarted after each alarm, against a threshold growing with the rows seen; "
+            "null: rows exchangeable with calibration)"
+        )
     if statistic == "ville":
         return f"P(any false alarm over the whole stream) ≤ 1/c = {1 / threshold:.2g} (Ville)"
     return (
@@ -123,13 +136,15 @@ class _MartingaleDetector:
         self,
         *,
         statistic: StatisticName = "cusum",
-        threshold: float = DEFAULT_CUSUM_THRESHOLD,
+        threshold: float | None = None,
+        false_alarm: float | None = None,
         jump: float = 0.01,
         resolution: float | None = DEFAULT_RESOLUTION,
         seed: int = 0,
     ) -> None:
         self.statistic: StatisticName = statistic
-        self.threshold = float(threshold)
+        self.threshold = None if threshold is None else float(threshold)
+        self.false_alarm = false_alarm
         self.jump = float(jump)
         self.resolution = resolution
         self.seed = int(seed)
@@ -142,6 +157,7 @@ class _MartingaleDetector:
     def _fit(self, scores: FloatArray) -> None:
         self.martingale_ = ConformalTestMartingale(
             threshold=self.threshold,
+            false_alarm=getattr(self, "false_alarm", None),
             jump=self.jump,
             statistic=self.statistic,
             resolution=self.resolution,
@@ -159,16 +175,17 @@ class _MartingaleDetector:
         new_alarms = tuple(m.alarm_indices_[before:])
         statistic = float(values.max()) / _LN10 if values.size else -math.inf
         p_mean = float(step.p_value.mean()) if step.p_value.size else math.nan
+        limit = m.log10_threshold_
         return MonitorResult(
             name=self.name,
             statistic=statistic,
-            threshold=math.log10(self.threshold),
+            threshold=limit,
             alarm=bool(new_alarms),
-            guarantee=_martingale_guarantee(self.statistic, self.threshold),
+            guarantee=_martingale_guarantee(self.statistic, m.threshold, getattr(m, "false_alarm", None)),
             threatens=self.threatens,
             explanation=(
                 f"{what} no longer look exchangeable with the calibration data: the test martingale "
-                f"reached 10^{statistic:.1f} (alarm at 10^{math.log10(self.threshold):.1f}); "
+                f"reached 10^{statistic:.1f} (alarm at 10^{limit:.1f}); "
                 f"mean conformal p-value of the window {p_mean:.2f} (0.5 when nothing changed)"
             ),
             action=self.action,
@@ -373,10 +390,11 @@ class ClassCoverageDropDetector:
     drop in one class (say, late flights) breaks its promise even while the marginal coverage
     holds. One betting test runs per class (the test of
     :class:`~calwatch.engine.shift.monitors.CoverageDrop`, on that class's rows in arrival order,
-    against that class's calibration count); with ``K`` classes each test's threshold is
-    ``K·c``, so by the union bound the K tests together keep the false-alarm control of one test
-    at ``c``. The K tests advance together (:class:`~calwatch.engine.shift.betting.GroupedBetting`):
-    a batch costs a few array operations whatever ``K``.
+    against that class's calibration count); with ``K`` classes each test runs at ``δ/K`` (the
+    anytime default) or at threshold ``K·c``, so by the union bound the K tests together keep
+    the false-alarm control of one test. The K tests advance together
+    (:class:`~calwatch.engine.shift.betting.GroupedBetting`): a batch costs a few array
+    operations whatever ``K``.
 
     A class with too few calibration rows for a finite threshold at the calibrator's α (its sets
     always hold it: its coverage cannot drop) has no test; ``untested_`` lists them.
@@ -410,7 +428,12 @@ class ClassCoverageDropDetector:
         testable = np.array([has_finite_threshold(self.alpha_, int(n)) for n in counts.tolist()], dtype=bool)
         rates = np.full(K, np.nan)
         rates[testable] = calibration_null_rates(self.alpha_, counts[testable], DEFAULT_CALIBRATION_DELTA)
-        self.test_ = GroupedBetting(rates, threshold=(self.threshold or DEFAULT_SR_THRESHOLD) * K)
+        # K tests: each at δ/K (anytime, the default) or at threshold K·c, so by the union bound
+        # the K together keep one test's false-alarm bound.
+        if self.threshold is None:
+            self.test_ = GroupedBetting(rates, false_alarm=DEFAULT_FALSE_ALARM / K)
+        else:
+            self.test_ = GroupedBetting(rates, threshold=self.threshold * K)
         self.classes_ = data.classes if data.classes is not None else [str(c) for c in range(K)]
 
     def notice(self) -> dict[str, Any] | None:
@@ -482,7 +505,7 @@ class ClassCoverageDropDetector:
             guarantee=test.guarantee(c),
             detector=test.detector,
             log10_statistic=float(look.peak[pick]),
-            log10_threshold=test.log10_threshold,
+            log10_threshold=test.log10_threshold(c),
             window_alarms=tuple(look.alarms_of(c)),
             alarmed_ever=bool(np.isin(c, test.alarm_groups)),
             rows_seen=int(test.rows[c]),
@@ -501,7 +524,10 @@ class ClassCoverageDropDetector:
             alarm=bool(alarmed.any()),
             threatens=f"coverage within each class of {self.calibrator}'s prediction sets (class {name!r})",
             explanation=f"class {name!r}: {worst.explanation}",
-            guarantee=f"{worst.guarantee}; each of the {test.n_tests} class tests at threshold K·c",
+            guarantee=(
+                f"{worst.guarantee}; each of the {test.n_tests} class tests at "
+                + ("δ/K" if test.threshold is None else "threshold K·c")
+            ),
         )
 
 

@@ -12,8 +12,20 @@ tenths of a point to several times ``ε₀`` above the null), and average with e
 - ``detector="sr"`` (default): Shiryaev-Roberts for repeated detection,
   ``R_{j,t} = F_{j,t} (1 + R_{j,t−1})``, ``R_{j,0} = 0``, ``F`` the row's betting factor; alarm
   at ``mean_j R_{j,t} ≥ c``, then reset to 0. ``R_t − t`` is a supermartingale under the null,
-  so the mean number of rows to a false alarm is ``≥ c`` and, by Doob's maximal inequality on
-  the submartingale ``R_t``, ``P(a false alarm within L rows) ≤ L/c``: choose ``c = L/δ``.
+  so ``R_t + (L − t)`` is a non-negative supermartingale on ``t ≤ L`` starting at ``L``, and by
+  Ville's inequality ``P(a false alarm within L rows) ≤ L/c`` (a reset only lowers ``R``: the
+  restarted statistic never exceeds the one that was not restarted, so the bound covers the
+  alarms after a reset too).
+
+  **Anytime (the default, ``false_alarm=δ``).** A constant ``c`` bounds false alarms only
+  within ``L`` rows: a stream of 10⁷ labelled rows against ``c = 10⁶`` expects several. So the
+  threshold grows with the rows tested, in epochs ``k = 1, 2, …`` of rows
+  ``N_{k−1} < t ≤ N_k``, ``N_k = B·2^{k−1}`` (``B`` = :data:`EPOCH_ROWS`):
+  ``c_k = N_k / (δ w_k)`` with ``w_k = 6/(π² k²)``. Epoch ``k`` errs with probability at most
+  ``N_k / c_k = δ w_k``, and the ``w_k`` sum to 1: ``P(any false alarm, however long the stream
+  runs) ≤ δ``. The price is a threshold that grows like ``t log² t``, so evidence must grow a
+  little more before an alarm late in a long stream (``log c`` is 16.6 at 10⁵ rows and 25.6 at
+  10⁷ for ``δ = 0.01``, against ``log 10⁶ = 13.8``).
   Vectorised: with ``L_t = Σ_{s≤t} log F_s``, ``R_t = e^{L_t} (R_0 + Σ_{k<t} e^{−L_k})``, a
   cumulative log-sum-exp.
 
@@ -56,9 +68,14 @@ DETECTOR_NAMES: tuple[DetectorName, ...] = ("sr", "ville")
 
 #: Bets ``u_j = λ_j ε₀`` of the betting mixture: a share of the largest bet ``1/ε₀``.
 BET_FRACTIONS: tuple[float, ...] = tuple(float(u) for u in np.geomspace(0.005, 0.5, 10))
-#: Default alarm thresholds ``c``: Shiryaev-Roberts (mean rows to a false alarm ≥ c) and Ville.
+#: Alarm thresholds ``c`` of the constant-threshold tests: Shiryaev-Roberts (a false alarm
+#: within ``L`` rows has probability ≤ ``L/c``) and Ville (≤ ``1/c`` over the whole stream).
 DEFAULT_SR_THRESHOLD = 1e6
 DEFAULT_VILLE_THRESHOLD = 100.0
+#: Default ``δ`` of the anytime tests: P(any false alarm over the whole stream) ≤ δ.
+DEFAULT_FALSE_ALARM = 0.01
+#: Rows ``B`` of the first epoch of an anytime threshold (the epochs double after it).
+EPOCH_ROWS = 100_000
 _LN10 = math.log(10.0)
 
 
@@ -129,6 +146,50 @@ def calibration_null_rates(alpha: float, n_calibration: Any, calibration_delta: 
     return np.asarray(betaincinv(n + 1 - k, k, 1.0 - delta), dtype=np.float64)
 
 
+def anytime_thresholds(rows: Any, false_alarm: float, epoch_rows: int = EPOCH_ROWS) -> FloatArray:
+    """The anytime threshold ``c_k`` in force at each row count (module docstring).
+
+    Row ``t`` (1-based) lies in epoch ``k = 1 + max(0, ⌈log2(t/B)⌉)``, which ends at
+    ``N_k = B·2^{k−1}``; its threshold is ``c_k = N_k π² k² / (6δ)``.
+
+    Examples
+    --------
+    With ``B = 100`` and ``δ = 0.01``: rows 1..100 are epoch 1 (``c = 100·π²/0.06 ≈ 16,449``),
+    rows 101..200 epoch 2 (``c = 200·4π²/0.06``).
+
+    >>> anytime_thresholds([1, 100, 101, 200], 0.01, epoch_rows=100).round(0).tolist()
+    [16449.0, 16449.0, 131595.0, 131595.0]
+    """
+    n = np.maximum(np.asarray(rows, dtype=np.float64), 1.0)
+    k = 1.0 + np.maximum(0.0, np.ceil(np.log2(n / epoch_rows)))
+    out: FloatArray = epoch_rows * 2.0 ** (k - 1.0) * math.pi**2 * k**2 / (6.0 * false_alarm)
+    return out
+
+
+def alarm_thresholds(
+    detector: DetectorName, threshold: float | None, false_alarm: float | None
+) -> tuple[float | None, float | None]:
+    """The ``(threshold, false_alarm)`` a test runs with: a constant ``c``, or an anytime ``δ``.
+
+    Shiryaev-Roberts without ``threshold`` is anytime at ``false_alarm`` (default
+    :data:`DEFAULT_FALSE_ALARM`); with one, constant. Ville is always constant, ``c = 1/δ``
+    when given ``false_alarm`` (default :data:`DEFAULT_VILLE_THRESHOLD`).
+    """
+    check_detector(detector, threshold)
+    if threshold is not None and false_alarm is not None:
+        msg = "give threshold= (a constant c) or false_alarm= (δ), not both"
+        raise ValueError(msg)
+    if false_alarm is not None:
+        false_alarm = check_alpha(false_alarm, "false_alarm")
+    if detector == "ville":
+        if threshold is not None:
+            return float(threshold), None
+        return (DEFAULT_VILLE_THRESHOLD if false_alarm is None else 1.0 / false_alarm), None
+    if threshold is not None:
+        return float(threshold), None
+    return None, DEFAULT_FALSE_ALARM if false_alarm is None else false_alarm
+
+
 def check_detector(detector: str, threshold: float | None) -> None:
     """Refuse an unknown detector name or a threshold that is not a finite number above 1."""
     if detector not in DETECTOR_NAMES:
@@ -181,12 +242,13 @@ def run_betting(
     counts: IntArray,
     alarmed: BoolArray,
     detector: DetectorName,
-    log10_threshold: float,
+    thresholds: FloatArray,
 ) -> tuple[FloatArray, BoolArray]:
     """Advance the tests of ``groups`` over the rows, in arrival order; return the trace and alarms.
 
-    The state arrays (``sr``, ``rows``, ``counts``, ``alarmed``) are updated in place. The rows
-    run through :func:`calwatch.engine.shift.kernels.betting_rows`, the recursion row by row.
+    The state arrays (``sr``, ``rows``, ``counts``, ``alarmed``) are updated in place; row
+    ``t`` alarms at ``thresholds[t]``. The rows run through
+    :func:`calwatch.engine.shift.kernels.betting_rows`, the recursion row by row.
     """
     from calwatch.engine.shift.kernels import betting_rows
 
@@ -194,13 +256,27 @@ def run_betting(
     alarm = np.zeros(events.shape[0], dtype=np.bool_)
     betting_rows(
         np.ascontiguousarray(events), np.ascontiguousarray(groups, dtype=np.int64), log_up, log_down,
-        sr, rows, counts, alarmed, detector == "ville", float(log10_threshold), trace, alarm,
+        sr, rows, counts, alarmed, detector == "ville", np.ascontiguousarray(thresholds, dtype=np.float64),
+        trace, alarm,
     )  # fmt: skip
     return trace, alarm
 
 
-def guarantee_text(detector: DetectorName, null_rate: float, threshold: float, n_bets: int) -> str:
+def guarantee_text(
+    detector: DetectorName,
+    null_rate: float,
+    threshold: float | None,
+    n_bets: int,
+    false_alarm: float | None = None,
+) -> str:
     """The false-alarm bound of a betting test, in words with the numbers."""
+    if threshold is None:
+        return (
+            f"Shiryaev-Roberts on a mixture of {n_bets} betting martingales against rate {null_rate:.4g}, "
+            f"restarted after each alarm, its threshold growing with the rows tested (epochs of "
+            f"{EPOCH_ROWS:,}·2^(k−1) rows, c_k = N_k·π²k²/(6δ)): P(any false alarm over the whole "
+            f"stream, however long) ≤ δ = {false_alarm:g}"
+        )
     if detector == "ville":
         return (
             f"Ville's inequality on a mixture of {n_bets} betting martingales "
@@ -242,7 +318,10 @@ class BernoulliBetting:
         Shiryaev-Roberts (repeated detection, reset after each alarm) or Ville (one sticky
         alarm over the whole stream).
     threshold : float, optional
-        Alarm threshold ``c > 1``; default ``1e6`` (SR) or ``100`` (Ville).
+        A constant alarm threshold ``c > 1`` (Ville's default: 100).
+    false_alarm : float, optional
+        ``δ`` of an anytime threshold (Shiryaev-Roberts' default: 0.01, see the module
+        docstring); for Ville, ``c = 1/δ``. Give ``threshold`` or ``false_alarm``, not both.
 
     Attributes
     ----------
@@ -270,16 +349,14 @@ class BernoulliBetting:
         *,
         detector: DetectorName = "sr",
         threshold: float | None = None,
+        false_alarm: float | None = None,
         bet_fractions: tuple[float, ...] = BET_FRACTIONS,
     ) -> None:
         eps = check_alpha(null_rate, "null_rate")
-        check_detector(detector, threshold)
-        if threshold is None:
-            threshold = DEFAULT_SR_THRESHOLD if detector == "sr" else DEFAULT_VILLE_THRESHOLD
+        self.threshold, self.false_alarm = alarm_thresholds(detector, threshold, false_alarm)
         u = check_bet_fractions(bet_fractions)
         self.null_rate = eps
         self.detector: DetectorName = detector
-        self.threshold = float(threshold)
         self.bet_fractions = tuple(float(v) for v in u)
         self._log_up = log_up_factors(np.array([eps]), u)[0]  # factor 1 + λ(1 − ε₀) of an event
         self._log_down = np.log1p(-u)  # factor 1 − λ ε₀ of a non-event
@@ -292,12 +369,25 @@ class BernoulliBetting:
 
     @property
     def log10_threshold(self) -> float:
-        """``log10 c``."""
-        return math.log10(self.threshold)
+        """``log10 c`` now (an anytime threshold: at the latest row)."""
+        return float(np.log10(self._thresholds(np.array([max(self.rows_, 1)]))[0]))
+
+    def _thresholds(self, rows: IntArray) -> FloatArray:
+        """``c`` at each of these row counts (1-based)."""
+        false_alarm = getattr(self, "false_alarm", None)  # absent in snapshots from before anytime
+        if self.threshold is not None or false_alarm is None:
+            return np.full(rows.shape[0], float(self.threshold or DEFAULT_SR_THRESHOLD))
+        return anytime_thresholds(rows, false_alarm)
 
     def guarantee(self) -> str:
         """The false-alarm bound, in words with the numbers."""
-        return guarantee_text(self.detector, self.null_rate, self.threshold, len(self.bet_fractions))
+        return guarantee_text(
+            self.detector,
+            self.null_rate,
+            self.threshold,
+            len(self.bet_fractions),
+            getattr(self, "false_alarm", None),
+        )
 
     def update(self, events: Any) -> FloatArray:
         """Feed the next events in order; return ``log10`` of the statistic after each row."""
@@ -312,7 +402,7 @@ class BernoulliBetting:
             trace, alarm = run_betting(
                 e, np.zeros(m, dtype=np.int64), log_up=self._log_up[None, :], log_down=self._log_down, sr=sr,
                 rows=rows, counts=counts, alarmed=np.array([self.alarmed_]), detector=self.detector,
-                log10_threshold=self.log10_threshold,
+                thresholds=self._thresholds(self.rows_ + np.arange(1, m + 1)),
             )  # fmt: skip
             self._log_sr = np.log(sr[0])
         self.alarms_.extend((self.rows_ + np.flatnonzero(alarm)).tolist())
@@ -385,8 +475,9 @@ class GroupedBetting:
     ----------
     null_rates : array-like of shape (g,)
         ``ε₀`` per group in (0, 1), or ``nan`` for a group without a test.
-    detector, threshold, bet_fractions
-        As for :class:`BernoulliBetting`.
+    detector, threshold, false_alarm, bet_fractions
+        As for :class:`BernoulliBetting`, for each group's test (an anytime threshold runs on
+        the group's own row count).
 
     Attributes
     ----------
@@ -414,6 +505,7 @@ class GroupedBetting:
         *,
         detector: DetectorName = "sr",
         threshold: float | None = None,
+        false_alarm: float | None = None,
         bet_fractions: tuple[float, ...] = BET_FRACTIONS,
     ) -> None:
         rates = np.asarray(null_rates, dtype=np.float64)
@@ -421,14 +513,11 @@ class GroupedBetting:
         if rates.ndim != 1 or not ((rates[testable] > 0) & (rates[testable] < 1)).all():
             msg = f"null_rates must be a 1-D array of rates in (0, 1) or nan; got {null_rates!r}"
             raise ValueError(msg)
-        check_detector(detector, threshold)
-        if threshold is None:
-            threshold = DEFAULT_SR_THRESHOLD if detector == "sr" else DEFAULT_VILLE_THRESHOLD
+        self.threshold, self.false_alarm = alarm_thresholds(detector, threshold, false_alarm)
         u = check_bet_fractions(bet_fractions)
         self.null_rates = rates
         self.testable = testable
         self.detector: DetectorName = detector
-        self.threshold = float(threshold)
         self.bet_fractions = tuple(float(v) for v in u)
         self.log_up = np.zeros((rates.size, u.size))
         self.log_up[testable] = log_up_factors(rates[testable], u)
@@ -459,15 +548,24 @@ class GroupedBetting:
         """Groups with a test."""
         return int(np.count_nonzero(self.testable))
 
-    @property
-    def log10_threshold(self) -> float:
-        """``log10 c``."""
-        return math.log10(self.threshold)
+    def log10_threshold(self, group: int) -> float:
+        """``log10 c`` of a group's test now (an anytime threshold: at its latest row)."""
+        return float(np.log10(self._thresholds(np.array([max(int(self.rows[group]), 1)]))[0]))
+
+    def _thresholds(self, rows: IntArray) -> FloatArray:
+        """``c`` at each of these row counts (1-based, each its group's own)."""
+        if self.threshold is not None or self.false_alarm is None:
+            return np.full(rows.shape[0], float(self.threshold or DEFAULT_SR_THRESHOLD))
+        return anytime_thresholds(rows, self.false_alarm)
 
     def guarantee(self, group: int) -> str:
         """Group ``group``'s false-alarm bound, in words with the numbers."""
         return guarantee_text(
-            self.detector, float(self.null_rates[group]), self.threshold, len(self.bet_fractions)
+            self.detector,
+            float(self.null_rates[group]),
+            self.threshold,
+            len(self.bet_fractions),
+            self.false_alarm,
         )
 
     def update(self, events: Any, groups: Any) -> GroupLook:
@@ -491,13 +589,15 @@ class GroupedBetting:
         keep = self.testable[gid]
         e, gid = e[keep], gid[keep]
         before = self.rows.copy()
+        order = np.argsort(gid, kind="stable")  # each group's rows together, in arrival order
+        touched, starts, lengths = np.unique(gid[order], return_index=True, return_counts=True)
+        position = np.empty(gid.shape[0], dtype=np.int64)  # each row's place among its group's rows
+        position[order] = np.arange(gid.shape[0]) - np.repeat(starts, lengths)
         trace, alarm = run_betting(
             e, gid, log_up=self.log_up, log_down=self.log_down, sr=self.sr, rows=self.rows,
             counts=self.events, alarmed=self.alarmed, detector=self.detector,
-            log10_threshold=self.log10_threshold,
+            thresholds=self._thresholds(before[gid] + position + 1),
         )  # fmt: skip
-        order = np.argsort(gid, kind="stable")  # each group's rows together, in arrival order
-        touched, starts, lengths = np.unique(gid[order], return_index=True, return_counts=True)
         if touched.size == 0:
             empty = np.empty(0, dtype=np.int64)
             return GroupLook(empty, empty, empty, np.empty(0), np.empty(0), empty, empty)
@@ -505,8 +605,6 @@ class GroupedBetting:
         peak = np.maximum.reduceat(ordered_trace, starts)
         last = ordered_trace[starts + lengths - 1]
         counts = np.add.reduceat(e[order].astype(np.int64), starts)
-        position = np.empty(gid.shape[0], dtype=np.int64)  # each row's place among its group's rows
-        position[order] = np.arange(gid.shape[0]) - np.repeat(starts, lengths)
         hits = np.flatnonzero(alarm)  # arrival order: within a group, oldest first
         alarm_groups = gid[hits]
         alarm_rows = before[alarm_groups] + position[hits]
@@ -520,12 +618,16 @@ class GroupedBetting:
 
 __all__ = [
     "BET_FRACTIONS",
+    "DEFAULT_FALSE_ALARM",
     "DEFAULT_SR_THRESHOLD",
     "DEFAULT_VILLE_THRESHOLD",
     "DETECTOR_NAMES",
+    "EPOCH_ROWS",
     "BernoulliBetting",
     "GroupLook",
     "GroupedBetting",
+    "alarm_thresholds",
+    "anytime_thresholds",
     "calibration_null_rate",
     "calibration_null_rates",
     "has_finite_threshold",

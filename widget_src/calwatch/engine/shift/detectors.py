@@ -50,7 +50,9 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from calwatch.engine._validation import check_alpha
 from calwatch.engine.errors import NotFittedError
+from calwatch.engine.shift.betting import DEFAULT_FALSE_ALARM, anytime_thresholds
 from calwatch.engine.shift.martingale import GridScoreBag, ScoreBag, change_statistics, simple_jumper
 
 FloatArray = npt.NDArray[np.float64]
@@ -192,16 +194,31 @@ class ConformalTestMartingale:
     def __init__(
         self,
         *,
-        threshold: float = 100.0,
+        threshold: float | None = 100.0,
         jump: float = 0.01,
         statistic: StatisticName = "ville",
         resolution: float | None = None,
         seed: int = 0,
+        false_alarm: float | None = None,
     ) -> None:
-        c = _check_number(threshold, "threshold")
-        if not (math.isfinite(c) and c > 1.0):
-            msg = f"threshold must be a finite number > 1 (S_0 = 1 would alarm at once); got {threshold!r}"
-            raise ValueError(msg)
+        if threshold is None and statistic == "ville":
+            threshold = 1.0 / check_alpha(false_alarm, "false_alarm") if false_alarm is not None else 100.0
+            false_alarm = None
+        if threshold is not None:
+            c: float | None = _check_number(threshold, "threshold")
+            if not (math.isfinite(threshold) and threshold > 1.0):
+                msg = (
+                    f"threshold must be a finite number > 1 (S_0 = 1 would alarm at once); got {threshold!r}"
+                )
+                raise ValueError(msg)
+            if false_alarm is not None:
+                msg = "give threshold= (a constant c) or false_alarm= (δ), not both"
+                raise ValueError(msg)
+        else:
+            c = None
+            false_alarm = (
+                DEFAULT_FALSE_ALARM if false_alarm is None else check_alpha(false_alarm, "false_alarm")
+            )
         j = _check_number(jump, "jump")
         if not 0.0 <= j <= 1.0:
             msg = f"jump must be in [0, 1]; got {jump!r}"
@@ -219,6 +236,7 @@ class ConformalTestMartingale:
             msg = f"seed must be an integer ≥ 0; got {seed!r}"
             raise ValueError(msg)
         self.threshold = c
+        self.false_alarm = false_alarm
         self.jump = j
         self.statistic: StatisticName = statistic
         self.resolution = resolution
@@ -226,6 +244,8 @@ class ConformalTestMartingale:
 
     def __repr__(self) -> str:
         options = [f"threshold={self.threshold!r}", f"jump={self.jump!r}"]
+        if getattr(self, "false_alarm", None) is not None:
+            options.append(f"false_alarm={self.false_alarm!r}")
         if self.statistic != "ville":
             options.append(f"statistic={self.statistic!r}")
         if self.resolution is not None:
@@ -358,6 +378,25 @@ class ConformalTestMartingale:
             }
         )
 
+    def log_thresholds(self, rows: Any) -> FloatArray:
+        """``log c`` at these stream row counts (1-based): constant, or the anytime threshold.
+
+        With ``threshold=None`` CUSUM and Shiryaev–Roberts alarm at the anytime threshold of
+        :func:`calwatch.engine.shift.betting.anytime_thresholds` (CUSUM ≤ Shiryaev–Roberts, whose
+        ``R_t + (L − t)`` is a non-negative supermartingale under exchangeability), so
+        ``P(any false alarm over the whole stream) ≤ false_alarm`` however long it runs.
+        """
+        n = np.asarray(rows, dtype=np.float64)
+        if self.threshold is not None:
+            return np.full(n.shape, math.log(self.threshold))
+        out: FloatArray = np.log(anytime_thresholds(n, float(self.false_alarm or DEFAULT_FALSE_ALARM)))
+        return out
+
+    @property
+    def log10_threshold_(self) -> float:
+        """``log10 c`` at the latest row (the threshold now)."""
+        return float(self.log_thresholds(np.array([max(getattr(self, "n_seen_", 0), 1)]))[0]) / _LN10
+
     def step(self, scores: Any) -> MartingaleStep:
         """:meth:`update` as plain arrays (natural logs), for callers that need no data frame."""
         self._check_fitted()
@@ -375,14 +414,12 @@ class ConformalTestMartingale:
         growth, self._capital = simple_jumper(p, jump=self.jump, capital=self._capital)
         log_s = self._log_s + growth
         factors = np.diff(growth, prepend=0.0)
+        log_limits = self.log_thresholds(self.n_seen_ + np.arange(1, b + 1))
         log_cusum, cusum_alarm, log_sr, sr_alarm = change_statistics(
-            factors,
-            cusum_start=self._log_cusum,
-            sr_start=self._log_sr,
-            log_threshold=math.log(self.threshold),
+            factors, cusum_start=self._log_cusum, sr_start=self._log_sr, log_threshold=log_limits
         )
         if self.statistic == "ville":
-            alarm = log_s >= math.log(self.threshold)
+            alarm = log_s >= log_limits
         else:
             alarm = cusum_alarm if self.statistic == "cusum" else sr_alarm
         start = self.n_seen_
@@ -453,6 +490,7 @@ class ConformalTestMartingale:
             "version": STATE_VERSION,
             "params": {
                 "threshold": self.threshold,
+                "false_alarm": getattr(self, "false_alarm", None),
                 "jump": self.jump,
                 "statistic": self.statistic,
                 "resolution": self.resolution,

@@ -40,7 +40,7 @@ def betting_rows(
     counts: Any,
     alarmed: Any,
     ville: bool,
-    log10_threshold: float,
+    thresholds: Any,
     trace: Any,
     alarm: Any,
 ) -> None:
@@ -66,8 +66,8 @@ def betting_rows(
     ville : bool
         Ville's mixture ``log mean_j exp(E log_up_j + (n − E) log_down_j)`` instead of
         Shiryaev-Roberts.
-    log10_threshold : float
-        ``log10 c``.
+    thresholds : float64 (m,)
+        The alarm threshold ``c`` at each row (linear scale).
     trace : float64 (m,)
         Out: ``log10`` of the row's group statistic after the row.
     alarm : bool (m,)
@@ -75,7 +75,6 @@ def betting_rows(
     """
     n_bets = log_down.shape[0]
     log_bets = math.log(n_bets)
-    threshold = 10.0**log10_threshold
     up = np.exp(log_up)
     down = np.exp(log_down)
     terms = np.empty(n_bets)
@@ -95,7 +94,7 @@ def betting_rows(
                 total += math.exp(terms[j] - top)
             value = (math.log(total) + top - log_bets) / math.log(10.0)
             trace[t] = value
-            if value >= log10_threshold and not alarmed[g]:
+            if value >= math.log10(thresholds[t]) and not alarmed[g]:
                 alarm[t] = True
                 alarmed[g] = True
             continue
@@ -106,7 +105,7 @@ def betting_rows(
             total += sr[g, j]
         mean = total / n_bets
         trace[t] = math.log10(mean)
-        if mean >= threshold:
+        if mean >= thresholds[t]:
             alarm[t] = True
             for j in range(n_bets):
                 sr[g, j] = 0.0
@@ -200,12 +199,13 @@ def simple_jumper_rows(p: Any, jump: float, capital: Any) -> Any:
 
 @_jit
 def change_statistics(
-    log_factors: Any, log_cusum: float, log_sr: float, log_threshold: float, out_cusum: Any, out_sr: Any
+    log_factors: Any, log_cusum: float, log_sr: float, log_thresholds: Any, out_cusum: Any, out_sr: Any
 ) -> Any:
     """CUSUM and Shiryaev-Roberts on a martingale's factors, restarted after each alarm.
 
     ``log γ_n = log F_n + max(0, log γ_{n−1})`` (restart: ``γ = 1``) and
-    ``log R_n = log F_n + log(1 + R_{n−1})`` (restart: ``R = 0``), each alarming at ``≥ log c``.
+    ``log R_n = log F_n + log(1 + R_{n−1})`` (restart: ``R = 0``), each alarming at
+    ``≥ log c_n`` (``log_thresholds``, one per row: constant, or growing with the rows seen).
     Writes each row's value (before any restart) to ``out_cusum`` and ``out_sr`` and returns
     the alarm flags, shape (m, 2): CUSUM's, then Shiryaev-Roberts's. The state after the batch
     is the last value, or the restart value where the last row alarmed.
@@ -222,10 +222,10 @@ def change_statistics(
             log_sr = f + math.log1p(math.exp(log_sr))
         out_cusum[t] = log_cusum
         out_sr[t] = log_sr
-        if log_cusum >= log_threshold:
+        if log_cusum >= log_thresholds[t]:
             alarms[t, 0] = True
             log_cusum = 0.0
-        if log_sr >= log_threshold:
+        if log_sr >= log_thresholds[t]:
             alarms[t, 1] = True
             log_sr = -np.inf
     return alarms
@@ -236,9 +236,9 @@ def warm_up() -> None:
     tree = fenwick_build(np.zeros(4, dtype=np.int64))
     fenwick_p_values(tree, np.zeros(4, dtype=np.int64), np.array([1], dtype=np.int64), np.array([0.5]), 0)
     simple_jumper_rows(np.array([0.5]), 0.01, np.full(3, 1.0 / 3.0))
-    change_statistics(np.zeros(1), 0.0, -math.inf, 1.0, np.empty(1), np.empty(1))
+    change_statistics(np.zeros(1), 0.0, -math.inf, np.ones(1), np.empty(1), np.empty(1))
     betting_rows(
         np.zeros(1, dtype=np.bool_), np.zeros(1, dtype=np.int64), np.zeros((1, 1)), np.zeros(1),
         np.zeros((1, 1)), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
-        np.zeros(1, dtype=np.bool_), False, 1.0, np.empty(1), np.zeros(1, dtype=np.bool_),
+        np.zeros(1, dtype=np.bool_), False, np.full(1, 10.0), np.empty(1), np.zeros(1, dtype=np.bool_),
     )  # fmt: skip

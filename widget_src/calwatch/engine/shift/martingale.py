@@ -400,19 +400,20 @@ def simple_jumper(p: FloatArray, *, jump: float, capital: FloatArray) -> tuple[F
 
 # ------------------------------------------------------------- CUSUM and Shiryaev–Roberts
 def change_statistics(
-    log_factors: FloatArray, *, cusum_start: float, sr_start: float, log_threshold: float
+    log_factors: FloatArray, *, cusum_start: float, sr_start: float, log_threshold: float | FloatArray
 ) -> tuple[FloatArray, BoolArray, FloatArray, BoolArray]:
     """CUSUM and Shiryaev–Roberts together on the same factors (one compiled pass).
 
-    Returns ``(log_gamma, cusum_alarm, log_r, sr_alarm)``; see :func:`cusum` and
-    :func:`shiryaev_roberts`.
+    ``log_threshold`` is ``log c``, one number or one per row. Returns ``(log_gamma,
+    cusum_alarm, log_r, sr_alarm)``; see :func:`cusum` and :func:`shiryaev_roberts`.
     """
     from calwatch.engine.shift.kernels import change_statistics as kernel
 
     f = np.ascontiguousarray(log_factors, dtype=np.float64)
     log_gamma = np.empty(f.shape[0])
     log_r = np.empty(f.shape[0])
-    alarms = kernel(f, float(cusum_start), float(sr_start), float(log_threshold), log_gamma, log_r)
+    limits = np.ascontiguousarray(np.broadcast_to(np.asarray(log_threshold, dtype=np.float64), f.shape))
+    alarms = kernel(f, float(cusum_start), float(sr_start), limits, log_gamma, log_r)
     return log_gamma, alarms[:, 0].copy(), log_r, alarms[:, 1].copy()
 
 

@@ -47,8 +47,8 @@ from calwatch.engine.shift.betting import (
     DETECTOR_NAMES,
     BernoulliBetting,
     DetectorName,
+    alarm_thresholds,
     calibration_null_rate,
-    check_detector,
     has_finite_threshold,
 )
 
@@ -385,7 +385,10 @@ class CoverageDrop:
     detector : {"sr", "ville"}
         Shiryaev-Roberts (default) or Ville.
     threshold : float, optional
-        Alarm threshold ``c``.
+        A constant alarm threshold ``c``.
+    false_alarm : float, optional
+        ``δ`` of the anytime threshold (Shiryaev-Roberts' default, 0.01: P(any false alarm over
+        the whole stream) ≤ δ); see :mod:`calwatch.engine.shift.betting`.
 
     Examples
     --------
@@ -405,9 +408,10 @@ class CoverageDrop:
         calibration_delta: float | None = DEFAULT_CALIBRATION_DELTA,
         detector: DetectorName = "sr",
         threshold: float | None = None,
+        false_alarm: float | None = None,
     ) -> None:
         self.alpha = check_alpha(alpha)
-        check_detector(detector, threshold)
+        alarm_thresholds(detector, threshold, false_alarm)  # refused before anything is set
         if calibration_delta is not None and n_calibration is None:
             msg = "pass n_calibration= (the calibrator's calibration rows), or calibration_delta=None"
             raise ValueError(msg)
@@ -415,8 +419,9 @@ class CoverageDrop:
         self.calibration_delta = calibration_delta
         self.detector: DetectorName = detector
         self.threshold = threshold
+        self.false_alarm = false_alarm
         rate = calibration_null_rate(self.alpha, n_calibration or 0, calibration_delta)
-        self.test_ = BernoulliBetting(rate, detector=detector, threshold=threshold)
+        self.test_ = BernoulliBetting(rate, detector=detector, threshold=threshold, false_alarm=false_alarm)
 
     @property
     def null_rate(self) -> float:
@@ -478,12 +483,14 @@ class ReferenceExceedance:
         calibration_delta: float | None = DEFAULT_CALIBRATION_DELTA,
         detector: DetectorName = "sr",
         threshold: float | None = None,
+        false_alarm: float | None = None,
     ) -> None:
         self.share = check_alpha(share, "share")
-        check_detector(detector, threshold)
+        alarm_thresholds(detector, threshold, false_alarm)
         self.calibration_delta = calibration_delta
         self.detector: DetectorName = detector
         self.threshold = threshold
+        self.false_alarm = false_alarm
 
     def fit(self, d_cal: Any) -> ReferenceExceedance:
         """Set the distance threshold from the calibration rows' reference distances."""
@@ -495,7 +502,12 @@ class ReferenceExceedance:
             raise ValueError(msg)
         self.distance_threshold_ = float(d[k - 1])
         rate = calibration_null_rate(self.share, n, self.calibration_delta)
-        self.test_ = BernoulliBetting(rate, detector=self.detector, threshold=self.threshold)
+        self.test_ = BernoulliBetting(
+            rate,
+            detector=self.detector,
+            threshold=self.threshold,
+            false_alarm=getattr(self, "false_alarm", None),
+        )
         return self
 
     def update(self, d: Any) -> MonitorResult:
