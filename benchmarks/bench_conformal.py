@@ -9,7 +9,7 @@ For LAC, APS and RAPS, times ``fit`` on ``n_cal`` calibration rows plus ``predic
 
 Probabilities are a softmax of Gaussian logits and labels are drawn from them, so the model
 is calibrated. Each repeat runs the three implementations back to back (interleaved, so drift
-hits them alike); the table reports medians. Targets: calwatch ≤ 1.5× numpy, and MAPIE ≥ 2×
+hits them alike); the table reports medians. Targets: calwatch ≤ 1.2× numpy, and MAPIE ≥ 2×
 slower than calwatch. A missed target prints FAIL but leaves the exit code 0; the exit code is
 1 only when the run is broken (calwatch's sets differ from the numpy reference).
 
@@ -32,6 +32,7 @@ import numpy.typing as npt
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from _common import fmt_ms, machine_line, median, parse_size_args, size_parser, timed
+from calwatch.engine._validation import validated_probabilities
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
 
 FloatArray = npt.NDArray[np.float64]
@@ -42,7 +43,7 @@ ALPHA = 0.1
 RAPS_LAMBDA = 0.01
 RAPS_K_REG = 1
 LOGIT_SCALE = 2.0
-TARGET_VS_NUMPY = 1.5  # calwatch time / numpy time must be at most this
+TARGET_VS_NUMPY = 1.2  # calwatch time / numpy time must be at most this
 TARGET_MAPIE_SLOWDOWN = 2.0  # MAPIE time / calwatch time must be at least this
 SCORES = ("lac", "aps", "raps")
 
@@ -211,17 +212,21 @@ def run_benchmark(
     """Time every implementation ``repeats`` times (plus one untimed warm-up) per score."""
     P_cal, y_cal, P_test, y_test = make_data(n_cal, n_test, n_classes, seed)
     test_rows = np.arange(n_test)
-    cases: list[tuple[str, str, str | None]] = [(s, s, None) for s in SCORES]
-    cases.append(("raps+tune", "raps", "size"))
+    # The monitor's path: each batch validated once at its boundary (untimed here), handed to the
+    # calibrators as ValidatedProbs, which they take without checking again.
+    V_cal, V_test = validated_probabilities(P_cal), validated_probabilities(P_test)
+    cases: list[tuple[str, str, str | None, bool]] = [(s, s, None, False) for s in SCORES]
+    cases += [("lac+vp", "lac", None, True), ("raps+tune", "raps", "size", False)]
     rows: list[Row] = []
-    for name, score, tune in cases:
+    for name, score, tune, validated in cases:
         row = Row(name)
+        cal, test = (V_cal, V_test) if validated else (P_cal, P_test)
         impls: dict[str, Callable[[], BoolArray]] = {
-            "calwatch": partial(calwatch_run, P_cal, y_cal, P_test, score, tune),
+            "calwatch": partial(calwatch_run, cal, y_cal, test, score, tune),
         }
         if tune is None:
             impls["numpy"] = partial(numpy_reference, P_cal, y_cal, P_test, score)
-        if with_mapie:
+        if with_mapie and not validated:
             impls["mapie"] = partial(mapie_run, P_cal, y_cal, P_test, score)
         warm = {key: fn() for key, fn in impls.items()}  # warm-up, and the sets to check
         if "numpy" in warm:
@@ -250,7 +255,7 @@ def print_report(rows: list[Row], args: argparse.Namespace) -> bool:
     print(machine_line(args.loadavg))
     header = (
         f"{'score':<10} {'calwatch':>9} {'numpy':>9} {'mapie':>9} {'cw/np':>7} "
-        f"{'mapie/cw':>9} {'sets==np':>9}  {'cw≤1.5×np':>10} {'mapie≥2×cw':>11}"
+        f"{'mapie/cw':>9} {'sets==np':>9}  {f'cw≤{TARGET_VS_NUMPY:g}×np':>10} {'mapie≥2×cw':>11}"
     )
     print(header)
     print("-" * len(header))
@@ -275,6 +280,10 @@ def print_report(rows: list[Row], args: argparse.Namespace) -> bool:
             f"{row.name:<10} {fmt_ms(cw):>9} {fmt_ms(npy):>9} {fmt_ms(mp):>9} "
             f"{_fmt_ratio(cw_np):>7} {_fmt_ratio(mp_cw):>9} {equal:>9}  {t1:>10} {t2:>11}"
         )
+    print(
+        "lac+vp: the probabilities handed over as ValidatedProbs (validated once, as the monitor "
+        "does; the check is not timed), so calwatch does not check them again"
+    )
     print("\nsets: coverage / mean size on the test rows (target coverage ≥ 0.90)")
     for row in rows:
         parts = [f"{key} {row.coverage[key]:.4f}/{row.mean_size[key]:.3f}" for key in row.coverage]

@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE, check_probabilities
+from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE, validated_probabilities
 
 FloatArray = npt.NDArray[np.float64]
 OutputKind = Literal["probs", "logits"]
@@ -27,7 +27,10 @@ class ModelOutputs:
     Attributes
     ----------
     probs : ndarray of shape (m, K), float64
-        Class probabilities; each row sums to 1.
+        Class probabilities; each row sums to 1. The adapters and :meth:`from_arrays` validate
+        them once and keep them as a read-only
+        :class:`~calwatch.engine._validation.ValidatedProbs`, which the calibrators take without
+        checking again.
     logits : ndarray of shape (m, K), float64, or None
         Logits when the model has them (``softmax(logits) == probs``); for scikit-learn models
         with ``predict_proba`` these are log-probabilities, which are valid logits.
@@ -82,12 +85,15 @@ class ModelOutputs:
         logits_arr = None if logits is None else _as_logits(logits, "logits")
         if probs is None:
             assert logits_arr is not None
-            P = softmax(logits_arr, axis=1)
-            if n_classes is not None and P.shape[1] != n_classes:
-                msg = f"logits has {P.shape[1]} columns but the calibrator was fitted on {n_classes} classes"
+            if n_classes is not None and logits_arr.shape[1] != n_classes:
+                msg = (
+                    f"logits has {logits_arr.shape[1]} columns but the calibrator was fitted on "
+                    f"{n_classes} classes"
+                )
                 raise ValueError(msg)
+            P = validated_probabilities(softmax(logits_arr, axis=1), "softmax(logits)")
         else:
-            P = check_probabilities(probs, name, n_classes=n_classes, tolerance=tolerance)
+            P = validated_probabilities(probs, name, n_classes=n_classes, tolerance=tolerance)
             if logits_arr is not None and logits_arr.shape != P.shape:
                 msg = f"logits has shape {logits_arr.shape} but {name} has shape {P.shape}"
                 raise ValueError(msg)
@@ -139,7 +145,7 @@ class SklearnAdapter:
         from scipy.special import softmax  # on first use: `import calwatch` stays fast
 
         if hasattr(self.model, "predict_proba"):
-            P = check_probabilities(self.model.predict_proba(X), "model.predict_proba(X)")
+            P = validated_probabilities(self.model.predict_proba(X), "model.predict_proba(X)")
             with np.errstate(divide="ignore"):
                 logits = np.log(P)
             # log(0) = -inf is not a usable logit; clip to the smallest finite log-probability.
@@ -148,7 +154,7 @@ class SklearnAdapter:
         decision = np.asarray(self.model.decision_function(X), dtype=np.float64)
         logits = _binary_to_two_columns(decision) if decision.ndim == 1 else decision
         logits = _as_logits(logits, "model.decision_function(X)")
-        return ModelOutputs(softmax(logits, axis=1), logits)
+        return ModelOutputs(validated_probabilities(softmax(logits, axis=1), "softmax(logits)"), logits)
 
 
 class TorchAdapter:
@@ -203,7 +209,7 @@ class TorchAdapter:
                 handle.remove()
             self.model.train(was_training)
         logits = _as_logits(torch.cat(chunks).double().cpu().numpy(), "model(X)")
-        P = np.exp(log_softmax(logits, axis=1))
+        P = validated_probabilities(np.exp(log_softmax(logits, axis=1)), "softmax(logits)")
         emb = None
         if captured:
             emb = torch.cat(captured).float().cpu().numpy()

@@ -192,9 +192,9 @@ class ConformalLevels:
 
     def sets_at_alpha(self, P: Any, alpha: float) -> BoolArray:
         """Sets ``{c : s(x, c) ≤ q̂(α)}``, plus the top class unless ``allow_empty``."""
-        Pv = check_probabilities(P, "P", n_classes=self.calibrator.n_classes_)
+        Pv = check_probabilities(P, "P", n_classes=self.calibrator.n_classes_, copy=False)
         thresholds = np.atleast_1d(np.asarray(self.threshold(alpha), dtype=np.float64))
-        sets: BoolArray = self.calibrator.class_scores(Pv) <= thresholds[None, :]
+        sets = self.calibrator.sets_within(Pv, thresholds[None, :], _validated=True)
         if not self.allow_empty:
             sets[np.arange(Pv.shape[0]), Pv.argmax(axis=1)] = True
         return sets
@@ -207,7 +207,7 @@ class ConformalLevels:
         (``r = n + 1``, a score above all: only the full sets at ``α < 1/(n+1)`` hold it).
         ``inf`` for the top class (unless ``allow_empty``) and for a guarded Mondrian class.
         """
-        Pv = check_probabilities(P, "P", n_classes=self.calibrator.n_classes_)
+        Pv = check_probabilities(P, "P", n_classes=self.calibrator.n_classes_, copy=False)
         yv = check_labels(y, self.calibrator.n_classes_, "y", n_rows=Pv.shape[0])
         s = self.calibrator.label_scores(Pv, yv)
         limits = np.empty(s.shape[0], dtype=np.float64)
