@@ -24,7 +24,13 @@ from hypothesis import strategies as st
 from calwatch.engine.conformal import scores
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.conformal.quantiles import conformal_quantile
-from calwatch.engine.conformal.scores import class_scores, descending_order, label_scores, prediction_sets
+from calwatch.engine.conformal.scores import (
+    class_scores,
+    descending_order,
+    label_scores,
+    prediction_sets,
+    rank_sum_label_scores,
+)
 
 N_CLASSES = (3, 10, 65, 200, 1000)
 STYLES = ("sparse", "dominant", "near-uniform", "rounded", "uniform", "zeros", "tiny-tail")
@@ -265,3 +271,25 @@ def test_the_top_class_goes_to_empty_sets_only(K):
     want = plain.copy()
     want[empty, P[empty].argmax(axis=1)] = True
     assert np.array_equal(clf.predict_sets(P), want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_rank_sum_label_scores_equal_label_scores_to_the_last_bits(data):
+    # The sort-free score sums the same classes in another order: equal to a few ulps of the
+    # score's size, ties between probabilities included (they decide which classes come first).
+    K = data.draw(st.sampled_from([3, 10, 65, 200]))
+    m = data.draw(st.integers(1, 40))
+    seed = data.draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.full(K, 0.3), size=m)
+    if data.draw(st.booleans()):
+        P = np.round(P, 2)
+        P /= P.sum(axis=1, keepdims=True)
+    y = rng.integers(0, K, m)
+    u = rng.random(m) if data.draw(st.booleans()) else None
+    score = data.draw(st.sampled_from(["aps", "raps"]))
+    lam, k_reg = (0.01, 2) if score == "raps" else (0.0, 0)
+    exact = label_scores(P, y, score, u=u, raps_lambda=lam, raps_k_reg=k_reg)
+    fast = rank_sum_label_scores(P, y, score, u=u, raps_lambda=lam, raps_k_reg=k_reg)
+    np.testing.assert_allclose(fast, exact, rtol=0, atol=8 * K * np.finfo(np.float64).eps)

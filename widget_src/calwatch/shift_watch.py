@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import getpass
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -327,7 +328,18 @@ class LabelMartingale(_MartingaleDetector):
         """Fit on the calibrator's conformity scores of the calibration rows."""
         # A copy: scoring must not advance a randomised calibrator's own random stream.
         self._scorer = copy.deepcopy(data.calibrators[self.calibrator])
-        self._fit(np.asarray(self._scorer.label_scores(data.probs, data.labels), dtype=np.float64))
+        self._fit(self._conformity(data.probs, data.labels))
+
+    def _conformity(self, probs: FloatArray, labels: IntArray) -> FloatArray:
+        """The scorer's label scores, summed without sorting where it offers that.
+
+        Calibration and stream scores come from the same function, which is all the martingale's
+        exchangeability needs; a scorer's bit-for-bit ``label_scores`` would sort every row.
+        """
+        label_scores = self._scorer.label_scores
+        if "same_bits_as_sets" in inspect.signature(label_scores).parameters:
+            return np.asarray(label_scores(probs, labels, same_bits_as_sets=False), dtype=np.float64)
+        return np.asarray(label_scores(probs, labels), dtype=np.float64)
 
     def observe(self, probs: FloatArray) -> MonitorResult | None:
         """Label-based: nothing to do until labels arrive."""
@@ -337,7 +349,7 @@ class LabelMartingale(_MartingaleDetector):
         self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
     ) -> MonitorResult | None:
         """Feed the conformity scores of the newly labelled rows."""
-        scores = np.asarray(self._scorer.label_scores(probs, labels), dtype=np.float64)
+        scores = self._conformity(probs, labels)
         return self._look(scores, f"{self.calibrator}'s conformity scores of labelled rows")
 
 

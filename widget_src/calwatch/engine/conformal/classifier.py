@@ -23,6 +23,7 @@ from calwatch.engine.conformal.scores import (
     label_ranks,
     label_scores,
     prediction_sets,
+    rank_sum_label_scores,
 )
 from calwatch.engine.errors import NotFittedError
 
@@ -298,19 +299,22 @@ class SplitConformalClassifier:
         u = self._draw_u(Pv.shape[0])
         return class_scores(Pv, self.score, u=u, raps_lambda=self.raps_lambda_, raps_k_reg=self.raps_k_reg_)
 
-    def label_scores(self, P: Any, y: Any) -> FloatArray:
+    def label_scores(self, P: Any, y: Any, *, same_bits_as_sets: bool = True) -> FloatArray:
         """Nonconformity score ``s(x, y)`` of the given labels, shape ``(m,)``.
 
         Bit for bit ``class_scores(P)[rows, y]`` (the same draws of ``u``), without the score
-        matrix where there are many classes.
+        matrix where there are many classes. ``same_bits_as_sets=False`` sums the classes ranked
+        before ``y`` in another order, in ``O(K)`` per row without sorting
+        (:func:`~calwatch.engine.conformal.scores.rank_sum_label_scores`): the same score to
+        the last bits, for uses that compare these scores only among themselves (the monitor's
+        conformity martingale), and much faster where labels sit deep in large-K rankings.
         """
         self._check_fitted()
         Pv = check_probabilities(P, "P", n_classes=self.n_classes_, copy=False)
         yv = check_labels(y, self.n_classes_, "y", n_rows=Pv.shape[0])
         u = self._draw_u(Pv.shape[0])
-        return label_scores(
-            Pv, yv, self.score, u=u, raps_lambda=self.raps_lambda_, raps_k_reg=self.raps_k_reg_
-        )
+        scores = label_scores if same_bits_as_sets else rank_sum_label_scores
+        return scores(Pv, yv, self.score, u=u, raps_lambda=self.raps_lambda_, raps_k_reg=self.raps_k_reg_)
 
     def sets_within(self, P: Any, thresholds: Any, *, _validated: bool = False) -> BoolArray:
         """``class_scores(P) <= thresholds``, bit for bit, without the score matrix where it can.
