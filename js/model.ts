@@ -180,11 +180,19 @@ export type DataBatch = { [dataset: string]: KeyedRow[] | undefined };
 /** A DataBatch viewed with the known datasets typed (for code reading their fields). */
 export type TypedDataBatch = { [K in DatasetName]?: DatasetRows[K][] };
 
-/** kernel -> browser: rows upserted after a batch / label call; `seq` grows by 1 per message. */
+/**
+ * kernel -> browser: the rows that changed after a batch / label call (only the datasets and rows
+ * that changed: the kernel keeps what every view holds); `seq` grows by 1 per message.
+ */
 export interface UpsertMessage {
   kind: "upsert";
   seq: number;
   data: DataBatch;
+  /**
+   * When the kernel began computing this update (ms since the Unix epoch): views measure from it
+   * how long the update took to reach the screen (`globalThis.__calwatchLatencies`). Optional.
+   */
+  t0?: number;
 }
 
 /** kernel -> browser: the whole current state for view `view`, containing every seq <= `seq`. */
@@ -317,7 +325,10 @@ export function parseKernelMessage(msg: unknown): KernelMessage | null {
     throw new ProtocolError(`${kind} message without an integer "seq"`);
   }
   const data = parseData(msg.data, `${kind} ${seq}`);
-  if (kind === "upsert") return { kind, seq, data };
+  if (kind === "upsert") {
+    const t0 = msg.t0;
+    return typeof t0 === "number" && Number.isFinite(t0) ? { kind, seq, data, t0 } : { kind, seq, data };
+  }
   if (typeof msg.view !== "string") {
     throw new ProtocolError(`replay ${seq} without a string "view"`);
   }

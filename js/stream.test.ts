@@ -686,6 +686,18 @@ describe("parseKernelMessage", () => {
     });
   });
 
+  it("keeps the kernel's start time of an upsert when it is a finite number", () => {
+    const data = { batches: [{ key: "a" }] };
+    expect(parseKernelMessage({ kind: "upsert", seq: 2, data, t0: 1_700_000_000_123.5 })).toEqual({
+      kind: "upsert",
+      seq: 2,
+      data,
+      t0: 1_700_000_000_123.5,
+    });
+    expect(parseKernelMessage({ kind: "upsert", seq: 2, data, t0: "soon" })).toEqual({ kind: "upsert", seq: 2, data });
+    expect(parseKernelMessage({ kind: "upsert", seq: 2, data, t0: null })).toEqual({ kind: "upsert", seq: 2, data });
+  });
+
   it("returns null for other kinds", () => {
     expect(parseKernelMessage({ kind: "something-new" })).toBeNull();
     expect(parseKernelMessage("upsert")).toBeNull();

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import type { VegaLiteSpec } from "./model";
 import { Chart } from "./charts";
 import { FakeModel } from "./test-utils";
-import widget, { renderView } from "./widget";
+import widget, { epochNow, latencySink, renderView } from "./widget";
 
 const batchesSpec: VegaLiteSpec = {
   params: [{ name: "calibrator", value: "(all)" }],
@@ -215,6 +215,23 @@ describe("renderView", () => {
     // A replay resets both charts: two changesets.
     expect(timings.length - before).toBe(2);
     expect(timings.every((t) => typeof t === "number" && t >= 0)).toBe(true);
+  });
+
+  it("records each upsert's way from the kernel to the screen in globalThis.__calwatchLatencies", async () => {
+    const model = newModel();
+    const { root } = mount(model);
+    const sink = latencySink();
+    sink.length = 0;
+    const t0 = epochNow() - 5; // the kernel began 5 ms ago
+    model.receive({ kind: "upsert", seq: 1, t0, data: { batches: [b(0, "aps", 0.9)] } });
+    model.receive({ kind: "upsert", seq: 2, t0: t0 + 1, data: { batches: [b(1, "aps", 0.8)] } });
+    model.receive({ kind: "upsert", seq: 3, data: { batches: [b(2, "aps", 0.7)] } }); // no t0: not measured
+    await appliedSeq(root, 3);
+    await vi.waitFor(() => expect(sink.map((s) => s.seq)).toEqual([1, 2]));
+    for (const sample of sink) {
+      expect(sample.applied_ms).toBeGreaterThanOrEqual(4);
+      expect(sample.frame_ms).toBeGreaterThanOrEqual(sample.applied_ms);
+    }
   });
 
   it("queues while paused and applies everything on resume", async () => {

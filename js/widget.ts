@@ -72,6 +72,29 @@ export function updateTimingsSink(): number[] {
   return g.__calwatchUpdateTimings as number[];
 }
 
+/** One update's way from the kernel to the screen (ms since the kernel began computing it). */
+export interface LatencySample {
+  seq: number;
+  /** Until every active chart of the view had rendered it (its changeset + runAsync resolved). */
+  applied_ms: number;
+  /** Until the next animation frame after that: the frame that paints it. */
+  frame_ms: number;
+}
+
+const MAX_LATENCIES = 100_000;
+
+/** `globalThis.__calwatchLatencies`: kernel → screen latency of each upsert that carried `t0`, for tests. */
+export function latencySink(): LatencySample[] {
+  const g = globalThis as { __calwatchLatencies?: unknown };
+  if (!Array.isArray(g.__calwatchLatencies)) g.__calwatchLatencies = [];
+  return g.__calwatchLatencies as LatencySample[];
+}
+
+/** Wall-clock time in ms since the Unix epoch (the kernel's clock, on the same machine). */
+export function epochNow(): number {
+  return performance.timeOrigin + performance.now();
+}
+
 /** Section of charts a kernel without `_sections` gets (everything in one tab). */
 const ALL_CHARTS = "Charts";
 const OVERVIEW = "Overview";
@@ -170,6 +193,9 @@ export function renderView(
   /** The batch range applied in this view (from its own brush, or the kernel's _batch_range). */
   let range: number[] = [...(model.get("_batch_range") ?? [])];
   const updateTimings = updateTimingsSink();
+  const latencies = latencySink();
+  /** When the kernel began each upsert received and not yet rendered, by seq. */
+  const started = new Map<number, number>();
   const reportError = (source: string, prefix = "") => (error: unknown) =>
     controls.setLocalError(source, prefix + message(error));
 
@@ -364,12 +390,29 @@ export function renderView(
         if (!disposed) {
           markApplied(update, replaySeq);
           drawDerived();
+          recordLatencies(update.seq);
         }
       }
     } finally {
       applying = false;
     }
   };
+  /** Latency of every upsert up to `seq` that carried the kernel's start time (now rendered). */
+  const recordLatencies = (seq: number) => {
+    const shown: [number, number][] = [];
+    for (const [s, t0] of started) if (s <= seq) shown.push([s, t0]);
+    if (shown.length === 0) return;
+    const applied = epochNow();
+    for (const [s] of shown) started.delete(s);
+    const painted = () => {
+      const frame = epochNow();
+      for (const [s, t0] of shown) latencies.push({ seq: s, applied_ms: applied - t0, frame_ms: frame - t0 });
+      if (latencies.length > MAX_LATENCIES) latencies.splice(0, latencies.length - MAX_LATENCIES);
+    };
+    if (typeof requestAnimationFrame === "function") requestAnimationFrame(painted);
+    else painted();
+  };
+
   const applyUpdates = (updates: AcceptedUpdate[]) => {
     waiting.push(...updates);
     // Apply in a task of its own, not in the message's: Vega's changeset + runAsync settle in
@@ -395,7 +438,11 @@ export function renderView(
       reportError("stream")(error);
       return;
     }
-    if (parsed !== null) applyUpdates(stream.receive(parsed));
+    if (parsed === null) return;
+    if (parsed.kind === "upsert" && parsed.t0 !== undefined && started.size < MAX_LATENCIES) {
+      started.set(parsed.seq, parsed.t0);
+    }
+    applyUpdates(stream.receive(parsed));
   };
   const onPaused = () => applyUpdates(stream.setPaused(Boolean(model.get("_paused"))));
   const onSelected = () => {

@@ -6,8 +6,11 @@ then the test streams 40 more batches (labels one batch late: 80 updates, 10.2 m
 all) at a steady pace, first with the Overview tab shown, then with the Coverage tab, and reads
 the browser's own timings: ``globalThis.__calwatchTimings`` (one chart's changeset + runAsync)
 and ``globalThis.__calwatchUpdateTimings`` (one whole update: every active chart of the view).
-The numbers are printed and written to test-artifacts/dashboard-perf.json; tests never assert
-timings (the machine is shared), but every update must have been applied.
+It also reads the widget's kernel time per update (``MonitorWidget.kernel_ms``) and the latency
+of each update from the kernel to the screen (``globalThis.__calwatchLatencies``: from when the
+kernel began computing it until every shown chart rendered it, and until the next animation
+frame). The numbers are printed and written to test-artifacts/dashboard-perf.json; tests never
+assert timings (the machine is shared), but every update must have been applied.
 """
 
 from __future__ import annotations
@@ -91,8 +94,11 @@ mon.label(*pending)
 
 
 RESET_TIMINGS_JS = (
-    "() => { globalThis.__calwatchTimings.length = 0; globalThis.__calwatchUpdateTimings.length = 0; }"
+    "() => { globalThis.__calwatchTimings.length = 0; globalThis.__calwatchUpdateTimings.length = 0;"
+    " (globalThis.__calwatchLatencies ?? []).length = 0; }"
 )
+RESET_KERNEL = "mon.widget()._kernel_ms.clear()"
+LATENCIES_JS = "() => Array.from(globalThis.__calwatchLatencies ?? [])"
 
 
 def _summary(values: list[float]) -> dict[str, float | int | None]:
@@ -126,15 +132,24 @@ def test_update_cost_at_1000_batches_and_10_million_rows(
         page.wait_for_timeout(500)  # the tab's charts catch up (not measured as updates)
         # emptied in place: the views hold these arrays
         page.evaluate(RESET_TIMINGS_JS)
+        kernel.run(RESET_KERNEL)
         kernel.run(LIVE_STREAM.format(start=start, n=LIVE, rows=ROWS))
         start += LIVE
         wait_seq(page, INLINE, kernel.eval("mon.widget().seq"))
+        page.wait_for_timeout(100)  # the frame after the last update
         per_chart = page.evaluate("() => Array.from(globalThis.__calwatchTimings)")
         per_update = page.evaluate("() => Array.from(globalThis.__calwatchUpdateTimings)")
+        latencies = page.evaluate(LATENCIES_JS)
+        kernel_ms = kernel.eval("mon.widget().kernel_ms")
         results[section] = {
             "per_chart": _summary(per_chart),
             "per_update": _summary(per_update),
             "updates_ms": [round(t, 2) for t in per_update],  # in order, to see which ones were slow
+            # the widget's kernel time per update (observe or label), and kernel -> screen per upsert:
+            # until every active chart rendered it, and until the next animation frame
+            "kernel": _summary(kernel_ms),
+            "kernel_to_applied": _summary([s["applied_ms"] for s in latencies]),
+            "kernel_to_frame": _summary([s["frame_ms"] for s in latencies]),
         }
     rows_seen = kernel.eval("mon.status()['rows_seen']")
     batches = kernel.eval("mon.n_batches")
@@ -169,6 +184,12 @@ def test_update_cost_at_1000_batches_and_10_million_rows(
                 f"n={r['per_update']['count']}); per chart p95 {r['per_chart']['p95_ms']} ms "
                 f"(median {r['per_chart']['median_ms']}, n={r['per_chart']['count']})"
             )
+            k, applied, frame = r["kernel"], r["kernel_to_applied"], r["kernel_to_frame"]
+            print(
+                f"  kernel per update p95 {k['p95_ms']} ms (median {k['median_ms']}, n={k['count']}); "
+                f"kernel -> rendered p95 {applied['p95_ms']} ms (median {applied['median_ms']}), "
+                f"-> next frame p95 {frame['p95_ms']} ms (median {frame['median_ms']}, n={frame['count']})"
+            )
         change = results["resolution_change"]["per_update"]
         print(
             f"calwatch dashboard, bucket width {width} -> {2 * width} (per-batch datasets re-sent): "
@@ -176,3 +197,4 @@ def test_update_cost_at_1000_batches_and_10_million_rows(
         )
     for section in ("Overview", "Coverage"):
         assert results[section]["per_update"]["count"] > 0
+        assert results[section]["kernel_to_frame"]["count"] > 0  # every upsert carries t0

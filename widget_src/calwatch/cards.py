@@ -38,6 +38,42 @@ def _contribution(row: Mapping[str, Any]) -> dict[str, float]:
     }  # fmt: skip
 
 
+class ExactIntervals:
+    """Clopper-Pearson 95% intervals remembered by (successes, trials), the new ones computed in one call.
+
+    A live view asks for the same counts again and again (a batch arrives without labels: no
+    count changes); remembering them saves the quantile computations.
+
+    Examples
+    --------
+    >>> bands = ExactIntervals()
+    >>> lo, hi = bands.of([(9, 10), (0, 0)])
+    >>> round(lo[0], 4), round(hi[0], 4), lo[1], hi[1]
+    (0.555, 0.9975, None, None)
+    """
+
+    def __init__(self, max_size: int = 4096) -> None:
+        self._known: dict[tuple[int, int], tuple[float | None, float | None]] = {}
+        self._max_size = max_size
+
+    def of(self, pairs: Sequence[tuple[int, int]]) -> tuple[list[float | None], list[float | None]]:
+        """Low and high bounds of each ``(successes, trials)``; None (not NaN) where ``trials == 0``."""
+        missing = list(dict.fromkeys(p for p in pairs if p not in self._known))
+        if missing:
+            if len(self._known) + len(missing) > self._max_size:
+                self._known.clear()
+            k, n = zip(*missing, strict=True)
+            lo, hi = clopper_pearson(np.array(k, dtype=np.float64), np.array(n, dtype=np.float64))
+            for pair, a, b in zip(missing, lo.tolist(), hi.tolist(), strict=True):
+                self._known[pair] = (_finite(a), _finite(b))
+        found = [self._known[p] for p in pairs]
+        return [f[0] for f in found], [f[1] for f in found]
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
 class CardTotals:
     """Per-calibrator sums of per-batch summary rows, kept current as rows arrive or change.
 
@@ -51,6 +87,8 @@ class CardTotals:
         Calibrator names, in card order; rows of other calibrators are ignored.
     labels : mapping of str to str
         Display label per calibrator (default: its name).
+    intervals : ExactIntervals, optional
+        Where the cards' coverage bands are remembered (default: computed afresh).
 
     Examples
     --------
@@ -64,8 +102,11 @@ class CardTotals:
     ('A', 1, 0.9, 1.5)
     """
 
-    def __init__(self, calibrators: Sequence[str], labels: Mapping[str, str]) -> None:
+    def __init__(
+        self, calibrators: Sequence[str], labels: Mapping[str, str], intervals: ExactIntervals | None = None
+    ) -> None:
         self.rows: dict[str, Mapping[str, Any]] = {}
+        self._intervals = intervals
         self._cards: dict[str, dict[str, Any]] = {
             name: {"key": name, "label": labels.get(name, name), "kind": None, "target": None,
                    "_described_by": -math.inf, "first_batch": None, "last_batch": None}
@@ -114,9 +155,9 @@ class CardTotals:
                 model_wide += 1
         cards = [c for c in self._cards.values() if c["kind"] is not None or c["n_batches"] == 0]
         keys = [c["key"] for c in cards if c["kind"] == "sets" and c["n_labelled"] > 0]
-        ks = np.array([self._cards[k]["n_covered"] for k in keys], dtype=np.float64)
-        ns = np.array([self._cards[k]["n_labelled"] for k in keys], dtype=np.float64)
-        bands = dict(zip(keys, zip(*clopper_pearson(ks, ns), strict=True), strict=True)) if keys else {}
+        pairs = [(int(self._cards[k]["n_covered"]), int(self._cards[k]["n_labelled"])) for k in keys]
+        intervals = self._intervals or ExactIntervals()
+        bands = dict(zip(keys, zip(*intervals.of(pairs), strict=True), strict=True)) if keys else {}
         return [_card(c, bands.get(c["key"]), open_by.get(c["key"], 0), model_wide) for c in cards]
 
 
@@ -128,8 +169,8 @@ def _card(c: Mapping[str, Any], band: Any, open_warnings: int, model_warnings: i
         "target": c["target"], "n_batches": c["n_batches"], "n_rows": n_rows, "n_labelled": n_lab,
         "n_covered": c["n_covered"] if sets else None,
         "coverage": c["n_covered"] / n_lab if sets and n_lab else None,
-        "coverage_lo": float(band[0]) if band is not None else None,
-        "coverage_hi": float(band[1]) if band is not None else None,
+        "coverage_lo": band[0] if band is not None else None,
+        "coverage_hi": band[1] if band is not None else None,
         "mean_set_size": c["_size"] / n_rows if sets and n_rows else None,
         "estimated_error": c["_est"] / n_rows if risk and n_rows else None,
         "observed_error": c["_obs"] / n_lab if risk and n_lab else None,

@@ -9,6 +9,7 @@ uses the same specs and appends rows with Vega changesets. Every chart has a top
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import altair as alt
@@ -58,23 +59,63 @@ def datasets(
     if resolution is None:
         resolution = Resolution.whole(monitor.n_batches)
     buckets = bucket_records(monitor.batch_records, resolution, batches)
+    return bucket_datasets(monitor, buckets, resolution) | window_datasets(monitor)
+
+
+def bucket_datasets(
+    monitor: Monitor, buckets: Sequence[tuple[BatchRecord, int]], resolution: Resolution
+) -> dict[str, pl.DataFrame]:
+    """The per-bucket datasets of some pooled records (:func:`~calwatch.resolution.bucket_records`).
+
+    ``buckets`` holds each bucket's pooled record and last batch, at ``resolution``.
+    """
     records = [record for record, _ in buckets]
     ends = {record.index: end for record, end in buckets}
     if getattr(monitor, "task", None) == "regression":
-        return _regression_datasets(monitor, records, ends, resolution)
+        regression: Any = monitor  # a RegressionMonitor (a view may not import it)
+        pit = _spans(regression.pit_histogram_of(records), ends, resolution, "calibrator", "bin")
+        out = {name: _EMPTY for name in DATASETS if name != "fan"}
+        return out | {"batches": _summary_rows(monitor, records, ends, resolution), "pit": pit}
     sizes = monitor.set_size_counts_of(records)
     classes = monitor.class_coverage_of(records).select(
         "batch", "calibrator", "class", "n_labelled", "n_covered", "target"
     )
     return {
         "pit": _EMPTY,
-        "fan": _EMPTY,
         **_kind_datasets(monitor, records, ends, resolution),
         "shift": _shift(monitor, resolution, ends),
         "batches": _summary_rows(monitor, records, ends, resolution),
         "set_sizes": _spans(sizes, ends, resolution, "calibrator", "size"),
         "class_coverage": _spans(classes, ends, resolution, "calibrator", "class"),
     }
+
+
+def window_datasets(monitor: Monitor) -> dict[str, pl.DataFrame]:
+    """The datasets built from the window's raw rows, always whole.
+
+    The kinds' (``admit_features``, ``selective_*``) and a regression monitor's ``fan``.
+    """
+    if getattr(monitor, "task", None) == "regression":
+        return {"fan": _fan(monitor)}
+    kinds = {key: find_kind(cal) for key, cal in monitor.calibrators.items()}
+    windows = [r.rows for r in monitor.window_records() if r.rows is not None]
+    out: dict[str, pl.DataFrame] = {"fan": _EMPTY}
+    for kind in KINDS:
+        mine = [key for key, k in kinds.items() if k is kind]
+        for name, schema in kind.window_datasets.items():
+            rows = [
+                row for key in mine for row in kind.window_rows(name, key, monitor.calibrators[key], windows)
+            ]
+            out[name] = pl.DataFrame(rows, schema=dict(schema))
+    return out
+
+
+def window_dataset_names(monitor: Monitor) -> list[str]:
+    """The window datasets that hold rows for ``monitor``'s calibrators (see :func:`window_datasets`)."""
+    if getattr(monitor, "task", None) == "regression":
+        return ["fan"]
+    present = {find_kind(cal) for cal in monitor.calibrators.values()}
+    return [name for kind in KINDS if kind in present for name in kind.window_datasets]
 
 
 _EMPTY = pl.DataFrame(schema={"key": pl.String})
@@ -160,16 +201,6 @@ def _shift(monitor: Monitor, resolution: Resolution, ends: dict[int, int]) -> pl
     )
 
 
-def _regression_datasets(
-    monitor: Any, records: list[BatchRecord], ends: dict[int, int], resolution: Resolution
-) -> dict[str, pl.DataFrame]:
-    """A regression monitor's datasets: per-bucket summary, PIT counts and the latest batch's fan."""
-    pit = _spans(monitor.pit_histogram_of(records), ends, resolution, "calibrator", "bin")
-    out = dict.fromkeys(DATASETS, _EMPTY)
-    out |= {"batches": _summary_rows(monitor, records, ends, resolution), "pit": pit, "fan": _fan(monitor)}
-    return out
-
-
 def _fan(monitor: Any) -> pl.DataFrame:
     """The latest batch's predicted intervals: ``FAN_ROWS`` rows per calibrator (fixed keys).
 
@@ -211,11 +242,10 @@ def _fan(monitor: Any) -> pl.DataFrame:
 def _kind_datasets(
     monitor: Monitor, records: list[BatchRecord], ends: dict[int, int], resolution: Resolution
 ) -> dict[str, pl.DataFrame]:
-    """The datasets the calibrators' kinds build for their panels (empty for kinds not present)."""
+    """The per-bucket datasets the calibrators' kinds build for their panels (empty for kinds not present)."""
     classes = [str(c) for c in monitor.classes_.tolist()] if monitor.calibration_ else []
     targets = monitor.targets()
     kinds = {key: find_kind(cal) for key, cal in monitor.calibrators.items()}
-    windows = [r.rows for r in monitor.window_records() if r.rows is not None]
     out: dict[str, pl.DataFrame] = {}
     for kind in KINDS:
         mine = [key for key, k in kinds.items() if k is kind]
@@ -229,11 +259,6 @@ def _kind_datasets(
             ]
             frame = pl.DataFrame(rows, schema={"batch": pl.Int64, **row_schema})
             out[name] = _spans(frame, ends, resolution, *keys)
-        for name, schema in kind.window_datasets.items():
-            rows = [
-                row for key in mine for row in kind.window_rows(name, key, monitor.calibrators[key], windows)
-            ]
-            out[name] = pl.DataFrame(rows, schema=dict(schema))
     return out
 
 

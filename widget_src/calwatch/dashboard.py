@@ -31,7 +31,7 @@ else to :data:`DEFAULT_SECTION`; :func:`place` registers a new kind explicitly.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import altair as alt
@@ -525,6 +525,19 @@ def reliability_bins(
     """
     conf = np.asarray(confidence, dtype=np.float64)
     hit = np.asarray(correct, dtype=bool)
+    order = np.argsort(conf, kind="stable")
+    return sorted_reliability_bins(conf[order], hit[order], max_bins=max_bins, per_bin=per_bin)
+
+
+def sorted_reliability_bins(
+    confidence: npt.NDArray[np.float64],
+    correct: npt.NDArray[np.bool_],
+    *,
+    max_bins: int = MAX_BINS,
+    per_bin: int = ROWS_PER_BIN,
+) -> pl.DataFrame:
+    """:func:`reliability_bins` of rows already sorted by confidence."""
+    conf, hit = confidence, correct
     n = conf.shape[0]
     m = min(max_bins, n // per_bin)
     schema: dict[str, Any] = {
@@ -534,20 +547,190 @@ def reliability_bins(
     }  # fmt: skip
     if m == 0:
         return pl.DataFrame(schema=schema)
+    parts = np.array_split(np.arange(n), m)
+    sizes = np.array([part.shape[0] for part in parts], dtype=np.int64)
+    correct = np.array([int(hit[part].sum()) for part in parts], dtype=np.int64)
+    means = np.array([float(conf[part].mean()) for part in parts])
+    lo, hi = clopper_pearson(correct, sizes)
+    accuracy = correct / sizes
+    columns = {
+        "key": [str(i) for i in range(m)], "bin": list(range(m)), "n": sizes, "n_correct": correct,
+        "confidence": means, "conf_lo": [float(conf[part].min()) for part in parts],
+        "conf_hi": [float(conf[part].max()) for part in parts], "accuracy": accuracy, "lo": lo, "hi": hi,
+        "gap": accuracy - means,
+    }  # fmt: skip
+    return pl.DataFrame(columns, schema=schema)
+
+
+#: A window batch's labelled rows by confidence: confidences, whether the top label is right.
+Run = tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]
+#: Per set calibrator: rows, singleton rows and summed set sizes, by predicted class.
+SetCounts = dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]]
+#: Past this many tied confidences a run is merged by sorting the whole window again.
+_MAX_TIES = 64
+
+
+def _version(record: Any) -> Any:
+    """What changes when a batch's labels change: its statistics are replaced (never changed in place)."""
+    return next(iter(record.stats.values()))
+
+
+def _sorted_runs(
+    runs: dict[int, Run],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+    """Rows of ``runs`` (by batch, in batch order) by (confidence, batch, row): confidences, hits, batches."""
+    parts = list(runs.values())
+    conf = np.concatenate([c for c, _ in parts]) if parts else np.zeros(0)
+    hit = np.concatenate([h for _, h in parts]) if parts else np.zeros(0, dtype=bool)
+    batch = np.repeat(np.fromiter(runs, dtype=np.int64, count=len(runs)), [c.shape[0] for c, _ in parts])
+    # Each run is sorted (ties in row order) and runs come in batch order: a stable sort gives
+    # the order of the rows taken in stream order.
     order = np.argsort(conf, kind="stable")
-    rows = []
-    for i, part in enumerate(np.array_split(order, m)):
-        c, h = conf[part], hit[part]
-        rows.append(
-            {"key": str(i), "bin": i, "n": int(part.shape[0]), "n_correct": int(h.sum()),
-             "confidence": float(c.mean()), "conf_lo": float(c.min()), "conf_hi": float(c.max())}
-        )  # fmt: skip
-    frame = pl.DataFrame(rows)
-    lo, hi = clopper_pearson(frame["n_correct"].to_numpy(), frame["n"].to_numpy())
-    frame = frame.with_columns(
-        accuracy=pl.col("n_correct") / pl.col("n"), lo=pl.Series(lo), hi=pl.Series(hi)
-    ).with_columns(gap=pl.col("accuracy") - pl.col("confidence"))
-    return frame.select(list(schema))
+    return conf[order], hit[order], batch[order]
+
+
+class _SortedWindow:
+    """The labelled rows of some window batches sorted by (confidence, batch, row)."""
+
+    def __init__(self, wanted: int | None, runs: dict[int, tuple[Any, Run]]) -> None:
+        self.wanted = wanted
+        self.versions = {batch: version for batch, (version, _) in runs.items()}
+        self.conf, self.hit, self.batch = _sorted_runs({batch: run for batch, (_, run) in runs.items()})
+
+    def update(self, stale: list[int], fresh: dict[int, tuple[Any, Run]]) -> bool:
+        """Take out the rows of ``stale`` batches and merge in those of ``fresh`` ones (in batch order).
+
+        False (and nothing changed) when too many confidences tie to merge them.
+        """
+        if stale:
+            keep = ~np.isin(self.batch, stale)
+            base_conf, base_hit, base_batch = self.conf[keep], self.hit[keep], self.batch[keep]
+        else:
+            base_conf, base_hit, base_batch = self.conf, self.hit, self.batch
+        kept = [b for b in self.versions if b not in stale]
+        if not fresh:
+            self.conf, self.hit, self.batch = base_conf, base_hit, base_batch
+            self.versions = {b: self.versions[b] for b in kept}
+            return True
+        conf, hit, batch = _sorted_runs({b: run for b, (_, run) in fresh.items()})
+        # Equal confidences go after the rows of earlier batches, before those of later ones.
+        if not kept or min(fresh) > max(kept):  # the usual case: labels of the newest batches
+            at = np.searchsorted(base_conf, conf, side="right")
+        elif max(fresh) < min(kept):
+            at = np.searchsorted(base_conf, conf, side="left")
+        else:
+            at = np.searchsorted(base_conf, conf, side="left")
+            hi = np.searchsorted(base_conf, conf, side="right")
+            tied = np.flatnonzero(hi > at)
+            if tied.shape[0] > _MAX_TIES:
+                return False
+            for i in tied.tolist():  # a tie group is sorted by batch
+                at[i] += np.searchsorted(base_batch[at[i] : hi[i]], batch[i])
+        # Rows of fresh batches at one place go in their own (confidence, batch, row) order.
+        self.conf = np.insert(base_conf, at, conf)
+        self.hit = np.insert(base_hit, at, hit)
+        self.batch = np.insert(base_batch, at, batch)
+        self.versions = {b: self.versions[b] for b in kept} | {b: v for b, (v, _) in fresh.items()}
+        return True
+
+
+class RowCache:
+    """What the window panels derive from a batch's raw rows, kept across refreshes of a live view.
+
+    A batch's probabilities and prediction sets do not change once it is observed, and its labels
+    change only in a call that replaces its statistics. So a refresh of the window panels merges
+    in the batches that arrived or changed since the last one and takes out those that left:
+    the reliability diagram's rows stay sorted by confidence (a merge, not a sort of the window)
+    and the set counts by class are running sums. Results are those of a computation from scratch
+    (integer counts; the same sorted order). It holds about 40 bytes per window row.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[Any, dict[str, Any]]] = {}
+        self._sorted: _SortedWindow | None = None
+        self._sums: tuple[dict[int, SetCounts], SetCounts] | None = None
+
+    def prune(self, monitor: Monitor) -> None:
+        """Drop the per-batch entries of batches that are no longer in the window."""
+        kept = {r.index for r in monitor.window_records()}
+        for index in [i for i in self._entries if i not in kept]:
+            del self._entries[index]
+
+    def values(self, record: Any) -> dict[str, Any]:
+        """The cached values of a window batch (a new entry if its rows changed)."""
+        entry = self._entries.get(record.index)
+        if entry is None or entry[0] is not record.rows:
+            entry = self._entries[record.index] = (record.rows, {})
+        return entry[1]
+
+    def sorted_window(
+        self, records: Sequence[Any], wanted: int | None, run: Callable[[Any], Run]
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+        """The labelled rows of ``records`` (``run`` of each) by confidence, kept from the last call."""
+        versions = {r.index: _version(r) for r in records}
+        state = self._sorted
+        if state is not None and state.wanted == wanted:
+            stale = [b for b, v in state.versions.items() if versions.get(b) is not v]
+            fresh = [r for r in records if state.versions.get(r.index) is not versions[r.index]]
+            # a merge copies the arrays once: unless most batches changed, cheaper than a sort
+            if fresh and len(stale) + len(fresh) < len(records):
+                if state.update(stale, {r.index: (versions[r.index], run(r)) for r in fresh}):
+                    return state.conf, state.hit
+            elif not fresh:
+                if stale:
+                    state.update(stale, {})
+                return state.conf, state.hit
+        state = self._sorted = _SortedWindow(wanted, {r.index: (versions[r.index], run(r)) for r in records})
+        return state.conf, state.hit
+
+    def window_sums(self, records: Sequence[Any], counts: Callable[[Any], SetCounts]) -> SetCounts:
+        """Set counts of ``records`` summed per calibrator, kept from the last call.
+
+        The last call's sums, less the batches that left, plus those that arrived: integer counts,
+        so the sum of them all.
+        """
+        parts, totals = self._sums if self._sums is not None else ({}, {})
+        wanted = {r.index: r for r in records}
+        for batch in [b for b in parts if b not in wanted]:
+            for key, old in parts.pop(batch).items():
+                for total, value in zip(totals[key], old, strict=True):
+                    total -= value
+        for index, record in wanted.items():
+            if index in parts:
+                continue
+            added = parts[index] = counts(record)
+            for key, (n, single, size) in added.items():
+                if key not in totals:
+                    K = n.shape[0]
+                    totals[key] = (np.zeros(K, np.int64), np.zeros(K, np.int64), np.zeros(K, np.int64))
+                for total, value in zip(totals[key], (n, single, size), strict=True):
+                    total += value
+        self._sums = (parts, totals)
+        return totals
+
+
+def _by_confidence(record: Any, cache: RowCache | None) -> tuple[Any, Any, Any]:
+    """A window batch's rows by top-label confidence (stable): the order, the confidences, the top labels."""
+    values = {} if cache is None else cache.values(record)
+    found = values.get("by_confidence")
+    if found is None:
+        probs = record.rows.probs
+        conf, top = probs.max(axis=1), probs.argmax(axis=1)
+        order = np.argsort(conf, kind="stable")
+        found = values["by_confidence"] = (order, conf[order], top[order])
+    return found
+
+
+def _labelled_run(record: Any, wanted: int | None, cache: RowCache | None) -> Run:
+    """A window batch's labelled rows (predicted as class ``wanted``, if given) by confidence."""
+    order, conf, top = _by_confidence(record, cache)
+    labels = record.rows.labels[order]
+    labelled = labels >= 0
+    conf, top, labels = conf[labelled], top[labelled], labels[labelled]
+    if wanted is None:
+        return conf, top == labels
+    keep = top == wanted
+    return conf[keep], (top == labels)[keep]
 
 
 def reliability(
@@ -556,6 +739,7 @@ def reliability(
     window_rows: int = 0,
     batch_range: Sequence[int] | None = None,
     class_filter: str = "",
+    cache: RowCache | None = None,
 ) -> pl.DataFrame:
     """Reliability diagram of the labelled window rows (see :func:`reliability_bins`).
 
@@ -567,23 +751,91 @@ def reliability(
         Only batches in this inclusive range.
     class_filter : str
         Only rows predicted as this class ("" = all).
+    cache : RowCache, optional
+        What an earlier call of a live view kept (the same result, at the cost of what changed).
     """
-    conf_parts, hit_parts = [], []
+    if cache is not None:
+        return sorted_reliability_bins(
+            *_sorted_labelled(monitor, window_rows, batch_range, class_filter, cache)
+        )
+    wanted, records = _labelled_records(monitor, window_rows, batch_range, class_filter)
+    # Each batch's labelled rows by confidence (ties in row order): the stable sort of all of them
+    # gives the order it gives the window's rows taken in stream order.
+    runs = [_labelled_run(r, wanted, None) for r in records]
+    if not runs:
+        return reliability_bins(np.zeros(0), np.zeros(0, dtype=bool))
+    return reliability_bins(np.concatenate([c for c, _ in runs]), np.concatenate([h for _, h in runs]))
+
+
+def _labelled_records(
+    monitor: Monitor, window_rows: int, batch_range: Sequence[int] | None, class_filter: str
+) -> tuple[int | None, list[Any]]:
+    """The class index picked (None: all) and the selected window batches with labelled rows."""
     classes = [str(c) for c in monitor.classes_.tolist()]
     wanted = classes.index(class_filter) if class_filter in classes else None
-    for record in _selected_records(monitor, window_rows, batch_range):
+    records = [
+        r
+        for r in _selected_records(monitor, window_rows, batch_range)
+        if r.rows.probs.shape[1] > 0 and r.n_labelled > 0  # not a regression row; labelled
+    ]
+    return wanted, records
+
+
+def _sorted_labelled(
+    monitor: Monitor, window_rows: int, batch_range: Sequence[int] | None, class_filter: str, cache: RowCache
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """The selected labelled window rows by confidence, and whether their top label is right (kept)."""
+    wanted, records = _labelled_records(monitor, window_rows, batch_range, class_filter)
+    cache.prune(monitor)
+    return cache.sorted_window(records, wanted, lambda r: _labelled_run(r, wanted, cache))
+
+
+def keep_current(
+    monitor: Monitor,
+    cache: RowCache,
+    *,
+    window_rows: int = 0,
+    batch_range: Sequence[int] | None = None,
+    class_filter: str = "",
+) -> None:
+    """Bring a live view's cache up to the window as it is now, ahead of the panels' next refresh.
+
+    Called after each batch or label call, it spreads the panels' work over the calls (each merges
+    in its own batch) instead of leaving it all to the refresh, which then only builds the bins.
+    """
+    if monitor.calibration_ is None or monitor.n_batches == 0:
+        return
+    _sorted_labelled(monitor, window_rows, batch_range, class_filter, cache)
+    _set_totals(monitor, window_rows, batch_range, cache)
+
+
+def _set_counts(record: Any, K: int, cache: RowCache | None = None) -> SetCounts:
+    """Per set calibrator of a window batch: rows, singleton rows and set sizes summed, by predicted class."""
+    values = {} if cache is None else cache.values(record)
+    found: SetCounts | None = values.get("set_counts")
+    if found is None:
         rows = record.rows
-        labelled = rows.labels >= 0
-        if not labelled.any() or rows.probs.shape[1] == 0:  # nothing labelled, or a regression row
-            continue
-        probs = rows.probs[labelled]
-        top = probs.argmax(axis=1)
-        keep = np.ones(top.shape[0], dtype=bool) if wanted is None else top == wanted
-        conf_parts.append(probs.max(axis=1)[keep])
-        hit_parts.append((top == rows.labels[labelled])[keep])
-    if not conf_parts:
-        return reliability_bins(np.zeros(0), np.zeros(0, dtype=bool))
-    return reliability_bins(np.concatenate(conf_parts), np.concatenate(hit_parts))
+        top = rows.probs.argmax(axis=1)
+        found = {}
+        for key, packed in rows.packed_sets.items():
+            sizes = POPCOUNT[packed].sum(axis=1)
+            found[key] = (
+                np.bincount(top, minlength=K),
+                np.bincount(top, weights=sizes == 1, minlength=K).astype(np.int64),
+                np.bincount(top, weights=sizes, minlength=K).astype(np.int64),
+            )
+        values["set_counts"] = found
+    return found
+
+
+def _set_totals(
+    monitor: Monitor, window_rows: int, batch_range: Sequence[int] | None, cache: RowCache
+) -> SetCounts:
+    """Set counts of the selected window batches summed per calibrator, kept in ``cache``."""
+    K = len(monitor.classes_)
+    # no set calibrator: risk, selective or regression rows
+    records = [r for r in _selected_records(monitor, window_rows, batch_range) if r.rows.packed_sets]
+    return cache.window_sums(records, lambda r: _set_counts(r, K, cache))
 
 
 def set_by_class(
@@ -591,24 +843,14 @@ def set_by_class(
     *,
     window_rows: int = 0,
     batch_range: Sequence[int] | None = None,
+    cache: RowCache | None = None,
 ) -> pl.DataFrame:
-    """Per set calibrator and predicted class: rows, singleton rows and mean set size (window)."""
+    """Per set calibrator and predicted class: rows, singleton rows and mean set size (window).
+
+    ``cache`` holds what an earlier call of a live view kept (the same result: integer counts).
+    """
     classes = [str(c) for c in monitor.classes_.tolist()]
-    K = len(classes)
-    totals: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
-    for record in _selected_records(monitor, window_rows, batch_range):
-        rows = record.rows
-        if not rows.packed_sets:  # no set calibrator (risk, selective or regression rows)
-            continue
-        top = rows.probs.argmax(axis=1)
-        for key, packed in rows.packed_sets.items():
-            sizes = POPCOUNT[packed].sum(axis=1)
-            n, single, size_sum = totals.setdefault(
-                key, (np.zeros(K, np.int64), np.zeros(K, np.int64), np.zeros(K, np.int64))
-            )
-            n += np.bincount(top, minlength=K)
-            single += np.bincount(top, weights=sizes == 1, minlength=K).astype(np.int64)
-            size_sum += np.bincount(top, weights=sizes, minlength=K).astype(np.int64)
+    totals = _set_totals(monitor, window_rows, batch_range, RowCache() if cache is None else cache)
     out: dict[str, list[Any]] = {
         k: [] for k in ("key", "calibrator", "class", "n_rows", "n_singleton", "size_sum")
     }
@@ -624,14 +866,12 @@ def set_by_class(
         "key": pl.String, "calibrator": pl.String, "class": pl.String,
         "n_rows": pl.Int64, "n_singleton": pl.Int64, "size_sum": pl.Int64,
     }  # fmt: skip
-    return (
-        pl.DataFrame(out, schema=schema)
-        .with_columns(
-            singleton_share=pl.col("n_singleton") / pl.col("n_rows"),
-            mean_set_size=pl.col("size_sum") / pl.col("n_rows"),
-        )
-        .drop("size_sum")
-    )
+    n_rows = np.array(out["n_rows"], dtype=np.int64)
+    shares = np.array(out["n_singleton"], dtype=np.int64) / n_rows
+    sizes = np.array(out.pop("size_sum"), dtype=np.int64) / n_rows
+    schema |= {"singleton_share": pl.Float64, "mean_set_size": pl.Float64}
+    del schema["size_sum"]
+    return pl.DataFrame(out | {"singleton_share": shares, "mean_set_size": sizes}, schema=schema)
 
 
 def what_if(monitor: Monitor, alpha: float, *, window_rows: int = 0) -> pl.DataFrame:

@@ -67,9 +67,18 @@ class BatchRecord:
 
     @property
     def n_labelled(self) -> int:
-        """Labelled rows of this batch (the same for every calibrator)."""
+        """Labelled rows of this batch (the same for every calibrator).
+
+        Remembered per statistics object (statistics are replaced, never changed in place): the
+        status line reads it for every window batch after each call.
+        """
         first = next(iter(self.stats.values()))
-        return first.n_labelled
+        known = self.__dict__.get("_n_labelled")
+        if known is not None and known[0] is first:
+            return int(known[1])
+        n = first.n_labelled
+        self.__dict__["_n_labelled"] = (first, n)
+        return n
 
 
 def merge_records(records: Sequence[BatchRecord]) -> BatchRecord:

@@ -1,8 +1,12 @@
 """The live widget: a thin anywidget view over a :class:`~calwatch.monitor.Monitor`.
 
 The kernel sends only what changed (rows of the chart datasets, keyed) as custom messages; the
-front end (``js/``) appends them to the Vega views with changesets. Views created later (a
-second ``display``, a sidecar panel) ask for a replay of the whole state. The dashboard's
+front end (``js/``) appends them to the Vega views with changesets. What an update costs the
+kernel does not grow with the stream: the rows of the buckets a call touched come from
+:mod:`calwatch.live`, the window panels from per-batch arrays kept in a
+:class:`~calwatch.dashboard.RowCache`, and only rows that differ from what the views hold are
+sent. Views created later (a second ``display``, a sidecar panel) ask for a replay of the whole
+state: the rows the other views hold. The dashboard's
 controls (α, class filter, window size, the timeline brush) are synced traits: the kernel
 recomputes what depends on them and sends it to every view. The protocol is in
 ``docs/widget-protocol.md``; the layout and window-derived panels in :mod:`calwatch.dashboard`.
@@ -12,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +26,8 @@ import anywidget
 import traitlets
 
 from calwatch import charts, dashboard
-from calwatch.cards import CardTotals, overview_rows
+from calwatch.cards import CardTotals, ExactIntervals
+from calwatch.live import LiveDatasets, bucketed_names
 from calwatch.resolution import Resolution, bucket_width
 
 if TYPE_CHECKING:
@@ -32,6 +39,8 @@ _BUNDLE = Path(__file__).parent / "static" / "widget.js"
 WINDOW_REFRESH_S = 0.5
 #: Row-table page sizes the kernel accepts.
 MAX_PAGE_SIZE = 200
+#: Kernel timings kept (:attr:`MonitorWidget.kernel_ms`), the most recent.
+MAX_TIMINGS = 10_000
 
 
 def _bundle() -> Path:
@@ -93,8 +102,9 @@ def warning_rows(monitor: Monitor) -> list[dict[str, Any]]:
     return [] if watch is None else _json_rows_from_dicts(watch.warning_records())
 
 
-#: Datasets with a row per bucket of batches (see :mod:`calwatch.resolution`): re-sent whole,
-#: with tombstones for the buckets that went away, when their resolution changes.
+#: The built-in datasets with a row per bucket of batches (see :mod:`calwatch.resolution`): re-sent
+#: whole, with tombstones for the buckets that went away, when their resolution changes
+#: (:func:`calwatch.live.bucketed_names` adds those of kinds registered since).
 BUCKETED = ("batches", "set_sizes", "class_coverage", "admit_class", "shift", "pit")
 
 
@@ -191,23 +201,35 @@ class MonitorWidget(anywidget.AnyWidget):
         self._monitor = monitor
         self._seq = 0
         self._panels: list[Any] = []
-        #: Per-batch summary rows and their running per-calibrator sums (the overview cards).
+        #: Messages computed under the monitor's lock, sent in seq order once it is released.
+        self._outbox: deque[dict[str, Any]] = deque()
+        self._send_lock = threading.Lock()
+        self._kernel_ms: deque[float] = deque(maxlen=MAX_TIMINGS)
+        self._intervals = ExactIntervals()
+        self._live_data: LiveDatasets  # set by refresh_layout, and again after each calibrate
+        #: Per-batch summary rows and their running per-calibrator sums (the overview cards), and
+        #: the same over the brushed range (built when a range is brushed).
         self._card_totals = self._new_card_totals()
-        #: Resolution of the per-batch datasets as sent (the brushed range or the whole stream),
-        #: the timeline's bucket width, and the keys sent of each bucketed dataset.
+        self._range_totals: tuple[tuple[int, int], CardTotals] | None = None
+        #: Resolution of the per-batch datasets as sent (the brushed range or the whole stream) and
+        #: the timeline's bucket width.
         self._detail = Resolution()
         self._timeline_width = 1
-        self._bucket_keys: dict[str, set[str]] = {n: set() for n in (*BUCKETED, "timeline")}
+        #: Rows every view holds (or gets in its replay) of the keyed datasets the kernel keeps
+        #: current row by row: per-bucket datasets, timeline, the kinds' window datasets, overview.
+        self._sent: dict[str, dict[str, dict[str, Any]]] = {}
         self._notes_sent = 0
         #: Rows of the window datasets as last sent (what a replay repeats), per dataset by key.
         self._window_rows_sent: dict[str, dict[str, dict[str, Any]]] = {
             n: {} for n in dashboard.WINDOW_DATASETS
         }
+        self._row_cache = dashboard.RowCache()
         self._window_refreshed = -math.inf
         self._refresh_scheduled = False
         self._live = False
         self.refresh_layout()
-        self._window_data()  # what the first replay repeats
+        with monitor.lock:
+            self._window_data()  # what the first replay repeats
         self._live = True
         self._unsubscribe = monitor.subscribe(self._on_batches)
         self.on_msg(self._on_custom_message)
@@ -234,6 +256,15 @@ class MonitorWidget(anywidget.AnyWidget):
     def seq(self) -> int:
         """Number of updates sent so far."""
         return self._seq
+
+    @property
+    def kernel_ms(self) -> list[float]:
+        """Kernel milliseconds of each recent update, oldest first (the last 10,000).
+
+        An update follows a batch or label call: computing what changed (under the monitor's
+        lock) and sending it.
+        """
+        return list(self._kernel_ms)
 
     @property
     def batch_range(self) -> tuple[int, int] | None:
@@ -278,45 +309,74 @@ class MonitorWidget(anywidget.AnyWidget):
         self._panels.append(panel)
 
     def refresh_layout(self) -> None:
-        """Re-send specs, calibrator names and status (after calibrate)."""
+        """Re-send specs, calibrator names and status (after calibrate); the data starts again."""
         with self.hold_sync():
             for trait, value in view_state(self._monitor).items():
                 setattr(self, trait, value)
             self._alpha_info = self._info()
-        self._card_totals = self._new_card_totals()
-        self._card_totals.update(self._per_batch_rows(None))
-        if self._live:  # after calibrate: every view starts again from the new state
-            self._send_upsert(self._resend_buckets(force=True) | self._derived(window=True))
-        else:  # no view yet: the first one's replay is what the keys start from
-            self._detail = self._wanted_detail()
-            self._timeline_width = bucket_width(self._monitor.n_batches)
+        with self._monitor.lock:
+            self._live_data = LiveDatasets(self._monitor)  # the calibrators (and detectors) changed
+            self._card_totals = self._new_card_totals()
+            self._card_totals.update(self._live_data.card_rows(None))
+            self._range_totals = None
+            self._row_cache = dashboard.RowCache()
+            data = self._resend_buckets(force=True) | self._kind_windows()
+            data |= self._derived(window=self._live, notes=self._live)
+            if self._live:  # after calibrate: every view moves to the new state
+                self._queue_upsert(data)
+        # no view yet: the first one's replay holds what self._sent does
+        self._flush_outbox()
 
     def refresh(self) -> None:
         """Recompute the window panels and overview now and send them to every view."""
-        self._send_upsert(self._derived(window=True))
+        with self._monitor.lock:
+            self._queue_upsert(self._derived(window=True, notes=True))
+        self._flush_outbox()
 
     def replay_payload(self) -> dict[str, list[dict[str, Any]]]:
         """Every dataset row of the stream so far (what a new view receives).
 
-        At the resolutions last sent to the other views, so that every view holds the same rows.
+        The rows every other view holds: those sent so far, at the resolutions last sent.
         """
-        data = view_datasets(self._monitor, resolution=self._detail)
-        data["timeline"] = _json_rows(dashboard.timeline(self._monitor, width=self._timeline_width))
-        for name, keys in self._bucket_keys.items():  # every view holds these rows now
-            keys |= {r["key"] for r in data[name]}
-        data["overview"] = self._overview()
-        data["notes"] = _json_rows_from_dicts(dashboard.note_rows(self._monitor))
+        mon = self._monitor
+        names = [*charts.DATASETS, *dashboard.DATASETS, *bucketed_names(), *charts.window_dataset_names(mon)]
+        data: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+        for name, rows in self._sent.items():
+            data[name] = list(rows.values())
+        data["overview"] = list(self._sent.get("overview", {}).values()) or self._overview()
+        data["notes"] = _json_rows_from_dicts(dashboard.note_rows(mon))
         for name, rows in self._window_rows_sent.items():
             data[name] = list(rows.values())
         return data
 
+    @property
+    def sent_rows(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """The rows every view holds of the datasets kept current row by row, per dataset by key.
+
+        Per-bucket datasets, ``timeline``, the calibrator kinds' window datasets and
+        ``overview``: what a from-scratch rebuild at the same resolutions gives (for tests).
+        """
+        return self._sent
+
     # ----------------------------------------------------------------- kernel side
-    def _per_batch_rows(self, batches: tuple[int, ...] | None) -> dict[str, dict[str, Any]]:
-        """``batches`` rows one batch each, by key: what the overview cards are computed from."""
-        mon = self._monitor
-        if mon.calibration_ is None or mon.n_batches == 0:
-            return {}
-        return {r["key"]: r for r in _json_rows(charts.batch_summary(mon, batches))}
+    def _diff(self, name: str, rows: list[dict[str, Any]], *, whole: bool) -> list[dict[str, Any]]:
+        """The rows of ``name`` that views do not hold yet, recorded as held from now on.
+
+        With ``whole`` (``rows`` is the whole dataset), tombstones first for the keys it lost.
+        """
+        sent = self._sent.setdefault(name, {})
+        out: list[dict[str, Any]] = []
+        if whole:
+            fresh = {r["key"] for r in rows}
+            for key in [k for k in sent if k not in fresh]:
+                del sent[key]
+                out.append({"key": key, "_deleted": True})
+        for row in rows:
+            key = row["key"]
+            if sent.get(key) != row:
+                sent[key] = row
+                out.append(row)
+        return out
 
     def _wanted_detail(self) -> Resolution:
         """The per-batch datasets' resolution: the brushed range, else the whole stream."""
@@ -325,70 +385,86 @@ class MonitorWidget(anywidget.AnyWidget):
             return Resolution.of_range(max(0, brushed[0]), max(0, brushed[0], brushed[1]))
         return Resolution.whole(self._monitor.n_batches)
 
-    def _keep_keys(self, data: dict[str, list[dict[str, Any]]], *, whole: bool) -> None:
-        """Record the keys sent of bucketed datasets; a whole re-send gets tombstones for the rest."""
-        for name, keys in self._bucket_keys.items():
-            rows = data.get(name)
-            if rows is None:
-                continue
-            fresh = {r["key"] for r in rows}
-            if whole:
-                data[name] = [{"key": k, "_deleted": True} for k in keys - fresh] + rows
-                self._bucket_keys[name] = fresh
-            else:
-                keys |= fresh
-
     def _resend_buckets(self, *, force: bool = False) -> dict[str, list[dict[str, Any]]]:
-        """Whole bucketed datasets again where their resolution changed (or ``force``)."""
-        mon = self._monitor
+        """Whole bucketed datasets again where their resolution changed (or ``force``).
+
+        Only the rows that changed, and tombstones for the buckets that went away.
+        """
+        live = self._live_data
         data: dict[str, list[dict[str, Any]]] = {}
         detail = self._wanted_detail()
         if force or detail != self._detail:
             self._detail = detail
-            fresh = view_datasets(mon, resolution=detail)
-            data |= {name: fresh[name] for name in BUCKETED}
-        width = bucket_width(mon.n_batches)
+            fresh = live.rows(detail)
+            data |= {name: self._diff(name, rows, whole=True) for name, rows in fresh.items()}
+        width = bucket_width(self._monitor.n_batches)
         if force or width != self._timeline_width:
             self._timeline_width = width
-            data["timeline"] = _json_rows(dashboard.timeline(mon, width=width))
-        self._keep_keys(data, whole=True)
+            data["timeline"] = self._diff("timeline", live.timeline(width), whole=True)
+        live.keep([self._detail, Resolution(self._timeline_width)])
         return data
 
     def _bucket_update(self, batches: tuple[int, ...]) -> dict[str, list[dict[str, Any]]]:
-        """What an update of ``batches`` sends: their buckets, or whole datasets at a new resolution."""
-        mon = self._monitor
+        """What an update of ``batches`` sends of the per-bucket datasets and the timeline.
+
+        The changed rows of their buckets (whole datasets at a new resolution), and the
+        ``batches`` rows of one-batch buckets whose batch left the window (``in_window``).
+        """
+        live = self._live_data
+        left = live.changed(batches)  # before any row is computed: their merges are stale
         whole = self._resend_buckets()
-        inside = tuple(b for b in batches if self._detail.contains(b))
-        data = view_datasets(mon, inside, resolution=self._detail)
-        for name in whole:
-            data.pop(name, None)
+        data: dict[str, list[dict[str, Any]]] = {}
+        detail, latest = self._detail, self._monitor.n_batches - 1
+        inside = [b for b in batches if detail.contains(b)]
+        if "batches" not in whole:
+            fresh = live.rows(detail, inside)
+            data = {name: self._diff(name, rows, whole=False) for name, rows in fresh.items()}
+            # ``in_window`` of a one-batch bucket turns false when its batch leaves the window
+            starts = {b: detail.start_of(b) for b in left if detail.contains(b)}
+            singles = [b for b, start in starts.items() if start == detail.end_of(start, latest=latest)]
+            if singles:
+                data["batches"] += self._diff("batches", live.summary(detail, singles), whole=False)
         if "timeline" not in whole:
-            data["timeline"] = _json_rows(dashboard.timeline(mon, batches, width=self._timeline_width))
-        self._keep_keys(data, whole=False)
+            timeline = live.timeline(self._timeline_width, batches)
+            data["timeline"] = self._diff("timeline", timeline, whole=False)
         return data | whole
+
+    def _kind_windows(self) -> dict[str, list[dict[str, Any]]]:
+        """The calibrator kinds' window datasets (``admit_features``, ``selective_*``; ``fan``), whole."""
+        mon = self._monitor
+        names = charts.window_dataset_names(mon)
+        if not names or mon.calibration_ is None or mon.n_batches == 0:
+            return {}
+        frames = charts.window_datasets(mon)
+        return {name: self._diff(name, _json_rows(frames[name]), whole=True) for name in names}
 
     def _info(self) -> dict[str, Any]:
         return dashboard.what_if_info(self._monitor, self.alpha, window_rows=int(self._window_rows))
 
     def _new_card_totals(self) -> CardTotals:
         mon = self._monitor
-        return CardTotals(list(mon.calibrators), charts.calibrator_labels(mon))
+        return CardTotals(list(mon.calibrators), charts.calibrator_labels(mon), self._intervals)
+
+    def _update_cards(self, rows: dict[str, dict[str, Any]]) -> None:
+        """Per-batch summary rows into the cards' running sums (the brushed range's too)."""
+        self._card_totals.update(rows)
+        if self._range_totals is not None:
+            (lo, hi), totals = self._range_totals
+            totals.update({k: r for k, r in rows.items() if lo <= r["batch"] <= hi})
 
     def _overview(self) -> list[dict[str, Any]]:
-        """The overview cards: from the running sums, or over the brushed range's rows."""
+        """The overview cards: from the running sums, of the whole stream or the brushed range."""
         mon = self._monitor
         warnings = warning_rows(mon)
-        if self.batch_range is None:
+        brushed = self.batch_range
+        if brushed is None:
             return _json_rows_from_dicts(self._card_totals.cards(warnings))
-        return _json_rows_from_dicts(
-            overview_rows(
-                self._card_totals.rows.values(),
-                calibrators=list(mon.calibrators),
-                labels=charts.calibrator_labels(mon),
-                warnings=warnings,
-                batch_range=self.batch_range,
-            )
-        )
+        if self._range_totals is None or self._range_totals[0] != brushed:
+            lo, hi = brushed
+            totals = self._new_card_totals()
+            totals.update({k: r for k, r in self._card_totals.rows.items() if lo <= r["batch"] <= hi})
+            self._range_totals = (brushed, totals)
+        return _json_rows_from_dicts(self._range_totals[1].cards(warnings))
 
     def _window_data(self) -> dict[str, list[dict[str, Any]]]:
         """The window datasets at the current controls, with tombstones for keys that went away."""
@@ -396,15 +472,19 @@ class MonitorWidget(anywidget.AnyWidget):
         if mon.calibration_ is None or mon.n_batches == 0:
             fresh: dict[str, list[dict[str, Any]]] = {name: [] for name in dashboard.WINDOW_DATASETS}
         else:
-            n = int(self._window_rows)
+            n, cache = int(self._window_rows), self._row_cache
             fresh = {
                 "reliability": _json_rows(
                     dashboard.reliability(
-                        mon, window_rows=n, batch_range=self.batch_range, class_filter=self.class_filter
+                        mon,
+                        window_rows=n,
+                        batch_range=self.batch_range,
+                        class_filter=self.class_filter,
+                        cache=cache,
                     )
                 ),
                 "set_by_class": _json_rows(
-                    dashboard.set_by_class(mon, window_rows=n, batch_range=self.batch_range)
+                    dashboard.set_by_class(mon, window_rows=n, batch_range=self.batch_range, cache=cache)
                 ),
                 "what_if": []
                 if self.alpha is None
@@ -422,19 +502,50 @@ class MonitorWidget(anywidget.AnyWidget):
         self._window_refreshed = time.monotonic()
         return out
 
-    def _derived(self, *, window: bool) -> dict[str, list[dict[str, Any]]]:
-        data: dict[str, list[dict[str, Any]]] = {"overview": self._overview()}
-        notes = dashboard.note_rows(self._monitor, self._notes_sent)
+    def _keep_window_current(self) -> None:
+        """Merge what this call changed into the window panels' cache (their next refresh reads it)."""
+        n, brushed, picked = int(self._window_rows), self.batch_range, self.class_filter
+        cache = self._row_cache
+        dashboard.keep_current(self._monitor, cache, window_rows=n, batch_range=brushed, class_filter=picked)
+
+    def _derived(self, *, window: bool, notes: bool) -> dict[str, list[dict[str, Any]]]:
+        """The overview cards that changed, new notes and the window panels.
+
+        Notes only with ``notes`` (a call that adds one notifies no batch), the window panels only
+        with ``window``.
+        """
+        cards = self._diff("overview", self._overview(), whole=True)
+        data: dict[str, list[dict[str, Any]]] = {"overview": cards}
         if notes:
-            data["notes"] = _json_rows_from_dicts(notes)
-            self._notes_sent += len(notes)
+            added = dashboard.note_rows(self._monitor, self._notes_sent)
+            if added:
+                data["notes"] = _json_rows_from_dicts(added)
+                self._notes_sent += len(added)
         if window:
             data |= self._window_data()
         return data
 
-    def _send_upsert(self, data: dict[str, list[dict[str, Any]]]) -> None:
+    def _queue_upsert(self, data: dict[str, list[dict[str, Any]]], started: float | None = None) -> None:
+        """Number an upsert of the datasets that changed and queue it (call under the monitor's lock).
+
+        ``started`` (epoch ms) is when the kernel began the update: views measure from it how
+        long the update took to reach the screen.
+        """
         self._seq += 1
-        self.send({"kind": "upsert", "seq": self._seq, "data": data})
+        message: dict[str, Any] = {
+            "kind": "upsert",
+            "seq": self._seq,
+            "data": {k: v for k, v in data.items() if v},
+        }
+        if started is not None:
+            message["t0"] = started
+        self._outbox.append(message)
+
+    def _flush_outbox(self) -> None:
+        """Send the queued messages in seq order (any thread: whoever gets here first sends them all)."""
+        with self._send_lock:
+            while self._outbox:
+                self.send(self._outbox.popleft())
 
     def _window_due(self) -> bool:
         if time.monotonic() - self._window_refreshed >= WINDOW_REFRESH_S:
@@ -458,23 +569,29 @@ class MonitorWidget(anywidget.AnyWidget):
     def _on_batches(self, batches: tuple[int, ...]) -> None:
         # Called after the monitor's call released its lock, maybe in a producer's thread: read the
         # monitor at one moment (under its lock), then send without holding it.
+        clock, started = time.perf_counter(), time.time() * 1000.0
         try:
             with self._monitor.lock:
-                data = self._bucket_update(batches) if batches else {}
+                data = self._bucket_update(batches) | self._kind_windows() if batches else {}
+                window = bool(batches) and self._window_due()
                 if batches:
-                    self._card_totals.update(self._per_batch_rows(batches))
-                data |= self._derived(window=bool(batches) and self._window_due())
+                    self._update_cards(self._live_data.card_rows(batches))
+                    if not window:  # this call's share of the window panels' work, now
+                        self._keep_window_current()
+                data |= self._derived(window=window, notes=not batches)
+                self._queue_upsert(data, started)
                 status, warnings = self._monitor.status(), warning_rows(self._monitor)
                 info = self._info() if batches else None
         except Exception as err:  # draw the error in the widget instead of losing it
             self._error = f"{type(err).__name__}: {err}"
             raise
-        self._send_upsert(data)
+        self._flush_outbox()
         with self.hold_sync():
             self._status = status
             self._warnings = warnings
             if info is not None:
                 self._alpha_info = info
+        self._kernel_ms.append(1000.0 * (time.perf_counter() - clock))
 
     def _on_control(self, change: Any) -> None:
         if change["name"] == "_alpha" and change["new"] is not None:
@@ -488,8 +605,9 @@ class MonitorWidget(anywidget.AnyWidget):
         try:
             with self._monitor.lock:
                 zoom = self._resend_buckets() if change["name"] == "_batch_range" else {}
-                data, info = zoom | self._derived(window=True), self._info()
-            self._send_upsert(data)
+                self._queue_upsert(zoom | self._derived(window=True, notes=True))
+                info = self._info()
+            self._flush_outbox()
             self._alpha_info = info
             if self._error.startswith(("α must", "window size")):
                 self._error = ""
@@ -521,8 +639,9 @@ class MonitorWidget(anywidget.AnyWidget):
         elif kind == "replay-request":
             view = str(content.get("view", ""))
             with self._monitor.lock:  # one moment of the stream, sent after the lock is released
-                payload, seq = self.replay_payload(), self._seq
-            self.send({"kind": "replay", "view": view, "seq": seq, "data": payload})
+                payload = self.replay_payload()
+                self._outbox.append({"kind": "replay", "view": view, "seq": self._seq, "data": payload})
+            self._flush_outbox()
         elif kind == "note":
             self._add_note(content)
         elif kind == "rows-request":
