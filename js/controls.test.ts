@@ -30,6 +30,7 @@ describe("formatStatus", () => {
   it("uses singulars for one and copes with a missing status", () => {
     expect(formatStatus({ ...status, rows_seen: 1, batches: 1 })).toMatch(/^1 row · .* · 1 batch$/);
     expect(formatStatus(undefined)).toBe("0 rows · 0 labelled · 0 awaiting labels · 0 batches");
+    expect(formatStatus({ ...status, classes_untested: 23 })).toMatch(/· 23 classes too rare for a per-class test$/);
   });
 });
 

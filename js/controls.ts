@@ -1,6 +1,6 @@
 // Header controls: title, calibrator picker, pause toggle, status line, error box.
 //
-// Kernel-synced state read here: _title, _calibrators, _selected, _paused, _status, _error
+// Kernel-synced state read here: _title, _calibrators, _selected, _paused, _status, _notices, _error
 // (the picker and the toggle write _selected / _paused back with model.set + save_changes).
 // Browser-only UI state kept here: the queued-updates hint and local (front-end) errors.
 
@@ -25,6 +25,10 @@ export function formatStatus(status: Partial<Status> | null | undefined): string
   const unmatched = s.labels_unmatched ?? 0;
   if (unmatched > 0) {
     parts.push(`${count(unmatched, "label", "labels")} for unknown/expired ids`);
+  }
+  const untested = s.classes_untested ?? 0;
+  if (untested > 0) {
+    parts.push(`${count(untested, "class", "classes")} too rare for a per-class test`);
   }
   return parts.join(" · ");
 }
@@ -111,6 +115,8 @@ export function createControls(model: AnyModel<WidgetModel>, doc: Document = doc
   };
   const drawStatus = () => {
     statusText.textContent = formatStatus(model.get("_status"));
+    const notices = model.get("_notices") ?? [];
+    statusText.title = notices.join("\n"); // the rules applied, in words, on hover
   };
   const drawError = () => {
     const messages = [model.get("_error") ?? "", ...localErrors.values()].filter((m) => m !== "");
@@ -135,6 +141,7 @@ export function createControls(model: AnyModel<WidgetModel>, doc: Document = doc
     ["change:_selected", drawPicker],
     ["change:_paused", drawPause],
     ["change:_status", drawStatus],
+    ["change:_notices", drawStatus],
     ["change:_error", drawError],
   ];
   for (const [event, fn] of listeners) model.on(event, fn);

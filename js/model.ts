@@ -13,6 +13,8 @@ export interface Status {
   batches: number;
   labels_unmatched: number;
   rows_in_window: number;
+  /** (calibrator, class) pairs too rare for a per-class test (optional: older kernels omit it). */
+  classes_untested?: number;
 }
 
 /**
@@ -64,6 +66,8 @@ export interface WidgetModel {
   _paused: boolean;
   /** Status line counters. */
   _status: Status;
+  /** What the monitor does by rule (`Monitor.notices()`), one line each; the status line's tooltip. */
+  _notices?: string[];
   /** Error drawn in the widget ("" = none). */
   _error: string;
   /** Shift warnings, oldest first. Optional: a kernel without warnings does not send it. */

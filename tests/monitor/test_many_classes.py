@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 import calwatch as cw
-from calwatch.widget import dashboard_datasets, view_datasets
+from calwatch.widget import dashboard_datasets, view_datasets, view_state
 
 K = 1000
 COUNTS = {0: 100, 1: 300, 5: 300, 50: 300}  # calibration rows per class -> how many classes
@@ -85,6 +85,8 @@ def test_thousand_classes_with_rare_ones_end_to_end(calibration, tmp_path):
     # The dashboard's data builds at K = 1,000 (the views draw what the monitor holds).
     data = view_datasets(back, dashboard_data=True) | dashboard_datasets(back)
     assert data["batches"] and data["overview"]
+    lines = view_state(back)["_notices"]  # the widget's status line says why, on hover
+    assert len(lines) == 2 and all(line.startswith("by-class: ") for line in lines)
     # and the stream goes on after loading, the per-class test included
     y = rng.choice(K, size=400)
     back.observe(probs=_model_outputs(y, rng), ids=np.arange(1600, 2000), y=y)

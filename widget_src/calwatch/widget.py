@@ -87,6 +87,7 @@ def view_state(monitor: Monitor) -> dict[str, Any]:
         "_calibrators": list(monitor.calibrators),
         "_classes": _classes(monitor),
         "_status": monitor.status(),
+        "_notices": notice_lines(monitor),
         "_warnings": warning_rows(monitor),
         "_default_author": default_author(),
         "_alpha_info": dashboard.what_if_info(monitor, None),
@@ -94,6 +95,17 @@ def view_state(monitor: Monitor) -> dict[str, Any]:
             key for key, cal in monitor.calibrators.items() if getattr(find_kind(cal), "retunable", False)
         ],
     }
+
+
+def notice_lines(monitor: Monitor) -> list[str]:
+    """What the monitor does by rule (``Monitor.notices()``), one line each, for the status line."""
+    notices = getattr(monitor, "notices", None)  # the regression monitor applies no such rule
+    if notices is None:
+        return []
+    return [
+        f"{row['calibrator']}: {row['message']} ({row['examples']})"
+        for row in notices().iter_rows(named=True)
+    ]
 
 
 def warning_rows(monitor: Monitor) -> list[dict[str, Any]]:
@@ -190,6 +202,8 @@ class MonitorWidget(anywidget.AnyWidget):
     """Whether views hold back updates (they queue them and apply them on resume)."""
     _status = traitlets.Dict().tag(sync=True)
     """Stream counters for the status line (see ``Monitor.status``)."""
+    _notices = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    """What the monitor does by rule (``Monitor.notices()``): the status line's tooltip."""
     _error = traitlets.Unicode("").tag(sync=True)
     """Error text drawn in the widget ("" = none)."""
     _warnings = traitlets.List(traitlets.Dict()).tag(sync=True)

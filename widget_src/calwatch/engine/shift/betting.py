@@ -161,6 +161,12 @@ def anytime_thresholds(rows: Any, false_alarm: float, epoch_rows: int = EPOCH_RO
     [16449.0, 16449.0, 131595.0, 131595.0]
     """
     n = np.maximum(np.asarray(rows, dtype=np.float64), 1.0)
+    if n.ndim == 1 and n.size > 1:  # a batch usually sits inside one epoch: one number for all
+        first, last = (1.0 + max(0.0, math.ceil(math.log2(v / epoch_rows))) for v in (n.min(), n.max()))
+        if first == last:
+            return np.full(
+                n.shape, epoch_rows * 2.0 ** (last - 1.0) * math.pi**2 * last**2 / (6.0 * false_alarm)
+            )
     k = 1.0 + np.maximum(0.0, np.ceil(np.log2(n / epoch_rows)))
     out: FloatArray = epoch_rows * 2.0 ** (k - 1.0) * math.pi**2 * k**2 / (6.0 * false_alarm)
     return out
