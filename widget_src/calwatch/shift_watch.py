@@ -328,6 +328,7 @@ class LabelMartingale(_MartingaleDetector):
         """Fit on the calibrator's conformity scores of the calibration rows."""
         # A copy: scoring must not advance a randomised calibrator's own random stream.
         self._scorer = copy.deepcopy(data.calibrators[self.calibrator])
+        self._sort_free: bool | None = None
         self._fit(self._conformity(data.probs, data.labels))
 
     def _conformity(self, probs: FloatArray, labels: IntArray) -> FloatArray:
@@ -337,7 +338,10 @@ class LabelMartingale(_MartingaleDetector):
         exchangeability needs; a scorer's bit-for-bit ``label_scores`` would sort every row.
         """
         label_scores = self._scorer.label_scores
-        if "same_bits_as_sets" in inspect.signature(label_scores).parameters:
+        sort_free = getattr(self, "_sort_free", None)
+        if sort_free is None:  # decided once (a signature lookup costs more than small batches)
+            sort_free = self._sort_free = "same_bits_as_sets" in inspect.signature(label_scores).parameters
+        if sort_free:
             return np.asarray(label_scores(probs, labels, same_bits_as_sets=False), dtype=np.float64)
         return np.asarray(label_scores(probs, labels), dtype=np.float64)
 

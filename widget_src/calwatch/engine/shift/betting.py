@@ -161,15 +161,24 @@ def anytime_thresholds(rows: Any, false_alarm: float, epoch_rows: int = EPOCH_RO
     [16449.0, 16449.0, 131595.0, 131595.0]
     """
     n = np.maximum(np.asarray(rows, dtype=np.float64), 1.0)
-    if n.ndim == 1 and n.size > 1:  # a batch usually sits inside one epoch: one number for all
-        first, last = (1.0 + max(0.0, math.ceil(math.log2(v / epoch_rows))) for v in (n.min(), n.max()))
-        if first == last:
-            return np.full(
-                n.shape, epoch_rows * 2.0 ** (last - 1.0) * math.pi**2 * last**2 / (6.0 * false_alarm)
-            )
+    if n.ndim == 1 and n.size >= 1:  # a batch usually sits inside one epoch: one number for all
+        low, high = (float(n[0]), float(n[-1])) if n.size <= 2 else (float(n.min()), float(n.max()))
+        if _epoch(low, epoch_rows) == _epoch(high, epoch_rows):
+            return np.full(n.shape, anytime_threshold(high, false_alarm, epoch_rows))
     k = 1.0 + np.maximum(0.0, np.ceil(np.log2(n / epoch_rows)))
     out: FloatArray = epoch_rows * 2.0 ** (k - 1.0) * math.pi**2 * k**2 / (6.0 * false_alarm)
     return out
+
+
+def _epoch(rows: float, epoch_rows: int) -> float:
+    """The epoch ``k`` holding row ``rows`` (1-based)."""
+    return 1.0 + max(0.0, math.ceil(math.log2(max(rows, 1.0) / epoch_rows)))
+
+
+def anytime_threshold(rows: float, false_alarm: float, epoch_rows: int = EPOCH_ROWS) -> float:
+    """:func:`anytime_thresholds` at one row count (plain floats: for the threshold shown now)."""
+    k = _epoch(rows, epoch_rows)
+    return float(epoch_rows * 2.0 ** (k - 1.0) * math.pi**2 * k**2 / (6.0 * false_alarm))
 
 
 def alarm_thresholds(
@@ -376,7 +385,10 @@ class BernoulliBetting:
     @property
     def log10_threshold(self) -> float:
         """``log10 c`` now (an anytime threshold: at the latest row)."""
-        return float(np.log10(self._thresholds(np.array([max(self.rows_, 1)]))[0]))
+        false_alarm = getattr(self, "false_alarm", None)  # absent in snapshots from before anytime
+        if self.threshold is not None or false_alarm is None:
+            return math.log10(self.threshold or DEFAULT_SR_THRESHOLD)
+        return math.log10(anytime_threshold(max(self.rows_, 1), false_alarm))
 
     def _thresholds(self, rows: IntArray) -> FloatArray:
         """``c`` at each of these row counts (1-based)."""
@@ -556,7 +568,9 @@ class GroupedBetting:
 
     def log10_threshold(self, group: int) -> float:
         """``log10 c`` of a group's test now (an anytime threshold: at its latest row)."""
-        return float(np.log10(self._thresholds(np.array([max(int(self.rows[group]), 1)]))[0]))
+        if self.threshold is not None or self.false_alarm is None:
+            return math.log10(self.threshold or DEFAULT_SR_THRESHOLD)
+        return math.log10(anytime_threshold(max(int(self.rows[group]), 1), self.false_alarm))
 
     def _thresholds(self, rows: IntArray) -> FloatArray:
         """``c`` at each of these row counts (1-based, each its group's own)."""
@@ -633,6 +647,7 @@ __all__ = [
     "GroupLook",
     "GroupedBetting",
     "alarm_thresholds",
+    "anytime_threshold",
     "anytime_thresholds",
     "calibration_null_rate",
     "calibration_null_rates",

@@ -52,7 +52,7 @@ import polars as pl
 
 from calwatch.engine._validation import check_alpha
 from calwatch.engine.errors import NotFittedError
-from calwatch.engine.shift.betting import DEFAULT_FALSE_ALARM, anytime_thresholds
+from calwatch.engine.shift.betting import DEFAULT_FALSE_ALARM, anytime_threshold, anytime_thresholds
 from calwatch.engine.shift.martingale import GridScoreBag, ScoreBag, change_statistics, simple_jumper
 
 FloatArray = npt.NDArray[np.float64]
@@ -395,7 +395,10 @@ class ConformalTestMartingale:
     @property
     def log10_threshold_(self) -> float:
         """``log10 c`` at the latest row (the threshold now)."""
-        return float(self.log_thresholds(np.array([max(getattr(self, "n_seen_", 0), 1)]))[0]) / _LN10
+        if self.threshold is not None:
+            return math.log10(self.threshold)
+        rows = max(getattr(self, "n_seen_", 0), 1)
+        return math.log10(anytime_threshold(rows, float(self.false_alarm or DEFAULT_FALSE_ALARM)))
 
     def step(self, scores: Any) -> MartingaleStep:
         """:meth:`update` as plain arrays (natural logs), for callers that need no data frame."""
