@@ -432,10 +432,6 @@ def label_ranks(P: FloatArray, y: IntArray) -> IntArray:
     return ranks
 
 
-#: Rows per block of :func:`rank_sum_label_scores` (bounds its ``rows × K`` temporaries).
-RANK_SUM_BLOCK_CELLS = 1 << 20
-
-
 def rank_sum_label_scores(
     P: FloatArray,
     y: IntArray,
@@ -451,7 +447,8 @@ def rank_sum_label_scores(
     ranked before ``y`` being those with a larger probability or an equal one and a lower index
     (the tie rule of :func:`descending_order`): one comparison of the row against ``p_y`` finds
     them, where :func:`label_scores` sorts the row (or its top block, which a label deep in the
-    ranking defeats). The sum runs in another order, so the value can differ from
+    ranking defeats); a compiled scan (:func:`calwatch.engine.conformal.kernels.rank_sum_rows`),
+    with no ``rows × K`` temporaries. The sum runs in another order, so the value can differ from
     :func:`label_scores`' in the last bits: use it where scores need only be consistent among
     themselves (a conformity martingale scores its calibration rows and its stream with it),
     not where they are compared with thresholds from ``label_scores``.
@@ -465,21 +462,16 @@ def rank_sum_label_scores(
     >>> rank_sum_label_scores(P, np.array([2, 1]), "aps", u=np.array([1.0, 0.5])).round(12).tolist()
     [1.0, 0.65]
     """
-    m, K = P.shape
-    rows = np.arange(m)
-    p_y = P[rows, y]
+    m = P.shape[0]
     if score == "lac":
-        return 1.0 - p_y
+        return 1.0 - P[np.arange(m), y]
+    from calwatch.engine.conformal.kernels import rank_sum_rows  # compiled on first use
+
     out = np.empty(m)
-    step = max(1, RANK_SUM_BLOCK_CELLS // max(K, 1))
-    classes = np.arange(K)[None, :]
-    for lo in range(0, m, step):
-        hi = min(m, lo + step)
-        block, label, top = P[lo:hi], y[lo:hi, None], p_y[lo:hi, None]
-        before = (block > top) | ((block == top) & (classes < label))
-        out[lo:hi] = np.where(before, block, 0.0).sum(axis=1)
-        if score == "raps" and raps_lambda > 0.0:
-            rank = np.count_nonzero(before, axis=1) + 1
-            out[lo:hi] += raps_lambda * np.maximum(0, rank - raps_k_reg)
-    out += p_y if u is None else u * p_y
+    lam = raps_lambda if score == "raps" else 0.0
+    rank_sum_rows(
+        np.ascontiguousarray(P, dtype=np.float64), np.ascontiguousarray(y, dtype=np.int64),
+        np.empty(0) if u is None else np.ascontiguousarray(u, dtype=np.float64), u is not None,
+        float(lam), int(raps_k_reg), out,
+    )  # fmt: skip
     return out

@@ -53,7 +53,7 @@ import polars as pl
 from calwatch.engine._validation import check_alpha
 from calwatch.engine.errors import NotFittedError
 from calwatch.engine.shift.betting import DEFAULT_FALSE_ALARM, anytime_threshold, anytime_thresholds
-from calwatch.engine.shift.martingale import GridScoreBag, ScoreBag, change_statistics, simple_jumper
+from calwatch.engine.shift.martingale import GridScoreBag, ScoreBag
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -407,20 +407,25 @@ class ConformalTestMartingale:
         b = batch.shape[0]
         theta: FloatArray = np.asarray(self._rng.random(b), dtype=np.float64)
         bag = self._bag_for(batch)
-        if isinstance(bag, GridScoreBag):
-            p = bag.p_values(batch, theta)
-        else:
-            p = np.empty(b)
+        log_limits = self.log_thresholds(self.n_seen_ + np.arange(1, b + 1))
+        state = np.array([self._log_s, self._log_cusum, self._log_sr])
+        capital = self._capital.copy()
+        if isinstance(bag, GridScoreBag):  # the fast case: every step in one compiled pass
+            rows, flags = bag.martingale_step(
+                batch, theta, jump=self.jump, capital=capital, state=state, log_thresholds=log_limits
+            )
+        else:  # sorted runs give the p-values; the same compiled rows do the rest
+            from calwatch.engine.shift.kernels import martingale_from_p_values
+
+            p_runs = np.empty(b)
             for lo in range(0, b, MAX_CHUNK):
                 hi = min(b, lo + MAX_CHUNK)
-                p[lo:hi] = bag.p_values(batch[lo:hi], theta[lo:hi])
-        growth, self._capital = simple_jumper(p, jump=self.jump, capital=self._capital)
-        log_s = self._log_s + growth
-        factors = np.diff(growth, prepend=0.0)
-        log_limits = self.log_thresholds(self.n_seen_ + np.arange(1, b + 1))
-        log_cusum, cusum_alarm, log_sr, sr_alarm = change_statistics(
-            factors, cusum_start=self._log_cusum, sr_start=self._log_sr, log_threshold=log_limits
-        )
+                p_runs[lo:hi] = bag.p_values(batch[lo:hi], theta[lo:hi])
+            rows, flags = np.empty((b, 4)), np.zeros((b, 2), dtype=np.bool_)
+            martingale_from_p_values(p_runs, float(self.jump), capital, state, log_limits, rows, flags)
+        self._capital = capital
+        p, log_s, log_cusum, log_sr = (np.ascontiguousarray(rows[:, i]) for i in range(4))
+        cusum_alarm, sr_alarm = flags[:, 0].copy(), flags[:, 1].copy()
         if self.statistic == "ville":
             alarm = log_s >= log_limits
         else:

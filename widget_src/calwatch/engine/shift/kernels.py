@@ -15,18 +15,11 @@ compiled on its first call and cached on disk (``cache=True``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import numpy as np
-from numba import njit
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _jit(fn: F) -> F:
-    """Compile ``fn`` without the Python interpreter (no GIL), cached on disk."""
-    return cast("F", njit(cache=True, nogil=True)(fn))
+from calwatch.engine._compiled import compiled as _jit
 
 
 @_jit
@@ -112,6 +105,20 @@ def betting_rows(
 
 
 @_jit
+def _enter(tree: Any, counts: Any, cell: int, size: int, theta: float) -> float:
+    """Add one row to the grid bag and return its smoothed p-value (``size``: the bag with it)."""
+    counts[cell] += 1
+    n_cells = tree.shape[0] - 1
+    i = cell + 1
+    while i <= n_cells:  # the row joins the bag
+        tree[i] += 1
+        i += i & -i
+    below = _prefix(tree, cell)  # rows in cells < cell
+    upto = _prefix(tree, cell + 1)  # rows in cells ≤ cell
+    return ((size - upto) + theta * (upto - below)) / size
+
+
+@_jit
 def fenwick_p_values(tree: Any, counts: Any, cells: Any, theta: Any, size: int) -> Any:
     """Smoothed conformal p-values of rows entering a bag of grid scores, one row at a time.
 
@@ -133,19 +140,10 @@ def fenwick_p_values(tree: Any, counts: Any, cells: Any, theta: Any, size: int) 
     size : int
         Scores in the bag before the batch.
     """
-    n_cells = tree.shape[0] - 1
     out = np.empty(cells.shape[0])
     for t in range(cells.shape[0]):
-        cell = cells[t]
-        counts[cell] += 1
-        i = cell + 1
-        while i <= n_cells:  # the row joins the bag
-            tree[i] += 1
-            i += i & -i
         size += 1
-        below = _prefix(tree, cell)  # rows in cells < cell
-        upto = _prefix(tree, cell + 1)  # rows in cells ≤ cell
-        out[t] = ((size - upto) + theta[t] * (upto - below)) / size
+        out[t] = _enter(tree, counts, cells[t], size, theta[t])
     return out
 
 
@@ -173,6 +171,20 @@ def fenwick_build(counts: Any) -> Any:
 
 
 @_jit
+def _jump(capital: Any, jump: float, p: float) -> float:
+    """One row of the simple jumper: move ``capital`` (sum 1, in place); return ``log(S_n/S_{n−1})``."""
+    keep = 1.0 - jump
+    pooled = jump / 3.0 * (capital[0] + capital[1] + capital[2])
+    half = p - 0.5
+    c0 = (keep * capital[0] + pooled) * (1.0 - half)
+    c1 = keep * capital[1] + pooled
+    c2 = (keep * capital[2] + pooled) * (1.0 + half)
+    total = c0 + c1 + c2
+    capital[0], capital[1], capital[2] = c0 / total, c1 / total, c2 / total
+    return math.log(total)
+
+
+@_jit
 def simple_jumper_rows(p: Any, jump: float, capital: Any) -> Any:
     """Vovk's simple jumper over p-values, row by row: each row's log factor ``log(S_n / S_{n−1})``.
 
@@ -182,19 +194,17 @@ def simple_jumper_rows(p: Any, jump: float, capital: Any) -> Any:
     sum 1 with the log of the growth carried separately.
     """
     out = np.empty(p.shape[0])
-    c0, c1, c2 = capital[0], capital[1], capital[2]
-    keep = 1.0 - jump
     for t in range(p.shape[0]):
-        pooled = jump / 3.0 * (c0 + c1 + c2)
-        half = p[t] - 0.5
-        c0 = (keep * c0 + pooled) * (1.0 - half)
-        c1 = keep * c1 + pooled
-        c2 = (keep * c2 + pooled) * (1.0 + half)
-        total = c0 + c1 + c2
-        c0, c1, c2 = c0 / total, c1 / total, c2 / total
-        out[t] = math.log(total)
-    capital[0], capital[1], capital[2] = c0, c1, c2
+        out[t] = _jump(capital, jump, p[t])
     return out
+
+
+@_jit
+def _log1p_sr(log_sr: float) -> float:
+    """``log(1 + R)`` from ``log R`` (a log-add-exp with 0, exact for tiny and huge ``R``)."""
+    if log_sr > 0.0:
+        return log_sr + math.log1p(math.exp(-log_sr))
+    return math.log1p(math.exp(log_sr))
 
 
 @_jit
@@ -215,11 +225,7 @@ def change_statistics(
     for t in range(m):
         f = log_factors[t]
         log_cusum = f + max(0.0, log_cusum)
-        # log(1 + R) = logaddexp(0, log R), written to stay exact for tiny and huge R
-        if log_sr > 0.0:
-            log_sr = f + log_sr + math.log1p(math.exp(-log_sr))
-        else:
-            log_sr = f + math.log1p(math.exp(log_sr))
+        log_sr = f + _log1p_sr(log_sr)
         out_cusum[t] = log_cusum
         out_sr[t] = log_sr
         if log_cusum >= log_thresholds[t]:
@@ -231,11 +237,101 @@ def change_statistics(
     return alarms
 
 
+@_jit
+def _martingale_row(
+    p: float, jump: float, capital: Any, state: Any, log_threshold: float, out: Any, alarms: Any
+) -> None:
+    """One row after its p-value: the jumper's factor, ``log S``, CUSUM and Shiryaev-Roberts."""
+    f = _jump(capital, jump, p)
+    state[0] += f
+    state[1] = f + max(0.0, state[1])
+    state[2] = f + _log1p_sr(state[2])
+    out[0], out[1], out[2], out[3] = p, state[0], state[1], state[2]
+    if state[1] >= log_threshold:
+        alarms[0] = True
+        state[1] = 0.0
+    if state[2] >= log_threshold:
+        alarms[1] = True
+        state[2] = -np.inf
+
+
+@_jit
+def martingale_rows(
+    tree: Any,
+    counts: Any,
+    cells: Any,
+    theta: Any,
+    size: int,
+    jump: float,
+    capital: Any,
+    state: Any,
+    log_thresholds: Any,
+    out: Any,
+    alarms: Any,
+) -> None:
+    """A conformal test martingale over a batch of grid scores, every step fused, row by row.
+
+    Per row: the p-value against the grid bag (:func:`fenwick_p_values`), then
+    :func:`martingale_from_p_values`' row: one pass instead of several and no glue between them.
+
+    Parameters
+    ----------
+    tree, counts, cells, theta, size
+        As for :func:`fenwick_p_values` (``tree``, ``counts`` updated in place).
+    jump, capital, state, log_thresholds, out, alarms
+        As for :func:`martingale_from_p_values`.
+    """
+    for t in range(cells.shape[0]):
+        size += 1
+        p = _enter(tree, counts, cells[t], size, theta[t])
+        _martingale_row(p, jump, capital, state, log_thresholds[t], out[t], alarms[t])
+
+
+@_jit
+def martingale_from_p_values(
+    p: Any, jump: float, capital: Any, state: Any, log_thresholds: Any, out: Any, alarms: Any
+) -> None:
+    """The martingale's rows from given p-values (the bag of sorted runs computes those).
+
+    Per row the simple jumper's factor ``F`` (:func:`simple_jumper_rows`; ``capital`` updated in
+    place), ``log S += log F``, CUSUM ``log γ = log F + max(0, log γ)`` and Shiryaev-Roberts
+    ``log R = log F + log(1 + R)``, each restarted at ``≥ log c`` (:func:`change_statistics`).
+
+    Parameters
+    ----------
+    p : float64 (m,)
+        The p-values.
+    jump : float
+        The jump rate ``J``.
+    capital : float64 (3,)
+        The capital (sum 1), updated in place.
+    state : float64 (3,)
+        ``log S``, ``log γ`` and ``log R`` before the batch; updated in place (after restarts).
+    log_thresholds : float64 (m,)
+        ``log c`` at each row.
+    out : float64 (m, 4)
+        Out: the p-value, ``log S``, ``log γ`` and ``log R`` (before a restart) of each row.
+    alarms : bool (m, 2)
+        Out: CUSUM's and Shiryaev-Roberts's alarms.
+    """
+    for t in range(p.shape[0]):
+        _martingale_row(p[t], jump, capital, state, log_thresholds[t], out[t], alarms[t])
+
+
 def warm_up() -> None:
     """Compile (or load from the disk cache) every kernel once, on tiny inputs."""
     tree = fenwick_build(np.zeros(4, dtype=np.int64))
     fenwick_p_values(tree, np.zeros(4, dtype=np.int64), np.array([1], dtype=np.int64), np.array([0.5]), 0)
     simple_jumper_rows(np.array([0.5]), 0.01, np.full(3, 1.0 / 3.0))
+    martingale_rows(
+        fenwick_build(np.zeros(4, dtype=np.int64)), np.zeros(4, dtype=np.int64),
+        np.array([1], dtype=np.int64), np.array([0.5]), 0, 0.01, np.full(3, 1.0 / 3.0), np.zeros(3),
+        np.ones(1), np.empty((1, 4)), np.zeros((1, 2), dtype=np.bool_),
+    )  # fmt: skip
+    martingale_from_p_values(
+        np.array([0.5]), 0.01, np.full(3, 1.0 / 3.0), np.zeros(3), np.ones(1), np.empty((1, 4)),
+        np.zeros((1, 2), dtype=np.bool_),
+    )  # fmt: skip
     change_statistics(np.zeros(1), 0.0, -math.inf, np.ones(1), np.empty(1), np.empty(1))
     betting_rows(
         np.zeros(1, dtype=np.bool_), np.zeros(1, dtype=np.int64), np.zeros((1, 1)), np.zeros(1),

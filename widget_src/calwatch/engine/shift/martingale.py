@@ -359,6 +359,39 @@ class GridScoreBag:
         self.size += int(scores.shape[0])
         return out
 
+    def martingale_step(
+        self,
+        scores: FloatArray,
+        theta: FloatArray,
+        *,
+        jump: float,
+        capital: FloatArray,
+        state: FloatArray,
+        log_thresholds: FloatArray,
+    ) -> tuple[FloatArray, BoolArray]:
+        """Add ``scores`` and run the whole martingale over them in one compiled pass.
+
+        :func:`calwatch.engine.shift.kernels.martingale_rows`: per row the p-value (as
+        :meth:`p_values`), the simple jumper (``capital`` updated in place), ``log S``, CUSUM
+        and Shiryaev–Roberts (``state`` = their logs, updated in place). Returns the per-row
+        ``(p, log S, log γ, log R)`` as an ``(m, 4)`` array and the ``(m, 2)`` alarms.
+        """
+        from calwatch.engine.shift.kernels import martingale_rows
+
+        m = scores.shape[0]
+        out = np.empty((m, 4))
+        alarms = np.zeros((m, 2), dtype=np.bool_)
+        if m == 0:
+            return out, alarms
+        self._cover(int(scores.min()), int(scores.max()))
+        cells = (scores - self.lo).astype(np.int64)
+        martingale_rows(
+            self._tree, self._counts, cells, theta, self.size, float(jump), capital, state,
+            np.ascontiguousarray(log_thresholds, dtype=np.float64), out, alarms,
+        )  # fmt: skip
+        self.size += m
+        return out, alarms
+
 
 # ------------------------------------------------------------------------ the simple jumper
 def jumper_matrix(jump: float) -> FloatArray:
