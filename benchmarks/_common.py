@@ -10,7 +10,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -61,3 +61,27 @@ def machine_line(loadavg: tuple[float, float, float] | None) -> str:
         f"numpy {np.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
         f"load average at start (1/5/15 min): {load}"
     )
+
+
+def softmax_rows(n: int, K: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` rows of a softmax over ``2·N(0, 1)`` logits and labels drawn from them (calibrated)."""
+    logits = rng.normal(size=(n, K)) * 2.0
+    P = np.exp(logits - logits.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    y = (P.cumsum(axis=1) > rng.uniform(size=(n, 1))).argmax(axis=1)
+    return P, y
+
+
+def three_set_calibrators_monitor(K: int = 10) -> Any:
+    """A monitor with LAC, randomised APS and Mondrian-by-label LAC, calibrated on 10,000 rows."""
+    import calwatch as cw
+
+    mon = cw.Monitor(
+        calibrators={
+            "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
+            "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True, seed=1),
+            "by-class": cw.SplitConformalClassifier(score="lac", alpha=0.1, mondrian="label"),
+        }
+    )
+    P, y = softmax_rows(10_000, K, np.random.default_rng(0))
+    return mon.calibrate(probs=P, y=y)

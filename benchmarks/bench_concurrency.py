@@ -23,29 +23,19 @@ from collections.abc import Sequence
 import numpy as np
 
 import calwatch as cw
-from _common import machine_line
+from _common import machine_line, three_set_calibrators_monitor
+from _common import softmax_rows as _softmax_rows
 
 K = 10
 
 
 def softmax_rows(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    logits = rng.normal(size=(n, K)) * 2.0
-    P = np.exp(logits - logits.max(axis=1, keepdims=True))
-    P /= P.sum(axis=1, keepdims=True)
-    y = (P.cumsum(axis=1) > rng.uniform(size=(n, 1))).argmax(axis=1)
-    return P, y
+    return _softmax_rows(n, K, rng)
 
 
 def make_monitor() -> cw.Monitor:
-    mon = cw.Monitor(
-        calibrators={
-            "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
-            "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True, seed=1),
-            "by-class": cw.SplitConformalClassifier(score="lac", alpha=0.1, mondrian="label"),
-        }
-    )
-    P, y = softmax_rows(10_000, np.random.default_rng(0))
-    return mon.calibrate(probs=P, y=y)
+    mon: cw.Monitor = three_set_calibrators_monitor(K)
+    return mon
 
 
 def run(producers: int, rows: int, batch: int, *, reader: bool) -> tuple[float, list[float]]:

@@ -16,14 +16,7 @@ import numpy as np
 import psutil
 
 import calwatch as cw
-
-
-def softmax_rows(n: int, K: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    logits = rng.normal(size=(n, K)) * 2.0
-    P = np.exp(logits - logits.max(axis=1, keepdims=True))
-    P /= P.sum(axis=1, keepdims=True)
-    y = (P.cumsum(axis=1) > rng.uniform(size=(n, 1))).argmax(axis=1)
-    return P, y
+from _common import softmax_rows
 
 
 def rss_mib() -> float:
