@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from calwatch.engine.conformal.scores import top_probability
 from calwatch.engine.shift.betting import (
     DEFAULT_FALSE_ALARM,
     DEFAULT_SR_THRESHOLD,
@@ -217,11 +218,11 @@ class ConfidenceMartingale(_MartingaleDetector):
 
     def calibrate(self, data: CalibrationData) -> None:
         """Fit on the calibration rows' confidence scores."""
-        self._fit(1.0 - data.probs.max(axis=1))
+        self._fit(1.0 - top_probability(data.probs))
 
     def observe(self, probs: FloatArray) -> MonitorResult | None:
         """Feed a batch's confidence scores."""
-        return self._look(1.0 - probs.max(axis=1), "the model's confidence scores")
+        return self._look(1.0 - top_probability(probs), "the model's confidence scores")
 
     def labelled(
         self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]

@@ -475,3 +475,24 @@ def rank_sum_label_scores(
         float(lam), int(raps_k_reg), out,
     )  # fmt: skip
     return out
+
+
+def top_probability(P: FloatArray) -> FloatArray:
+    """Each row's largest probability, shape ``(m,)`` (the same values as ``P.max(axis=1)``).
+
+    With few classes a column-by-column running maximum beats numpy's reduction along a short
+    last axis (about half the time at K = 10); with many, the reduction is used.
+
+    Examples
+    --------
+    >>> top_probability(np.array([[0.2, 0.5, 0.3], [0.6, 0.1, 0.3]])).tolist()
+    [0.5, 0.6]
+    """
+    K = P.shape[1]
+    if K > 32 or K == 0:
+        out: FloatArray = P.max(axis=1)
+        return out
+    top = P[:, 0].copy()
+    for c in range(1, K):
+        np.maximum(top, P[:, c], out=top)
+    return top

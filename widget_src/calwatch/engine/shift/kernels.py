@@ -113,9 +113,9 @@ def _enter(tree: Any, counts: Any, cell: int, size: int, theta: float) -> float:
     while i <= n_cells:  # the row joins the bag
         tree[i] += 1
         i += i & -i
-    below = _prefix(tree, cell)  # rows in cells < cell
     upto = _prefix(tree, cell + 1)  # rows in cells ≤ cell
-    return ((size - upto) + theta * (upto - below)) / size
+    equal: int = counts[cell]  # the rows in its cell: equal to it
+    return ((size - upto) + theta * equal) / size
 
 
 @_jit
