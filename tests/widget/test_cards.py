@@ -116,3 +116,19 @@ def test_live_cards_follow_late_labels_and_the_brush(mon, monkeypatch):
     _assert_cards_equal(widget._overview(), dashboard.overview(mon))
     widget.batch_range = (4, 9)
     _assert_cards_equal(widget._overview(), dashboard.overview(mon, batch_range=(4, 9)))
+
+
+def test_exact_intervals_survive_the_cache_filling_up():
+    # The cache starts afresh when full; a call mixing pairs it knew with new ones must still
+    # answer every pair (it once lost the known ones and raised KeyError at batch 6,381 of a
+    # live stream).
+    from calwatch.cards import ExactIntervals
+    from calwatch.engine.metrics.intervals import clopper_pearson
+
+    bands = ExactIntervals(max_size=8)
+    bands.of([(k, 10) for k in range(6)])
+    pairs = [(2, 10), (3, 10)] + [(k, 20) for k in range(5)]  # 2 known, 5 new: over the limit
+    lo, hi = bands.of(pairs)
+    want_lo, want_hi = clopper_pearson([p[0] for p in pairs], [p[1] for p in pairs])
+    assert lo == pytest.approx(want_lo.tolist()) and hi == pytest.approx(want_hi.tolist())
+    assert len(bands._known) <= 8

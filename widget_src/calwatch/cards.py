@@ -61,7 +61,10 @@ class ExactIntervals:
         missing = list(dict.fromkeys(p for p in pairs if p not in self._known))
         if missing:
             if len(self._known) + len(missing) > self._max_size:
+                # Full: start afresh, and compute every pair asked for now (the ones that were
+                # known are gone with the rest).
                 self._known.clear()
+                missing = list(dict.fromkeys(pairs))
             k, n = zip(*missing, strict=True)
             lo, hi = clopper_pearson(np.array(k, dtype=np.float64), np.array(n, dtype=np.float64))
             for pair, a, b in zip(missing, lo.tolist(), hi.tolist(), strict=True):

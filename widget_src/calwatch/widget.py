@@ -240,6 +240,10 @@ class MonitorWidget(anywidget.AnyWidget):
         self._row_cache = dashboard.RowCache()
         self._window_refreshed = -math.inf
         self._refresh_scheduled = False
+        try:  # the kernel's event loop, where trailing refreshes run (also for producer threads)
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # created outside a running loop (a script, a test)
+            self._loop = None
         self._live = False
         self.refresh_layout()
         with monitor.lock:
@@ -566,11 +570,17 @@ class MonitorWidget(anywidget.AnyWidget):
             return True
         if not self._refresh_scheduled:
             try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # no event loop (a script, a test): refresh every time
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:  # a producer thread, or no loop at all
+                running = None
+            loop = running or self._loop
+            if loop is None or loop.is_closed():  # no event loop (a script, a test): refresh every time
                 return True
             self._refresh_scheduled = True
-            loop.call_later(WINDOW_REFRESH_S, self._trailing_refresh)
+            if loop is running:
+                loop.call_later(WINDOW_REFRESH_S, self._trailing_refresh)
+            else:  # fed from another thread: the refresh runs on the kernel's loop
+                loop.call_soon_threadsafe(loop.call_later, WINDOW_REFRESH_S, self._trailing_refresh)
         return False
 
     def _trailing_refresh(self) -> None:

@@ -1,0 +1,582 @@
+"""Soak run: the dashboard open in headless Chromium while a background thread streams batches.
+
+A private JupyterLab (127.0.0.1, random token, temp dirs, the venv's kernel; the helpers of
+``tests/ui``) opens a notebook whose first cell builds a monitor (K = 10, LAC + randomised APS +
+Mondrian-by-label LAC, default shift detectors) and shows its dashboard; the second cell starts a
+producer thread that observes batches of 1,000 rows and labels each batch once the next has
+arrived, for ``--batches`` batches (default 100,000) or ``--minutes`` minutes (default 60),
+whichever comes first. Debian's Chromium (``CALWATCH_CHROMIUM``, default ``/usr/bin/chromium``)
+shows the notebook through Playwright the whole time.
+
+The producer thread waits until the baseline sample is taken, then streams as fast as the monitor
+goes (``--rate N``: at most N batches a second). Every ``--sample-seconds`` (default 10) it
+records the kernel's RSS, Chromium's summed RSS and PSS (the browser process and all its
+children) and JS heap, the Jupyter server's RSS, the batches done, the kernel's time per widget
+update (median / p95 over the interval, from ``MonitorWidget.kernel_ms``) and the kernel ->
+pixels latency of the updates rendered in the interval (median / p95 of
+``globalThis.__calwatchLatencies[].frame_ms``: from when the kernel began computing an update
+until the animation frame after every shown chart rendered it). Both sample buffers are drained
+at each sample, so they never fill.
+
+Writes ``benchmarks/results/soak.csv`` and ``benchmarks/results/soak.png`` (RSS and latency
+against elapsed minutes) and prints rows/s, RSS at start / middle / end and the slope of RSS per
+10,000 batches after warm-up (flat = near zero). Every process it starts is stopped at the end,
+also on Ctrl-C, SIGTERM or an error.
+
+Run: ``make soak [SOAK_ARGS="--minutes 12"]`` or ``python benchmarks/soak.py [--minutes 60]
+[--batches 100000] [--sample-seconds 10] [--rate 0] [--tab Coverage] [--prelude FILE]``
+(``--prelude``: Python code run in the kernel before the monitor is built, to try a patch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import math
+import os
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the browser tests' helpers: tests/ui
+
+from tests.ui.conftest import (  # noqa: E402
+    CHROMIUM_ARGS,
+    DEFAULT_CHROMIUM,
+    KERNEL_NAME,
+    KERNEL_PYTHON,
+    SERVER_START_TIMEOUT_S,
+    LabServer,
+    _free_port,
+    _stop_server,
+    _write_lab_dirs,
+)
+from tests.ui.helpers import (  # noqa: E402
+    INLINE,
+    Kernel,
+    open_notebook,
+    run_all,
+    wait_attr,
+    wait_seq,
+    write_notebook,
+)
+
+RESULTS = REPO / "benchmarks" / "results"
+NOTEBOOK = "soak.ipynb"
+MIB = 2**20
+
+SETUP = """
+import threading
+import time
+import traceback
+
+import numpy as np
+
+import calwatch as cw
+
+K, ROWS, MAX_BATCHES, SECONDS, RATE = 10, {rows}, {batches}, {seconds}, {rate}
+rng = np.random.default_rng(0)
+
+
+def batch(n):
+    y = rng.integers(0, K, size=n)
+    logits = rng.normal(size=(n, K))
+    logits[np.arange(n), y] += 2.0
+    P = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return P / P.sum(axis=1, keepdims=True), y
+
+
+mon = cw.Monitor(
+    calibrators={{
+        "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
+        "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True),
+        "lac-by-class": cw.SplitConformalClassifier(score="lac", alpha=0.1, mondrian="label"),
+    }},
+    name="soak",
+)
+P_cal, y_cal = batch(20_000)
+mon.calibrate(probs=P_cal, y=y_cal)
+go, stop = threading.Event(), threading.Event()
+progress = {{"batches": 0, "done": False, "error": "", "seconds": 0.0}}
+
+
+def produce():
+    go.wait()  # set by the soak script once it has taken the baseline sample
+    pending = None
+    start = time.monotonic()
+    try:
+        for b in range(MAX_BATCHES):
+            if stop.is_set() or time.monotonic() - start >= SECONDS:
+                break
+            if RATE > 0:  # at most RATE batches a second (0: as fast as the monitor goes)
+                time.sleep(max(0.0, start + b / RATE - time.monotonic()))
+            P, y = batch(ROWS)
+            ids = np.arange(b * ROWS, (b + 1) * ROWS)
+            mon.observe(probs=P, ids=ids)
+            if pending is not None:
+                mon.label(*pending)  # the previous batch's labels, once this one has arrived
+            pending = (ids, y)
+            progress["batches"] = b + 1
+        if pending is not None:
+            mon.label(*pending)
+    except BaseException as err:
+        progress["error"] = "".join(traceback.format_exception(err)[-6:])
+    finally:
+        progress["seconds"] = time.monotonic() - start
+        progress["done"] = True
+
+
+def soak_sample():
+    # drain the widget's kernel timings (a deque: popleft is safe against the producer's appends)
+    timings, kept = [], mon.widget()._kernel_ms
+    while True:
+        try:
+            timings.append(kept.popleft())
+        except IndexError:
+            break
+    timings.sort()
+    return {{
+        **progress,
+        "seq": mon.widget().seq,
+        "updates": len(timings),
+        "kernel_ms_median": timings[len(timings) // 2] if timings else None,
+        "kernel_ms_p95": timings[round(0.95 * (len(timings) - 1))] if timings else None,
+    }}
+
+
+mon.show()
+"""
+
+START = """
+producer = threading.Thread(target=produce, name="soak producer", daemon=True)
+producer.start()
+"""
+
+# frame_ms of each update rendered since the last sample (emptied in place: the views hold the array)
+TAKE_LATENCIES_JS = "() => (globalThis.__calwatchLatencies ?? []).splice(0).map((s) => s.frame_ms)"
+JS_HEAP_JS = "() => (performance.memory ? performance.memory.usedJSHeapSize : null)"
+
+FIELDS = [
+    "elapsed_s",
+    "elapsed_min",
+    "batches",
+    "rows",
+    "kernel_rss_mib",
+    "browser_rss_mib",
+    "browser_pss_mib",
+    "browser_procs",
+    "js_heap_mib",
+    "server_rss_mib",
+    "kernel_updates",
+    "kernel_ms_median",
+    "kernel_ms_p95",
+    "latency_updates",
+    "latency_ms_median",
+    "latency_ms_p95",
+    "widget_seq",
+    "loadavg_1m",
+]
+
+
+def start_lab(base: Path) -> LabServer:
+    """JupyterLab on 127.0.0.1 with a random token, temp dirs and the venv's kernel only."""
+    env = {**os.environ, **_write_lab_dirs(base), "PYTHONUNBUFFERED": "1"}
+    root = base / "root"
+    root.mkdir()
+    port, token = _free_port(), secrets.token_hex(24)
+    cmd = [
+        str(KERNEL_PYTHON),
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--port-retries=0",
+        f"--IdentityProvider.token={token}",
+        "--allow-root",
+        "--LabApp.extension_manager=readonly",
+        "--LabApp.expose_app_in_browser=True",
+        "--KernelSpecManager.ensure_native_kernel=False",
+        f"--MappingKernelManager.default_kernel_name={KERNEL_NAME}",
+        f"--KernelSpecManager.allowed_kernelspecs={KERNEL_NAME}",
+        "--ServerApp.terminals_enabled=False",
+        f"--ServerApp.root_dir={root}",
+    ]
+    log_path = base / "jupyterlab.log"
+    with log_path.open("wb") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    return LabServer(f"http://127.0.0.1:{port}", token, root, log_path, proc)
+
+
+def wait_ready(server: LabServer) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while True:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"JupyterLab exited with {server.proc.returncode}:\n{server.log_tail()}")
+        try:
+            server.api("/api/status")
+            return
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as err:
+            if time.monotonic() > deadline:
+                msg = f"JupyterLab did not answer within {SERVER_START_TIMEOUT_S:.0f} s:\n{server.log_tail()}"
+                raise RuntimeError(msg) from err
+            time.sleep(0.1)
+
+
+def rss_mib(pid: int) -> float:
+    try:
+        return psutil.Process(pid).memory_info().rss / MIB
+    except psutil.Error:
+        return math.nan
+
+
+def browser_memory(profile: Path) -> tuple[float, float, int]:
+    """Summed RSS and PSS (MiB) of the Chromium on ``profile`` and all its children, and their count.
+
+    Summed RSS counts the pages its processes share once per process; PSS splits them.
+    """
+    flag = f"--user-data-dir={profile}"
+    roots = []
+    for p in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            if flag in (p.info["cmdline"] or []):
+                roots.append(p)
+    procs: dict[int, psutil.Process] = {}
+    for root in roots:
+        procs[root.pid] = root
+        with contextlib.suppress(psutil.Error):
+            procs.update((c.pid, c) for c in root.children(recursive=True))
+    rss = pss = 0
+    for p in procs.values():
+        with contextlib.suppress(psutil.Error, AttributeError):
+            full = p.memory_full_info()
+            rss, pss = rss + full.rss, pss + full.pss
+    return rss / MIB, pss / MIB, len(procs)
+
+
+def quantiles(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[round(0.95 * (len(ordered) - 1))]
+
+
+def take_sample(
+    t0: float, page: Any, kernel: Kernel, kernel_pid: int, server: LabServer, profile: Path, rows: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    state = kernel.eval("soak_sample()")
+    latencies = page.evaluate(TAKE_LATENCIES_JS)
+    heap = page.evaluate(JS_HEAP_JS)
+    lat_median, lat_p95 = quantiles(latencies)
+    browser, browser_pss, n_procs = browser_memory(profile)
+    elapsed = time.monotonic() - t0
+    sample = {
+        "elapsed_s": round(elapsed, 1),
+        "elapsed_min": round(elapsed / 60, 3),
+        "batches": state["batches"],
+        "rows": state["batches"] * rows,
+        "kernel_rss_mib": round(rss_mib(kernel_pid), 1),
+        "browser_rss_mib": round(browser, 1),
+        "browser_pss_mib": round(browser_pss, 1),
+        "browser_procs": n_procs,
+        "js_heap_mib": None if heap is None else round(heap / MIB, 1),
+        "server_rss_mib": round(rss_mib(server.proc.pid), 1),
+        "kernel_updates": state["updates"],
+        "kernel_ms_median": _round(state["kernel_ms_median"]),
+        "kernel_ms_p95": _round(state["kernel_ms_p95"]),
+        "latency_updates": len(latencies),
+        "latency_ms_median": _round(lat_median),
+        "latency_ms_p95": _round(lat_p95),
+        "widget_seq": state["seq"],
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
+    return sample, state
+
+
+def _round(x: float | None, digits: int = 2) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def slope_per_1e4(samples: list[dict[str, Any]], key: str) -> float:
+    """Least-squares slope of ``key`` (MiB) per 10,000 batches, over the samples past warm-up.
+
+    Warm-up: the first 10% of the batches (allocator pools, caches and JIT-like first costs).
+    """
+    last = samples[-1]["batches"]
+    pts = [(s["batches"], s[key]) for s in samples if s["batches"] >= 0.1 * last and not math.isnan(s[key])]
+    if len(pts) < 3 or pts[-1][0] == pts[0][0]:
+        return math.nan
+    mx = statistics.fmean(x for x, _ in pts)
+    my = statistics.fmean(y for _, y in pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    sxy = sum((x - mx) * (y - my) for x, y in pts)
+    return 1e4 * sxy / sxx
+
+
+def edge_median(samples: list[dict[str, Any]], key: str, end: bool) -> float | None:
+    """Median of ``key`` over the first (or last) 10% of the samples that have it (at least one)."""
+    values = [s[key] for s in samples if s[key] is not None]
+    if not values:
+        return None
+    n = max(1, len(values) // 10)
+    return round(statistics.median(values[-n:] if end else values[:n]), 2)
+
+
+def write_csv(samples: list[dict[str, Any]], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(samples)
+
+
+def write_png(samples: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Two panels against elapsed minutes: RSS (kernel, browser), p95 latency (kernel, kernel -> pixels)."""
+    import altair as alt
+
+    rss = [
+        {"minutes": s["elapsed_min"], "series": name, "MiB": s[key]}
+        for s in samples
+        for name, key in (
+            ("kernel RSS", "kernel_rss_mib"),
+            ("Chromium RSS (all processes)", "browser_rss_mib"),
+        )
+        if s[key] is not None and not math.isnan(s[key])
+    ]
+    lat = [
+        {"minutes": s["elapsed_min"], "series": name, "ms": s[key]}
+        for s in samples
+        for name, key in (
+            ("kernel per update, p95", "kernel_ms_p95"),
+            ("kernel → pixels, p95", "latency_ms_p95"),
+        )
+        if s[key] is not None
+    ]
+    x = alt.X("minutes:Q", title="elapsed (minutes)")
+    top = (
+        alt.Chart(alt.Data(values=rss), title="Resident memory")
+        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .encode(x=x, y=alt.Y("MiB:Q", title="RSS (MiB)"), color=alt.Color("series:N", title=None))
+        .properties(width=720, height=240)
+    )
+    bottom = (
+        alt.Chart(alt.Data(values=lat), title="Update latency (p95 over each sample interval)")
+        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .encode(
+            x=x,
+            y=alt.Y("ms:Q", title="ms (log scale)", scale=alt.Scale(type="log")),
+            color=alt.Color("series:N", title=None),
+        )
+        .properties(width=720, height=240)
+    )
+    chart = alt.vconcat(top, bottom, title=title).resolve_scale(color="independent")
+    chart.save(str(path), ppi=100)
+
+
+def _load(load: tuple[float, ...]) -> str:
+    return " / ".join(f"{x:.2f}" for x in load)
+
+
+def _stop_producer(kernel: Kernel) -> None:
+    with contextlib.suppress(Exception):
+        kernel.run("stop.set(); go.set()")
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--batches", type=int, default=100_000, help="batches to stream (default 100,000)")
+    parser.add_argument("--minutes", type=float, default=60.0, help="or stop after this long (default 60)")
+    parser.add_argument("--rows", type=int, default=1_000, help="rows a batch (default 1,000)")
+    parser.add_argument("--sample-seconds", type=float, default=10.0, help="sampling interval (default 10)")
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="at most this many batches a second (default 0: no limit)"
+    )
+    parser.add_argument("--tab", default=None, help="dashboard tab to show (default: the one it opens on)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of soak.csv and soak.png")
+    parser.add_argument(
+        "--prelude",
+        type=Path,
+        default=None,
+        help="Python file run in the kernel before the monitor is built (to try a patch or a setting)",
+    )
+    args = parser.parse_args(argv)
+    chromium = os.environ.get("CALWATCH_CHROMIUM", DEFAULT_CHROMIUM)
+    if not (os.path.isfile(chromium) and os.access(chromium, os.X_OK)):
+        parser.error(f"Chromium not found at {chromium!r} (set CALWATCH_CHROMIUM or run `make chromium`)")
+    from playwright.sync_api import sync_playwright
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    args.out.mkdir(parents=True, exist_ok=True)
+    load_start = os.getloadavg()
+    samples: list[dict[str, Any]] = []
+    final: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="calwatch-soak-")))
+        server = start_lab(base / "lab")
+        stack.callback(_stop_server, server)
+        wait_ready(server)
+        profile = base / "chromium-profile"
+        pw = stack.enter_context(sync_playwright())
+        context = pw.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=chromium,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 2000},
+            device_scale_factor=1,
+        )
+        stack.callback(context.close)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(f"[pageerror] {e}"))
+        page.on(
+            "console", lambda m: errors.append(f"[console.error] {m.text}") if m.type == "error" else None
+        )
+
+        seconds = 60.0 * args.minutes
+        setup = SETUP.format(rows=args.rows, batches=args.batches, seconds=seconds, rate=args.rate)
+        if args.prelude is not None:
+            setup = args.prelude.read_text() + "\n" + setup
+        write_notebook(server.root / NOTEBOOK, [setup, START])
+        kernel = open_notebook(page, server, NOTEBOOK)
+        kernel_pid = int(kernel.eval("__import__('os').getpid()"))
+        # the producer is a daemon thread; stop it before the kernel goes (also on errors)
+        stack.callback(_stop_producer, kernel)
+        print(
+            f"soak: {args.batches:,} batches of {args.rows:,} rows or {args.minutes:g} min, K = 10, "
+            f"LAC + randomised APS + Mondrian LAC, default shift detectors; kernel pid {kernel_pid}; "
+            f"sample every {args.sample_seconds:g} s; load average {_load(load_start)}",
+            flush=True,
+        )
+        run_all(page, NOTEBOOK, timeout_s=300)
+        t0 = time.monotonic()
+        wait_attr(page, INLINE, "data-replay-seq")
+        if args.tab:
+            page.locator(f'{INLINE} button.calwatch-tab[data-section="{args.tab}"]').click()
+            wait_attr(page, INLINE, "data-section", args.tab)
+        server.remember_children()
+        print(
+            f"{'min':>6} {'batches':>8} {'kernel MiB':>10} {'browser MiB':>11} {'kernel p95 ms':>13} "
+            f"{'->pixels p95 ms':>15} {'load':>5}",
+            flush=True,
+        )
+        next_at = t0
+        started = False
+        while True:
+            sample, state = take_sample(t0, page, kernel, kernel_pid, server, profile, args.rows)
+            samples.append(sample)
+            write_csv(samples, args.out / "soak.csv")  # as it goes: an interrupted run keeps its samples
+            print(
+                f"{sample['elapsed_min']:6.1f} {sample['batches']:8,d} {sample['kernel_rss_mib']:10.1f} "
+                f"{sample['browser_rss_mib']:11.1f} {sample['kernel_ms_p95'] or math.nan:13.1f} "
+                f"{sample['latency_ms_p95'] or math.nan:15.1f} {sample['loadavg_1m']:5.2f}",
+                flush=True,
+            )
+            if not started:  # the baseline is in: let the producer go
+                kernel.run("go.set()")
+                started = True
+            elif state["done"]:
+                break
+            if time.monotonic() - t0 > seconds + 120:  # the producer should have stopped by now
+                kernel.run("stop.set()")
+            next_at += args.sample_seconds
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        # every update reaches the screen: wait for the last one, then take the last latencies
+        last_seq = kernel.eval("mon.widget().seq")
+        wait_seq(page, INLINE, last_seq)
+        page.wait_for_timeout(200)
+        tail = page.evaluate(TAKE_LATENCIES_JS)
+        widget_errors = page.eval_on_selector_all(
+            f"{INLINE} .calwatch-error", "(els) => els.filter((e) => !e.hidden).map((e) => e.textContent)"
+        )
+        final = {
+            **state,
+            "seq": last_seq,
+            "status": kernel.eval("mon.status()"),
+            "tail_latencies": len(tail),
+            "browser_errors": errors[:20],
+            "widget_errors": widget_errors,
+            "load_end": os.getloadavg(),
+        }
+        title = (
+            f"calwatch soak: {final['batches']:,} batches of {args.rows:,} rows in "
+            f"{final['seconds'] / 60:.1f} min, dashboard open in headless Chromium"
+            + (" (the producer stopped on an error)" if final["error"] else "")
+        )
+        write_png(samples, args.out / "soak.png", title)
+    summarise(samples, final, args.rows, load_start, args.out)
+    return 1 if final["error"] or final["widget_errors"] else 0
+
+
+def summarise(
+    samples: list[dict[str, Any]],
+    final: dict[str, Any],
+    rows: int,
+    load_start: tuple[float, ...],
+    out: Path,
+) -> None:
+    batches, secs = final["batches"], final["seconds"]
+    mid = samples[len(samples) // 2]
+    print(
+        f"\nstreamed {batches:,} batches ({batches * rows:,} rows) in {secs:.0f} s: "
+        f"{batches * rows / secs:,.0f} rows/s, {batches / secs:.1f} batches/s; "
+        f"status {json.dumps(final['status'])}"
+    )
+    if final["error"]:
+        print(f"THE PRODUCER STOPPED ON AN ERROR after {batches:,} batches:\n{final['error']}")
+    if final["widget_errors"]:
+        print(f"THE WIDGET SHOWS AN ERROR: {final['widget_errors']}")
+    for label, key in (
+        ("kernel RSS", "kernel_rss_mib"),
+        ("Chromium RSS", "browser_rss_mib"),
+        ("Chromium PSS", "browser_pss_mib"),
+        ("server RSS", "server_rss_mib"),
+    ):
+        print(
+            f"{label} MiB: start {samples[0][key]:.1f}, middle {mid[key]:.1f}, "
+            f"end {samples[-1][key]:.1f}; "
+            f"slope after warm-up {slope_per_1e4(samples, key):+.2f} MiB per 10,000 batches"
+        )
+    heap = [s["js_heap_mib"] for s in samples if s["js_heap_mib"] is not None]
+    if heap:
+        print(
+            f"Chromium JS heap MiB: start {heap[0]:.1f}, middle {heap[len(heap) // 2]:.1f}, "
+            f"end {heap[-1]:.1f}"
+        )
+    for label, key in (("kernel per update", "kernel_ms_p95"), ("kernel -> pixels", "latency_ms_p95")):
+        start, end = edge_median(samples, key, end=False), edge_median(samples, key, end=True)
+        print(f"{label} p95 ms (median over the first / last 10% of samples): {start} -> {end}")
+    print(
+        f"every update applied in the browser (last seq {final['seq']}); "
+        f"browser errors: {len(final['browser_errors'])}"
+    )
+    for line in final["browser_errors"]:
+        print(f"  {line[:300]}")
+    print(
+        f"load average at start {_load(load_start)}, at end {_load(final['load_end'])} "
+        f"({os.cpu_count()} CPUs)"
+    )
+    print(f"wrote {out / 'soak.csv'} and {out / 'soak.png'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
