@@ -55,13 +55,12 @@ sys.path.insert(0, str(REPO))  # the browser tests' helpers: tests/ui
 from tests.ui.conftest import (  # noqa: E402
     CHROMIUM_ARGS,
     DEFAULT_CHROMIUM,
-    KERNEL_NAME,
-    KERNEL_PYTHON,
     SERVER_START_TIMEOUT_S,
     LabServer,
     _free_port,
     _stop_server,
     _write_lab_dirs,
+    lab_command,
 )
 from tests.ui.helpers import (  # noqa: E402
     INLINE,
@@ -196,24 +195,7 @@ def start_lab(base: Path) -> LabServer:
     root = base / "root"
     root.mkdir()
     port, token = _free_port(), secrets.token_hex(24)
-    cmd = [
-        str(KERNEL_PYTHON),
-        "-m",
-        "jupyterlab",
-        "--no-browser",
-        "--ip=127.0.0.1",
-        f"--port={port}",
-        "--port-retries=0",
-        f"--IdentityProvider.token={token}",
-        "--allow-root",
-        "--LabApp.extension_manager=readonly",
-        "--LabApp.expose_app_in_browser=True",
-        "--KernelSpecManager.ensure_native_kernel=False",
-        f"--MappingKernelManager.default_kernel_name={KERNEL_NAME}",
-        f"--KernelSpecManager.allowed_kernelspecs={KERNEL_NAME}",
-        "--ServerApp.terminals_enabled=False",
-        f"--ServerApp.root_dir={root}",
-    ]
+    cmd = lab_command(root, port, token)
     log_path = base / "jupyterlab.log"
     with log_path.open("wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(

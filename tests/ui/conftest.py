@@ -138,6 +138,28 @@ def _write_lab_dirs(base: Path) -> dict[str, str]:
     return {k: str(v) for k, v in dirs.items()}
 
 
+def lab_command(root: Path, port: int, token: str) -> list[str]:
+    """The command that starts JupyterLab on 127.0.0.1 with a token, the test kernel only."""
+    return [
+        str(KERNEL_PYTHON),
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--port-retries=0",
+        f"--IdentityProvider.token={token}",
+        "--allow-root",
+        "--LabApp.extension_manager=readonly",
+        "--LabApp.expose_app_in_browser=True",
+        "--KernelSpecManager.ensure_native_kernel=False",
+        f"--MappingKernelManager.default_kernel_name={KERNEL_NAME}",
+        f"--KernelSpecManager.allowed_kernelspecs={KERNEL_NAME}",
+        "--ServerApp.terminals_enabled=False",
+        f"--ServerApp.root_dir={root}",
+    ]
+
+
 def _stop_server(server: LabServer) -> None:
     server.remember_children()
     with contextlib.suppress(Exception):
@@ -186,24 +208,7 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
         (root / name).write_text(json.dumps(nb, indent=1))
     port = _free_port()
     token = secrets.token_hex(24)
-    cmd = [
-        str(KERNEL_PYTHON),
-        "-m",
-        "jupyterlab",
-        "--no-browser",
-        "--ip=127.0.0.1",
-        f"--port={port}",
-        "--port-retries=0",
-        f"--IdentityProvider.token={token}",
-        "--allow-root",
-        "--LabApp.extension_manager=readonly",
-        "--LabApp.expose_app_in_browser=True",
-        "--KernelSpecManager.ensure_native_kernel=False",
-        f"--MappingKernelManager.default_kernel_name={KERNEL_NAME}",
-        f"--KernelSpecManager.allowed_kernelspecs={KERNEL_NAME}",
-        "--ServerApp.terminals_enabled=False",
-        f"--ServerApp.root_dir={root}",
-    ]
+    cmd = lab_command(root, port, token)
     log_path = base / "jupyterlab.log"
     log = log_path.open("wb")
     proc = subprocess.Popen(
