@@ -205,6 +205,25 @@ def alarm_thresholds(
     return None, DEFAULT_FALSE_ALARM if false_alarm is None else false_alarm
 
 
+def thresholds_at(rows: Any, threshold: float | None, false_alarm: float | None) -> FloatArray:
+    """The threshold ``c`` at each row count: ``threshold`` if constant, else the anytime one at δ.
+
+    A test written before anytime thresholds existed has neither (its ``threshold`` was the
+    constant default): it keeps :data:`DEFAULT_SR_THRESHOLD`.
+    """
+    n = np.asarray(rows, dtype=np.float64)
+    if threshold is not None or false_alarm is None:
+        return np.full(n.shape, float(threshold or DEFAULT_SR_THRESHOLD))
+    return anytime_thresholds(n, false_alarm)
+
+
+def threshold_now(rows: int, threshold: float | None, false_alarm: float | None) -> float:
+    """:func:`thresholds_at` after ``rows`` rows (at least the first), as ``log10 c``."""
+    if threshold is not None or false_alarm is None:
+        return math.log10(threshold or DEFAULT_SR_THRESHOLD)
+    return math.log10(anytime_threshold(max(rows, 1), false_alarm))
+
+
 def check_detector(detector: str, threshold: float | None) -> None:
     """Refuse an unknown detector name or a threshold that is not a finite number above 1."""
     if detector not in DETECTOR_NAMES:
@@ -228,20 +247,6 @@ def log_up_factors(null_rates: FloatArray, u: FloatArray) -> FloatArray:
     """``log(1 + λ_j (1 − ε₀))`` of an event, ``λ_j = u_j/ε₀``, shape ``(groups, bets)``."""
     eps = null_rates[:, None]
     out: FloatArray = np.log1p(u[None, :] * (1.0 - eps) / eps)
-    return out
-
-
-def log_mean_exp(x: FloatArray) -> FloatArray:
-    """``log mean_j exp(x_j)`` over the last axis, shifted by the maximum (no overflow).
-
-    Examples
-    --------
-    >>> float(log_mean_exp(np.log(np.array([1.0, 3.0]))))  # log 2
-    0.6931471805599453
-    """
-    top = x.max(axis=-1, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    out: FloatArray = np.log(np.exp(x - top).sum(axis=-1)) + top[..., 0] - math.log(x.shape[-1])
     return out
 
 
@@ -375,7 +380,6 @@ class BernoulliBetting:
         self.bet_fractions = tuple(float(v) for v in u)
         self._log_up = log_up_factors(np.array([eps]), u)[0]  # factor 1 + λ(1 − ε₀) of an event
         self._log_down = np.log1p(-u)  # factor 1 − λ ε₀ of a non-event
-        self._log_j = math.log(u.size)
         self._log_sr = np.full(u.size, -math.inf)
         self.rows_ = 0
         self.events_ = 0
@@ -385,17 +389,8 @@ class BernoulliBetting:
     @property
     def log10_threshold(self) -> float:
         """``log10 c`` now (an anytime threshold: at the latest row)."""
-        false_alarm = getattr(self, "false_alarm", None)  # absent in snapshots from before anytime
-        if self.threshold is not None or false_alarm is None:
-            return math.log10(self.threshold or DEFAULT_SR_THRESHOLD)
-        return math.log10(anytime_threshold(max(self.rows_, 1), false_alarm))
-
-    def _thresholds(self, rows: IntArray) -> FloatArray:
-        """``c`` at each of these row counts (1-based)."""
-        false_alarm = getattr(self, "false_alarm", None)  # absent in snapshots from before anytime
-        if self.threshold is not None or false_alarm is None:
-            return np.full(rows.shape[0], float(self.threshold or DEFAULT_SR_THRESHOLD))
-        return anytime_thresholds(rows, false_alarm)
+        # false_alarm is absent in snapshots from before anytime thresholds
+        return threshold_now(self.rows_, self.threshold, getattr(self, "false_alarm", None))
 
     def guarantee(self) -> str:
         """The false-alarm bound, in words with the numbers."""
@@ -420,7 +415,9 @@ class BernoulliBetting:
             trace, alarm = run_betting(
                 e, np.zeros(m, dtype=np.int64), log_up=self._log_up[None, :], log_down=self._log_down, sr=sr,
                 rows=rows, counts=counts, alarmed=np.array([self.alarmed_]), detector=self.detector,
-                thresholds=self._thresholds(self.rows_ + np.arange(1, m + 1)),
+                thresholds=thresholds_at(
+                    self.rows_ + np.arange(1, m + 1), self.threshold, getattr(self, "false_alarm", None)
+                ),
             )  # fmt: skip
             self._log_sr = np.log(sr[0])
         self.alarms_.extend((self.rows_ + np.flatnonzero(alarm)).tolist())
@@ -568,15 +565,7 @@ class GroupedBetting:
 
     def log10_threshold(self, group: int) -> float:
         """``log10 c`` of a group's test now (an anytime threshold: at its latest row)."""
-        if self.threshold is not None or self.false_alarm is None:
-            return math.log10(self.threshold or DEFAULT_SR_THRESHOLD)
-        return math.log10(anytime_threshold(max(int(self.rows[group]), 1), self.false_alarm))
-
-    def _thresholds(self, rows: IntArray) -> FloatArray:
-        """``c`` at each of these row counts (1-based, each its group's own)."""
-        if self.threshold is not None or self.false_alarm is None:
-            return np.full(rows.shape[0], float(self.threshold or DEFAULT_SR_THRESHOLD))
-        return anytime_thresholds(rows, self.false_alarm)
+        return threshold_now(int(self.rows[group]), self.threshold, self.false_alarm)
 
     def guarantee(self, group: int) -> str:
         """Group ``group``'s false-alarm bound, in words with the numbers."""
@@ -608,7 +597,7 @@ class GroupedBetting:
             raise ValueError(msg)
         keep = self.testable[gid]
         e, gid = e[keep], gid[keep]
-        before = self.rows.copy()
+        before = self.rows[gid]  # each row's group's count before the batch
         order = np.argsort(gid, kind="stable")  # each group's rows together, in arrival order
         touched, starts, lengths = np.unique(gid[order], return_index=True, return_counts=True)
         position = np.empty(gid.shape[0], dtype=np.int64)  # each row's place among its group's rows
@@ -616,7 +605,7 @@ class GroupedBetting:
         trace, alarm = run_betting(
             e, gid, log_up=self.log_up, log_down=self.log_down, sr=self.sr, rows=self.rows,
             counts=self.events, alarmed=self.alarmed, detector=self.detector,
-            thresholds=self._thresholds(before[gid] + position + 1),
+            thresholds=thresholds_at(before + position + 1, self.threshold, self.false_alarm),
         )  # fmt: skip
         if touched.size == 0:
             empty = np.empty(0, dtype=np.int64)
@@ -627,7 +616,7 @@ class GroupedBetting:
         counts = np.add.reduceat(e[order].astype(np.int64), starts)
         hits = np.flatnonzero(alarm)  # arrival order: within a group, oldest first
         alarm_groups = gid[hits]
-        alarm_rows = before[alarm_groups] + position[hits]
+        alarm_rows = before[hits] + position[hits]
         by_group = np.argsort(alarm_groups, kind="stable")
         alarm_groups, alarm_rows = alarm_groups[by_group], alarm_rows[by_group]
         self.log10_statistic[touched] = last
@@ -652,6 +641,7 @@ __all__ = [
     "calibration_null_rate",
     "calibration_null_rates",
     "has_finite_threshold",
-    "log_mean_exp",
     "run_betting",
+    "threshold_now",
+    "thresholds_at",
 ]

@@ -52,7 +52,7 @@ import polars as pl
 
 from calwatch.engine._validation import check_alpha
 from calwatch.engine.errors import NotFittedError
-from calwatch.engine.shift.betting import DEFAULT_FALSE_ALARM, anytime_threshold, anytime_thresholds
+from calwatch.engine.shift.betting import DEFAULT_FALSE_ALARM, threshold_now, thresholds_at
 from calwatch.engine.shift.martingale import GridScoreBag, ScoreBag
 
 FloatArray = npt.NDArray[np.float64]
@@ -386,19 +386,20 @@ class ConformalTestMartingale:
         ``R_t + (L − t)`` is a non-negative supermartingale under exchangeability), so
         ``P(any false alarm over the whole stream) ≤ false_alarm`` however long it runs.
         """
-        n = np.asarray(rows, dtype=np.float64)
-        if self.threshold is not None:
-            return np.full(n.shape, math.log(self.threshold))
-        out: FloatArray = np.log(anytime_thresholds(n, float(self.false_alarm or DEFAULT_FALSE_ALARM)))
+        out: FloatArray = np.log(thresholds_at(rows, self.threshold, self._false_alarm))
         return out
+
+    @property
+    def _false_alarm(self) -> float | None:
+        """``δ`` of an anytime threshold (None with a constant one)."""
+        if self.threshold is not None:
+            return None
+        return float(getattr(self, "false_alarm", None) or DEFAULT_FALSE_ALARM)
 
     @property
     def log10_threshold_(self) -> float:
         """``log10 c`` at the latest row (the threshold now)."""
-        if self.threshold is not None:
-            return math.log10(self.threshold)
-        rows = max(getattr(self, "n_seen_", 0), 1)
-        return math.log10(anytime_threshold(rows, float(self.false_alarm or DEFAULT_FALSE_ALARM)))
+        return threshold_now(getattr(self, "n_seen_", 0), self.threshold, self._false_alarm)
 
     def step(self, scores: Any) -> MartingaleStep:
         """:meth:`update` as plain arrays (natural logs), for callers that need no data frame."""

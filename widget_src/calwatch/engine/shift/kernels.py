@@ -119,35 +119,6 @@ def _enter(tree: Any, counts: Any, cell: int, size: int, theta: float) -> float:
 
 
 @_jit
-def fenwick_p_values(tree: Any, counts: Any, cells: Any, theta: Any, size: int) -> Any:
-    """Smoothed conformal p-values of rows entering a bag of grid scores, one row at a time.
-
-    The bag is a count per grid cell held in a Fenwick tree (``tree``, 1-based, updated in
-    place). Row ``n`` joins the bag, then ``p_n = (#{bag > a_n} + θ_n · #{bag = a_n}) / N_n``
-    over the bag with it (``N_n`` counts it): every calibration row and every earlier row,
-    of this batch too, in ``O(log cells)``.
-
-    Parameters
-    ----------
-    tree : int64 (cells + 1,)
-        Fenwick tree of the counts per cell.
-    counts : int64 (cells,)
-        The counts per cell themselves, updated in place too.
-    cells : int64 (m,)
-        The rows' cells (0-based, inside the tree).
-    theta : float64 (m,)
-        The tie-breaking draws.
-    size : int
-        Scores in the bag before the batch.
-    """
-    out = np.empty(cells.shape[0])
-    for t in range(cells.shape[0]):
-        size += 1
-        out[t] = _enter(tree, counts, cells[t], size, theta[t])
-    return out
-
-
-@_jit
 def _prefix(tree: Any, i: int) -> int:
     """Rows in the first ``i`` cells (Fenwick prefix sum)."""
     total = 0
@@ -271,13 +242,21 @@ def martingale_rows(
 ) -> None:
     """A conformal test martingale over a batch of grid scores, every step fused, row by row.
 
-    Per row: the p-value against the grid bag (:func:`fenwick_p_values`), then
+    Per row: the p-value against the grid bag (:func:`_enter`), then
     :func:`martingale_from_p_values`' row: one pass instead of several and no glue between them.
 
     Parameters
     ----------
-    tree, counts, cells, theta, size
-        As for :func:`fenwick_p_values` (``tree``, ``counts`` updated in place).
+    tree : int64 (cells + 1,)
+        Fenwick tree of the bag's counts per grid cell (1-based), updated in place.
+    counts : int64 (cells,)
+        The counts per cell themselves, updated in place too.
+    cells : int64 (m,)
+        The rows' cells (0-based, inside the tree).
+    theta : float64 (m,)
+        The tie-breaking draws.
+    size : int
+        Scores in the bag before the batch.
     jump, capital, state, log_thresholds, out, alarms
         As for :func:`martingale_from_p_values`.
     """
@@ -316,25 +295,3 @@ def martingale_from_p_values(
     """
     for t in range(p.shape[0]):
         _martingale_row(p[t], jump, capital, state, log_thresholds[t], out[t], alarms[t])
-
-
-def warm_up() -> None:
-    """Compile (or load from the disk cache) every kernel once, on tiny inputs."""
-    tree = fenwick_build(np.zeros(4, dtype=np.int64))
-    fenwick_p_values(tree, np.zeros(4, dtype=np.int64), np.array([1], dtype=np.int64), np.array([0.5]), 0)
-    simple_jumper_rows(np.array([0.5]), 0.01, np.full(3, 1.0 / 3.0))
-    martingale_rows(
-        fenwick_build(np.zeros(4, dtype=np.int64)), np.zeros(4, dtype=np.int64),
-        np.array([1], dtype=np.int64), np.array([0.5]), 0, 0.01, np.full(3, 1.0 / 3.0), np.zeros(3),
-        np.ones(1), np.empty((1, 4)), np.zeros((1, 2), dtype=np.bool_),
-    )  # fmt: skip
-    martingale_from_p_values(
-        np.array([0.5]), 0.01, np.full(3, 1.0 / 3.0), np.zeros(3), np.ones(1), np.empty((1, 4)),
-        np.zeros((1, 2), dtype=np.bool_),
-    )  # fmt: skip
-    change_statistics(np.zeros(1), 0.0, -math.inf, np.ones(1), np.empty(1), np.empty(1))
-    betting_rows(
-        np.zeros(1, dtype=np.bool_), np.zeros(1, dtype=np.int64), np.zeros((1, 1)), np.zeros(1),
-        np.zeros((1, 1)), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
-        np.zeros(1, dtype=np.bool_), False, np.full(1, 10.0), np.empty(1), np.zeros(1, dtype=np.bool_),
-    )  # fmt: skip

@@ -248,9 +248,9 @@ class GridScoreBag:
 
     A martingale with ``resolution`` feeds scores ``⌊score / resolution⌋``, integers in a range
     that the scores' own range bounds (``[0, 1]`` at ``1e-4``: 10,001 cells). Counting per cell
-    makes a p-value two prefix sums over the tree, ``O(log cells)``, for every row in arrival
-    order, the batch's earlier rows included (a compiled loop,
-    :func:`calwatch.engine.shift.kernels.fenwick_p_values`), with no sorting and no merging;
+    makes a p-value one prefix sum over the tree (its own cell's count is the equal count),
+    ``O(log cells)``, for every row in arrival order, the batch's earlier rows included (a
+    compiled loop, :meth:`martingale_step`), with no sorting and no merging;
     memory is two integers per cell whatever the stream's length. The range grows (doubling)
     when a score falls outside it; :meth:`accepts` says when a batch cannot be held (a
     non-integer or infinite score, or more than :data:`MAX_GRID_CELLS` cells), and the
@@ -344,21 +344,6 @@ class GridScoreBag:
         counts[lo - new_lo : lo - new_lo + self._counts.shape[0]] = self._counts
         self.__init__(new_lo, counts)  # type: ignore[misc]
 
-    def p_values(self, scores: FloatArray, theta: FloatArray) -> FloatArray:
-        """Add ``scores`` to the bag, in order, returning each row's smoothed p-value.
-
-        The same p-values as :meth:`ScoreBag.p_values`, to the last bit.
-        """
-        from calwatch.engine.shift.kernels import fenwick_p_values
-
-        if scores.shape[0] == 0:
-            return np.empty(0)
-        self._cover(int(scores.min()), int(scores.max()))
-        cells = (scores - self.lo).astype(np.int64)
-        out: FloatArray = fenwick_p_values(self._tree, self._counts, cells, theta, self.size)
-        self.size += int(scores.shape[0])
-        return out
-
     def martingale_step(
         self,
         scores: FloatArray,
@@ -371,8 +356,8 @@ class GridScoreBag:
     ) -> tuple[FloatArray, BoolArray]:
         """Add ``scores`` and run the whole martingale over them in one compiled pass.
 
-        :func:`calwatch.engine.shift.kernels.martingale_rows`: per row the p-value (as
-        :meth:`p_values`), the simple jumper (``capital`` updated in place), ``log S``, CUSUM
+        :func:`calwatch.engine.shift.kernels.martingale_rows`: per row the p-value (the same as
+        :meth:`ScoreBag.p_values` gives), the simple jumper (``capital`` updated in place), ``log S``, CUSUM
         and Shiryaev–Roberts (``state`` = their logs, updated in place). Returns the per-row
         ``(p, log S, log γ, log R)`` as an ``(m, 4)`` array and the ``(m, 2)`` alarms.
         """
