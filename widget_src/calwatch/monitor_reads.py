@@ -23,7 +23,7 @@ from calwatch.ids import uniform_scalar_ids
 from calwatch.kinds import KINDS, kind_of
 from calwatch.kinds.admit import admitted_accuracy
 from calwatch.monitor_state import MonitorState
-from calwatch.shift_watch import ShiftWatch
+from calwatch.shift_watch import ShiftWatch, first_names
 from calwatch.stream import NO_LABEL, BatchRecord
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class MonitorReads(MonitorState):
                 shown = [str(names[c]) if c < len(names) else str(c) for c in full]
                 rows.append({
                     "calibrator": key, "detector": None, "classes": len(full),
-                    "examples": ", ".join(shown[:5]) + (", …" if len(shown) > 5 else ""),
+                    "examples": first_names(shown),
                     "message": (
                         f"{len(full)} classes have too few calibration rows for their own threshold at "
                         f"α = {float(cal.alpha):g}: they are in every set (their coverage holds; sets "

@@ -464,7 +464,7 @@ class ClassCoverageDropDetector:
             "calibrator": self.calibrator,
             "detector": self.name,
             "classes": len(untested),
-            "examples": ", ".join(names[:5]) + (", …" if len(names) > 5 else ""),
+            "examples": first_names(names),
             "message": (
                 f"{len(untested)} classes have fewer than {need} calibration rows, too few for a "
                 f"threshold at α = {self.alpha_:g}: their sets always hold them, so their coverage "
@@ -546,6 +546,17 @@ class ClassCoverageDropDetector:
                 + ("δ/K" if test.threshold is None else "threshold K·c")
             ),
         )
+
+
+def first_names(names: list[str], shown: int = 5) -> str:
+    """The first few names, comma-separated, with an ellipsis when there are more (for notices).
+
+    Examples
+    --------
+    >>> first_names(["a", "b", "c"], shown=2)
+    'a, b, …'
+    """
+    return ", ".join(names[:shown]) + (", …" if len(names) > shown else "")
 
 
 def smallest_testable_count(alpha: float) -> int:
