@@ -27,7 +27,13 @@ from calwatch.models import ModelAdapter, ModelOutputs, wrap
 from calwatch.monitor_labels import LabelReport, MonitorLabels
 from calwatch.monitor_reads import MonitorReads
 from calwatch.monitor_share import MonitorSharing
-from calwatch.shift_watch import CalibrationData, Detector, ShiftWatch, default_detectors
+from calwatch.shift_watch import (
+    CalibrationData,
+    Detector,
+    ShiftWatch,
+    default_detectors,
+    detectors_kept_on_failure,
+)
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats, StreamState
 
 if TYPE_CHECKING:
@@ -523,18 +529,13 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing):
             # Detectors and ACI last (their state changes as they are fed; undone if anything
             # raises), then the stream.
             first_row = self._stream.rows_seen
-            restore_detectors = None if self._shift is None else self._shift.checkpoint()
-            try:
+            with detectors_kept_on_failure(self._shift):
                 if self._shift is not None:
                     self._shift.observe(
                         index, (first_row, first_row + m - 1), outputs.probs, outputs.embeddings
                     )
                 if labels is not None:
                     self._feed_labels([(record, every_row, labels)], latest=index, rows_seen=first_row + m)
-            except BaseException:
-                if restore_detectors is not None:
-                    restore_detectors()
-                raise
             if ids is None:
                 self._next_auto_id += m
             self._stream.append(record)

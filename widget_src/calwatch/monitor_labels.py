@@ -20,6 +20,7 @@ from calwatch.guard import guarded
 from calwatch.ids import as_id_list
 from calwatch.kinds import kind_of
 from calwatch.monitor_state import MonitorState
+from calwatch.shift_watch import detectors_kept_on_failure
 from calwatch.stream import NO_LABEL, BatchRecord, BatchStats
 
 if TYPE_CHECKING:
@@ -104,7 +105,8 @@ class MonitorLabels(MonitorState):
                 groups.append((record, rows_b[first], labels_b[first]))
             newly, relabelled = newly + new_b, relabelled + relabelled_b
         # Everything is computed: the detectors and ACI are fed, then the batches change.
-        self._feed_labels(groups, latest=len(self._stream.batches) - 1, rows_seen=self._stream.rows_seen)
+        with detectors_kept_on_failure(self._shift):
+            self._feed_labels(groups, latest=len(self._stream.batches) - 1, rows_seen=self._stream.rows_seen)
         for record, stats, rows_b, labels_b in updates:
             assert record.rows is not None
             record.stats = stats
@@ -157,12 +159,12 @@ class MonitorLabels(MonitorState):
     ) -> None:
         """Give newly labelled rows to the calibrators that learn from labels (ACI) and the detectors.
 
-        Should anything fail, the calibrators that learned and the detectors get their earlier
-        state back (the detectors' checkpoints: :meth:`calwatch.shift_watch.ShiftWatch.checkpoint`).
+        Should anything fail, the calibrators that learned get their earlier state back; the
+        callers (``label``, ``observe``) put the detectors back
+        (:func:`calwatch.shift_watch.detectors_kept_on_failure`).
         """
         learners = {key: cal for key, cal in self._calibrators.items() if kind_of(cal).learns_from_labels}
         saved = {key: copy.deepcopy(vars(cal)) for key, cal in learners.items()}
-        restore_detectors = None if self._shift is None else self._shift.checkpoint()
         try:
             self._feed_adaptive(groups, learners)
             if self._shift is not None and groups:
@@ -171,8 +173,6 @@ class MonitorLabels(MonitorState):
             for key, state in saved.items():
                 vars(learners[key]).clear()
                 vars(learners[key]).update(state)
-            if restore_detectors is not None:
-                restore_detectors()
             raise
 
     def _feed_detectors(

@@ -26,12 +26,13 @@ and leaves every bound exact (see :class:`~calwatch.engine.shift.detectors.Confo
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import getpass
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -546,6 +547,18 @@ class ClassCoverageDropDetector:
                 + ("δ/K" if test.threshold is None else "threshold K·c")
             ),
         )
+
+
+@contextlib.contextmanager
+def detectors_kept_on_failure(watch: ShiftWatch | None) -> Iterator[None]:
+    """Run the block; should it raise, put the detectors back as they were (their checkpoints)."""
+    restore = None if watch is None else watch.checkpoint()
+    try:
+        yield
+    except BaseException:
+        if restore is not None:
+            restore()
+        raise
 
 
 def first_names(names: list[str], shown: int = 5) -> str:
