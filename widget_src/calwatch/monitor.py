@@ -27,6 +27,7 @@ from calwatch.models import ModelAdapter, ModelOutputs, wrap
 from calwatch.monitor_labels import LabelReport, MonitorLabels
 from calwatch.monitor_reads import MonitorReads
 from calwatch.monitor_share import MonitorSharing
+from calwatch.monitor_tables import MonitorTables
 from calwatch.shift_watch import (
     CalibrationData,
     Detector,
@@ -96,7 +97,7 @@ Listener = Callable[[tuple[int, ...]], None]
 TASK_MONITORS: dict[str, type[Monitor]] = {}
 
 
-class Monitor(MonitorLabels, MonitorReads, MonitorSharing):
+class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
     """Watch whether a model's prediction sets keep their promised coverage on a stream.
 
     Parameters

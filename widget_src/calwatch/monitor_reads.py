@@ -168,19 +168,37 @@ class MonitorReads(MonitorState):
         """Stream counters: rows seen, labelled, awaiting labels, batches, unmatched labels.
 
         ``classes_untested`` counts the (calibrator, class) pairs that a per-class detector
-        cannot test (too few calibration rows; :meth:`notices` says which).
+        cannot test (too few calibration rows; :meth:`notices` says which). ``rows_from_tables``
+        counts rows observed from tables (:meth:`observe_table`, ``calwatch.spark``,
+        ``calwatch.dask``); their unlabelled rows count in ``rows_pending``.
         """
         s = self._stream
         detector_notices = [] if self._shift is None else self._shift.notices()
+        from_tables, pending_in_tables = self._table_rows()
         return {
             "rows_seen": s.rows_seen,
             "rows_labelled": s.rows_labelled,
-            "rows_pending": s.rows_pending,
+            "rows_pending": s.rows_pending + pending_in_tables,
             "batches": len(s.batches),
             "labels_unmatched": s.labels_unmatched,
             "rows_in_window": s.rows_in_window,
             "classes_untested": sum(int(n["classes"]) for n in detector_notices),
+            "rows_from_tables": from_tables,
         }
+
+    def _table_rows(self) -> tuple[int, int]:
+        """Rows observed from tables (``observe_table``, Spark, Dask), and those still without a label.
+
+        Table batches keep no rows in the window (their table is their row log), so their pending
+        rows are counted from their statistics.
+        """
+        registry = self.__dict__.get("_tables")
+        if registry is None:
+            return 0, 0
+        batches = self._stream.batches
+        indices = [i for source in registry.sources for i in source.batches.values()]
+        pending = sum(batches[i].n_rows - batches[i].n_labelled for i in indices)
+        return int(registry.rows), int(pending)
 
     @guarded
     def notices(self) -> pl.DataFrame:

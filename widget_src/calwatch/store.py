@@ -64,7 +64,7 @@ MANIFEST = "manifest.json"
 DATA_FILES = ("state.json", "arrays.parquet", "batches.parquet", "rows.parquet")
 TASKS = ("classification", "regression")
 # Monitor attributes that are not state: the model (or its adapter), live views and their listeners.
-_TRANSIENT = frozenset({"_adapter", "_model", "_listeners", "_widget", "_stream", "_guard_state"})
+_TRANSIENT = frozenset({"_adapter", "_model", "_listeners", "_widget", "_stream", "_guard_state", "_tables"})
 
 
 # ---------------------------------------------------------------------------- save

@@ -117,7 +117,7 @@ def result_frame(res: VennAdmitResult) -> pl.DataFrame:
     ``admitted`` (Boolean). The list column is built from offsets in one pass (Arrow).
     """
     import polars as pl
-    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow as pa
 
     rows, cols = np.nonzero(res.sets)
     offsets = np.zeros(res.sets.shape[0] + 1, dtype=np.int64)

@@ -1,0 +1,23 @@
+"""Monitoring a prediction log where it lives: one pure kernel, exact merges, thin adapters.
+
+A team's predictions land in a table (parquet files, a lake table behind Spark) at 10⁷–10⁹ rows
+a month, with labels arriving later in another table. This package computes the monitor's
+per-batch statistics from such a table without holding it in memory, and exactly:
+
+* :mod:`.frozen` — the fitted calibrators frozen as bytes (the snapshot codec's JSON + arrays,
+  never pickle), the state the kernel runs on wherever it runs;
+* :mod:`.columns` — which columns of a log hold the id, the bucket (one bucket is one batch of
+  the monitor), the probabilities, the label and the Mondrian category, checked against a schema;
+* :mod:`.kernel` — the one kernel: an Arrow ``RecordBatch`` of logged rows in, an Arrow
+  ``RecordBatch`` of partial statistics keyed by (bucket, calibrator, field, index) out. Every
+  statistic is a sum (or, for the few per-calibrator constants such as α, the same value
+  everywhere), so partial tables from any split of the log reduce with a plain group-by sum;
+* :mod:`.reduce` — that reduction (polars here; Spark and Dask run their own) and the statistics
+  objects rebuilt from it;
+* :mod:`.commit` — the reduced statistics merged into a monitor, all or nothing;
+* :mod:`.table` — the embedded default: parquet, polars and pyarrow sources streamed in chunks
+  (``Monitor.observe_table`` / ``Monitor.label_table``);
+* :mod:`calwatch.spark` and :mod:`calwatch.dask` — the same kernel on a cluster.
+
+Nothing here imports Spark or Dask; those adapters import them when called.
+"""

@@ -1,0 +1,136 @@
+"""The fitted calibrators, frozen as bytes that travel to wherever the kernel runs.
+
+The bytes are the snapshot codec's (:mod:`calwatch.state_codec`): a JSON tree and numeric arrays
+(``numpy.savez`` without pickle), never pickle. Decoding rebuilds only ``calwatch`` classes, so an
+executor that receives them runs no code but calwatch's own — the same promise a snapshot makes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from calwatch.classes import ClassEncoder
+from calwatch.kinds import kind_of
+from calwatch.kinds.base import CalibratorKind
+from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder
+
+if TYPE_CHECKING:
+    from calwatch.monitor import Monitor
+
+#: Kinds whose per-row results depend on the row alone (and the frozen calibrator), so any split
+#: of a table gives the same rows' statistics. Venn-ADMIT needs embeddings and ACI learns from
+#: labels in order: they stay on the in-memory path for now.
+TABLE_KINDS = frozenset({"sets", "risk"})
+
+_STATE = "state.json"
+
+
+@dataclass(frozen=True)
+class FrozenMonitor:
+    """What the kernel needs of a calibrated monitor.
+
+    Attributes
+    ----------
+    calibrators : dict of str to calibrator
+        The fitted calibrators, by name, in the monitor's order.
+    classes : ndarray of shape (K,)
+        The class label of each probability column.
+    tolerance : float
+        How far a row of probabilities may sum from 1.
+    """
+
+    calibrators: dict[str, Any]
+    classes: npt.NDArray[Any]
+    tolerance: float
+
+    @property
+    def n_classes(self) -> int:
+        """Number of classes ``K``."""
+        return int(self.classes.shape[0])
+
+    @property
+    def encoder(self) -> ClassEncoder:
+        """Class labels to column indices."""
+        return ClassEncoder(self.classes)
+
+    def kinds(self) -> dict[str, CalibratorKind[Any, Any]]:
+        """Each calibrator's kind."""
+        return {key: kind_of(cal) for key, cal in self.calibrators.items()}
+
+    def to_bytes(self) -> bytes:
+        """The frozen state as bytes: a zip of ``state.json`` and one ``.npy`` per array (no pickle)."""
+        encoder = StateEncoder()
+        tree = encoder.encode(
+            {"calibrators": self.calibrators, "classes": self.classes, "tolerance": self.tolerance}, "frozen"
+        )
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+            archive.writestr(_STATE, json.dumps(tree, allow_nan=False))
+            for key, array in encoder.arrays.items():
+                with archive.open(f"{key}.npy", "w") as handle:
+                    np.save(handle, array, allow_pickle=False)
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> FrozenMonitor:
+        """The state :meth:`to_bytes` wrote; only ``calwatch`` classes are rebuilt.
+
+        Raises
+        ------
+        SnapshotError
+            If the bytes are not a frozen monitor.
+        """
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                tree = json.loads(archive.read(_STATE))
+                arrays = {
+                    name.removesuffix(".npy"): np.load(io.BytesIO(archive.read(name)), allow_pickle=False)
+                    for name in archive.namelist()
+                    if name.endswith(".npy")
+                }
+        except (zipfile.BadZipFile, KeyError, ValueError) as err:
+            msg = f"not a frozen calwatch monitor: {err}"
+            raise SnapshotError(msg) from err
+        state = StateDecoder(arrays).decode(tree)
+        return cls(dict(state["calibrators"]), np.asarray(state["classes"]), float(state["tolerance"]))
+
+
+def freeze(monitor: Monitor) -> FrozenMonitor:
+    """The calibrated monitor's calibrators and classes, checked to be computable row by row.
+
+    Raises
+    ------
+    NotFittedError
+        If the monitor is not calibrated.
+    TypeError
+        If a calibrator's kind cannot run on a table (Venn-ADMIT, ACI, selective), or it
+        randomises its sets (its draws come from one sequential stream, so a split of the table
+        would draw other values than the monitor): the message names the calibrator.
+    """
+    classes = monitor.classes_  # raises NotFittedError before calibrate()
+    for key, cal in monitor.calibrators.items():
+        kind = kind_of(cal)
+        if kind.name not in TABLE_KINDS or kind.learns_from_labels:
+            msg = (
+                f"calibrator {key!r} ({kind.name}{', adaptive' if kind.learns_from_labels else ''}) cannot "
+                f"run on a table yet: table sources take {sorted(TABLE_KINDS)} calibrators; observe its "
+                "rows in memory with observe()"
+            )
+            raise TypeError(msg)
+        if getattr(cal, "randomized", False):
+            msg = (
+                f"calibrator {key!r} randomises its sets from one sequential random stream, which a "
+                "split table cannot reproduce: use randomized=False on table sources"
+            )
+            raise TypeError(msg)
+    return FrozenMonitor(monitor.calibrators, np.asarray(classes), float(monitor._tolerance))
+
+
+__all__ = ["TABLE_KINDS", "FrozenMonitor", "SnapshotError", "freeze"]

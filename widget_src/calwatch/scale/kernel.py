@@ -1,0 +1,268 @@
+"""The one kernel: logged rows in, partial batch statistics out (Arrow to Arrow, engine-agnostic).
+
+:func:`partial_statistics` takes an Arrow ``RecordBatch`` of a prediction log and the frozen
+calibrators, runs each calibrator's kind on the rows exactly as the in-memory monitor does, and
+returns the statistics of the rows of each bucket in a long table:
+
+========== ======== ============================================================
+column     type     meaning
+========== ======== ============================================================
+bucket     (log's)  the bucket value
+calibrator string   the calibrator's name; ``""`` for the bucket's own counts
+field      string   the statistic (a field of the kind's ``to_row()``)
+index      int32    the position in a per-class or per-size field, 0 for scalars
+count      int64    integer statistics (summed)
+total      float64  float statistics (summed)
+constant   float64  per-calibrator constants (α, top-k, threshold): the same in every part
+========== ======== ============================================================
+
+Every statistic of a bucket is the sum of the statistics of any split of its rows — each kind's
+statistics are a monoid whose merge adds counts and sums (``tests/monitor/test_mergeable_stats``)
+— so partial tables from any partitioning reduce exactly with a group-by over (bucket,
+calibrator, field, index) taking ``sum(count)``, ``sum(total)`` and ``max(constant)``: Spark's
+and Dask's own aggregations do it. Zero counts and sums are left out (the table is sparse).
+
+In *observe* mode every row counts as observed (and, where its label column has a value, as
+labelled). In *label* mode (``observed=False``) only the labels' contribution is emitted: the
+label's statistics, minus those of the row's previous label where it had one (a relabel
+replaces the first label), as :meth:`Monitor.label <calwatch.monitor.Monitor.label>` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from calwatch.models import ModelOutputs
+from calwatch.scale.columns import LogColumns, label_mask, probabilities, values
+from calwatch.scale.frozen import FrozenMonitor
+
+#: Fields that are a calibrator's constant rather than a sum (restored with ``max``).
+CONSTANT_FIELDS = frozenset({"alpha_level", "top_k", "threshold"})
+#: The bucket-level counts, under calibrator ``""``.
+BUCKET = ""
+N_ROWS, N_NEW_LABELS, N_RELABELLED = "n_rows", "n_new_labels", "n_relabelled"
+
+IntArray = npt.NDArray[np.intp]
+
+
+def partial_schema(bucket_type: pa.DataType) -> pa.Schema:
+    """The schema of the kernel's output for a log whose bucket column has ``bucket_type``."""
+    return pa.schema(
+        [
+            ("bucket", bucket_type),
+            ("calibrator", pa.string()),
+            ("field", pa.string()),
+            ("index", pa.int32()),
+            ("count", pa.int64()),
+            ("total", pa.float64()),
+            ("constant", pa.float64()),
+        ]
+    )
+
+
+class _Parts:
+    """Columns of the output, gathered as arrays and concatenated once."""
+
+    def __init__(self) -> None:
+        self.bucket: list[IntArray] = []
+        self.calibrator: list[str] = []
+        self.field: list[str] = []
+        self.sizes: list[int] = []
+        self.index: list[npt.NDArray[np.int32]] = []
+        self.count: list[npt.NDArray[np.int64]] = []
+        self.total: list[npt.NDArray[np.float64]] = []
+        self.constant: list[npt.NDArray[np.float64]] = []
+
+    def add(
+        self, code: int, calibrator: str, field: str, index: Any, *, count: Any = None, total: Any = None,
+        constant: Any = None,
+    ) -> None:  # fmt: skip
+        idx = np.atleast_1d(np.asarray(index, dtype=np.int32))
+        n = idx.shape[0]
+        if n == 0:
+            return
+        self.bucket.append(np.full(n, code, dtype=np.intp))
+        self.calibrator.append(calibrator)
+        self.field.append(field)
+        self.sizes.append(n)
+        self.index.append(idx)
+        nan = np.full(n, np.nan)
+        self.count.append(
+            np.zeros(n, dtype=np.int64) if count is None else np.atleast_1d(count).astype(np.int64)
+        )
+        self.total.append(nan if total is None else np.atleast_1d(total).astype(np.float64))
+        self.constant.append(nan if constant is None else np.atleast_1d(constant).astype(np.float64))
+
+    def add_stats(self, code: int, calibrator: str, row: dict[str, Any]) -> None:
+        """The fields of one statistics object's ``to_row()``, zeros left out."""
+        for field, value in row.items():
+            if field == "kind" or value is None:
+                continue
+            if field in CONSTANT_FIELDS:
+                number = float(value)
+                if not np.isnan(number):
+                    self.add(code, calibrator, field, 0, constant=number)
+                continue
+            arr = np.asarray(value)
+            where = np.flatnonzero(arr)
+            if arr.dtype.kind in "iub":
+                self.add(code, calibrator, field, where, count=arr.reshape(-1)[where])
+            else:
+                self.add(code, calibrator, field, where, total=arr.reshape(-1)[where])
+
+    def table(self, buckets: pa.Array, schema: pa.Schema) -> pa.RecordBatch:
+        if not self.sizes:
+            return pa.RecordBatch.from_pylist([], schema=schema)
+        codes = np.concatenate(self.bucket)
+        count = np.concatenate(self.count)
+        total = np.concatenate(self.total)
+        constant = np.concatenate(self.constant)
+        arrays = [
+            buckets.take(pa.array(codes)),
+            pa.array(np.repeat(np.array(self.calibrator, dtype=object), self.sizes), pa.string()),
+            pa.array(np.repeat(np.array(self.field, dtype=object), self.sizes), pa.string()),
+            pa.array(np.concatenate(self.index), pa.int32()),
+            pa.array(count, pa.int64()),
+            pa.array(total, pa.float64(), from_pandas=True),
+            pa.array(constant, pa.float64(), from_pandas=True),
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def partial_statistics(
+    batch: pa.RecordBatch, frozen: FrozenMonitor, columns: LogColumns, *, observed: bool = True
+) -> pa.RecordBatch:
+    """The statistics of a batch of logged rows, per bucket and calibrator (see the module doc).
+
+    Parameters
+    ----------
+    batch : pyarrow.RecordBatch
+        Logged rows holding at least the columns ``columns`` names.
+    frozen : FrozenMonitor
+        The fitted calibrators and classes (:func:`calwatch.scale.frozen.freeze`).
+    columns : LogColumns
+        Which columns hold what.
+    observed : bool
+        ``True``: the rows are observed (and labelled where ``columns.label`` has a value).
+        ``False``: the rows are being labelled (``columns.label`` required; rows whose
+        ``columns.previous_label`` has a value are relabels).
+
+    Returns
+    -------
+    pyarrow.RecordBatch
+        The long table of partial statistics, :func:`partial_schema` of the bucket's type.
+
+    Raises
+    ------
+    ValueError
+        Bad rows, before anything is computed: a missing or mistyped column, null buckets or
+        probabilities, probabilities that are not finite, outside [0, 1] or do not sum to 1,
+        labels outside the monitor's classes, ids repeated within a bucket. The message names
+        the column.
+    """
+    K = frozen.n_classes
+    columns.check_schema(batch.schema, K)
+    schema = partial_schema(batch.schema.field(columns.bucket).type)
+    parts = _Parts()
+    if len(batch) == 0:
+        return parts.table(pa.array([], schema.field("bucket").type), schema)
+    if not observed and columns.label is None:
+        msg = "labelling rows needs a label column"
+        raise ValueError(msg)
+    bucket_column = batch.column(columns.bucket)
+    if bucket_column.null_count:
+        msg = f"bucket column {columns.bucket!r} has {bucket_column.null_count} null rows"
+        raise ValueError(msg)
+    encoded = bucket_column.dictionary_encode()
+    codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.intp)
+    _check_distinct_ids(batch, columns)
+    name = f"probs column {columns.probs!r}" if isinstance(columns.probs, str) else "probs columns"
+    outputs = ModelOutputs.from_arrays(
+        probabilities(batch, columns, K), name=name, n_classes=K, tolerance=frozen.tolerance
+    )
+    cats = None
+    if columns.category is not None:
+        if batch.column(columns.category).null_count:
+            msg = f"category column {columns.category!r} has null rows"
+            raise ValueError(msg)
+        cats = values(batch, columns.category)
+    encoder = frozen.encoder
+    labelled, labels = _labels(batch, columns.label, encoder)
+    relabel, previous = _labels(batch, columns.previous_label, encoder)
+    if not observed:
+        relabel &= labelled
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    groups = np.split(order, bounds)
+    kinds = frozen.kinds()
+    results = {key: kinds[key].apply(key, cal, outputs, cats) for key, cal in frozen.calibrators.items()}
+    for rows in groups:
+        code = int(codes[rows[0]])
+        new_rows = rows[labelled[rows] & ~relabel[rows]]
+        again = rows[relabel[rows]]
+        if observed:
+            parts.add(code, BUCKET, N_ROWS, 0, count=rows.shape[0])
+        if new_rows.shape[0]:
+            parts.add(code, BUCKET, N_NEW_LABELS, 0, count=new_rows.shape[0])
+        if again.shape[0]:
+            parts.add(code, BUCKET, N_RELABELLED, 0, count=again.shape[0])
+        label_rows = rows[labelled[rows]]
+        for key, kind in kinds.items():
+            result = results[key]
+            stats = kind.observed(result.take(rows), K) if observed else kind.stats_type.empty(K)
+            if label_rows.shape[0]:
+                stats = stats.merge(
+                    kind.labelled(result.take(label_rows), outputs.probs[label_rows], labels[label_rows])
+                )
+            if again.shape[0]:
+                stats = stats.merge(
+                    kind.labelled(result.take(again), outputs.probs[again], previous[again], sign=-1)
+                )
+            parts.add_stats(code, key, stats.to_row())
+    return parts.table(encoded.dictionary, schema)
+
+
+def _labels(batch: pa.RecordBatch, name: str | None, encoder: Any) -> tuple[npt.NDArray[np.bool_], IntArray]:
+    """Which rows have a value in column ``name``, and its class index (0 where none)."""
+    m = len(batch)
+    if name is None:
+        return np.zeros(m, dtype=bool), np.zeros(m, dtype=np.intp)
+    mask = label_mask(batch, name)
+    index = np.zeros(m, dtype=np.intp)
+    if mask.any():
+        index[mask] = encoder.encode(values(batch, name)[mask], f"label column {name!r}")
+    return mask, index
+
+
+def _check_distinct_ids(batch: pa.RecordBatch, columns: LogColumns) -> None:
+    """Raise if an id repeats within a bucket of this batch of rows."""
+    ids = batch.column(columns.id)
+    if ids.null_count:
+        msg = f"id column {columns.id!r} has {ids.null_count} null rows"
+        raise ValueError(msg)
+    table = pa.table({"b": batch.column(columns.bucket), "i": ids})
+    counts = table.group_by(["b", "i"]).aggregate([([], "count_all")])
+    repeated = pc.greater(counts.column("count_all"), 1)
+    if pc.any(repeated).as_py():
+        first = counts.filter(repeated).slice(0, 1).to_pylist()[0]
+        msg = (
+            f"id column {columns.id!r}: id {first['i']!r} appears {first['count_all']} times in bucket "
+            f"{first['b']!r}; ids must be distinct within a bucket"
+        )
+        raise ValueError(msg)
+
+
+__all__ = [
+    "BUCKET",
+    "CONSTANT_FIELDS",
+    "N_NEW_LABELS",
+    "N_RELABELLED",
+    "N_ROWS",
+    "partial_schema",
+    "partial_statistics",
+]

@@ -1,0 +1,360 @@
+"""Out of core on one machine: observe a prediction log and join its late labels, chunk by chunk.
+
+The embedded default behind :meth:`Monitor.observe_table <calwatch.monitor.Monitor.observe_table>`
+and :meth:`Monitor.label_table <calwatch.monitor.Monitor.label_table>`. A source (a parquet path
+or glob, a polars ``LazyFrame``/``DataFrame``, a pyarrow ``Table``/``Dataset``) is read as a polars
+lazy query and streamed in chunks of ``chunk_rows`` rows; each chunk goes through the kernel
+(:mod:`calwatch.scale.kernel`) and only its small partial statistics are kept, so peak memory
+depends on the chunk size and on buckets × calibrators × classes, not on the table's length.
+
+The monitor's lock is held only to freeze the calibrators and to commit: a dashboard reading the
+monitor is not blocked while a long table is read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from calwatch.monitor_labels import LabelReport
+from calwatch.scale.columns import LogColumns
+from calwatch.scale.commit import commit_labels, commit_observed
+from calwatch.scale.duplicates import DuplicateCheck, confirm
+from calwatch.scale.frozen import FrozenMonitor, freeze
+from calwatch.scale.kernel import partial_statistics
+from calwatch.scale.reduce import BucketStatistics, aggregate, bucket_statistics
+from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource, registry_of
+
+#: Rows per chunk: large enough that per-chunk overheads vanish, small enough for flat memory.
+DEFAULT_CHUNK_ROWS = 250_000
+#: Partial tables folded together every this many chunks (bounds the partials kept).
+FOLD_EVERY = 32
+PREVIOUS = "__cw_previous"
+
+
+def as_lazy(source: Any, argument: str = "source") -> pl.LazyFrame:
+    """A source as a polars lazy query (nothing is read yet).
+
+    Raises
+    ------
+    TypeError
+        For anything but a path or glob of parquet files, a polars LazyFrame/DataFrame or a pyarrow
+        Table/Dataset (the message names ``argument``).
+    ValueError
+        For a path that matches no file.
+    """
+    import pyarrow.dataset as pads
+
+    if isinstance(source, pl.LazyFrame):
+        return source
+    if isinstance(source, pl.DataFrame):
+        return source.lazy()
+    if isinstance(source, pa.Table):
+        frame = pl.from_arrow(source)
+        assert isinstance(frame, pl.DataFrame)
+        return frame.lazy()
+    if isinstance(source, pads.Dataset):
+        return pl.scan_pyarrow_dataset(source)
+    if isinstance(source, (str, os.PathLike)):
+        path = str(source)
+        if not any(ch in path for ch in "*?[") and not Path(path).exists():
+            msg = f"{argument}: {path!r} does not exist (expected a parquet file, folder or glob)"
+            raise ValueError(msg)
+        if Path(path).is_dir():
+            path = str(Path(path) / "**" / "*.parquet")
+        return pl.scan_parquet(path)
+    msg = (
+        f"{argument} must be a parquet path or glob, a polars LazyFrame/DataFrame or a pyarrow "
+        f"Table/Dataset; got {type(source).__name__}"
+    )
+    raise TypeError(msg)
+
+
+def check_names(frame: pl.LazyFrame, names: Sequence[str], what: str = "the table") -> None:
+    """Raise ``ValueError`` naming the first of ``names`` that ``frame`` lacks."""
+    present = frame.collect_schema().names()
+    for name in names:
+        if name not in present:
+            msg = f"column {name!r} is not in {what}; it has {present[:20]}"
+            raise ValueError(msg)
+
+
+def arrow_chunks(frame: pl.LazyFrame, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+    """The query's rows as Arrow record batches of about ``chunk_rows`` rows, streamed."""
+    for chunk in frame.collect_batches(chunk_size=chunk_rows, maintain_order=False):
+        yield from chunk.to_arrow(compat_level=pl.CompatLevel.oldest()).to_batches()
+
+
+@dataclass
+class _Folded:
+    """Partial statistics folded as they arrive (sum by key), so only a few tables are kept."""
+
+    frames: list[pl.DataFrame]
+
+    def add(self, part: pa.RecordBatch) -> None:
+        frame = pl.from_arrow(pa.Table.from_batches([part]))
+        assert isinstance(frame, pl.DataFrame)
+        if frame.height:
+            self.frames.append(frame)
+        if len(self.frames) >= FOLD_EVERY:
+            self.frames = [aggregate(pl.concat(self.frames, how="vertical_relaxed"))]
+
+    def result(self) -> pl.DataFrame | None:
+        if not self.frames:
+            return None
+        return aggregate(pl.concat(self.frames, how="vertical_relaxed"))
+
+
+def _progress(total: int | None, enabled: bool | None, what: str) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="rows", unit_scale=True, desc=what, disable=enabled is False, leave=False,
+                delay=2.0)  # fmt: skip
+
+
+def observe_table(
+    monitor: Any,
+    source: Any,
+    *,
+    id: str,
+    probs: str | Sequence[str],
+    bucket: str,
+    label: str | None = None,
+    category: str | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    progress: bool | None = None,
+) -> tuple[int, ...]:
+    """Observe every row of a prediction log: one batch per bucket, in sorted bucket order.
+
+    See :meth:`Monitor.observe_table <calwatch.monitor.Monitor.observe_table>`.
+    """
+    if not (isinstance(chunk_rows, int) and chunk_rows > 0):
+        msg = f"chunk_rows must be a positive integer; got {chunk_rows!r}"
+        raise ValueError(msg)
+    columns = LogColumns.of(id=id, bucket=bucket, probs=probs, label=label, category=category)
+    with monitor.lock:
+        frozen = freeze(monitor)
+        calibrators = dict(monitor._calibrators)
+    frame = as_lazy(source)
+    check_names(frame, columns.needed())
+    query = frame.select(columns.needed())
+    table_source = TableSource("polars", frame, columns)
+    folded = _Folded([])
+    try:
+        with _progress(None, progress, "observe_table") as bar, DuplicateCheck(bucket, id) as repeats:
+            for chunk in arrow_chunks(query, chunk_rows):
+                folded.add(partial_statistics(chunk, frozen, columns, observed=True))
+                repeats.add(chunk)
+                if columns.label is not None:
+                    table_source.labels.stage(_labelled_rows(chunk, columns))
+                bar.update(len(chunk))
+            _refuse_repeats(repeats, lambda: arrow_chunks(query, chunk_rows), columns)
+        reduced = folded.result()
+        if reduced is None:
+            msg = "source has no rows: nothing to observe"
+            raise ValueError(msg)
+        buckets = bucket_statistics(reduced, frozen, observed=True)
+        with monitor.lock:
+            _same_calibrators(monitor, calibrators)
+            indices = commit_observed(monitor, buckets, table_source)
+            table_source.labels.commit()
+        return indices
+    except BaseException:
+        table_source.labels.discard()
+        raise
+
+
+def _refuse_repeats(
+    repeats: DuplicateCheck, chunks: Callable[[], Iterator[pa.RecordBatch]], columns: LogColumns
+) -> None:
+    """Raise if an id repeats within a bucket anywhere in the table (across chunks too)."""
+    hashes = repeats.repeated_hashes()
+    if hashes.shape[0] == 0:
+        return
+    found = confirm(hashes, chunks, columns.bucket, columns.id)
+    if found is not None:
+        bucket, row_id, times = found
+        msg = (
+            f"id column {columns.id!r}: id {row_id!r} appears {times} times in bucket {bucket!r}; ids must "
+            "be distinct within a bucket"
+        )
+        raise ValueError(msg)
+
+
+def _labelled_rows(chunk: pa.RecordBatch, columns: LogColumns) -> pl.DataFrame:
+    """The ``(ID, BUCKET, LABEL)`` of a chunk's rows that carry a label (for the label log)."""
+    assert columns.label is not None
+    frame = pl.from_arrow(pa.Table.from_batches([chunk]).select([columns.id, columns.bucket, columns.label]))
+    assert isinstance(frame, pl.DataFrame)
+    frame = frame.rename({columns.id: ID, columns.bucket: BUCKET, columns.label: LABEL})
+    has_label = pl.col(LABEL).is_not_null()
+    if frame.schema[LABEL].is_float():
+        has_label = has_label & pl.col(LABEL).is_not_nan()
+    return frame.filter(has_label)
+
+
+def _same_calibrators(monitor: Any, calibrators: dict[str, Any]) -> None:
+    """Raise if the calibrators changed while the table was read (the statistics would not be theirs)."""
+    now = monitor._calibrators
+    if now.keys() != calibrators.keys() or any(now[k] is not calibrators[k] for k in now):
+        msg = "the monitor's calibrators changed while the table was read: nothing was merged; run it again"
+        raise RuntimeError(msg)
+
+
+@dataclass(frozen=True)
+class _Labels:
+    """One labelling call's labels as a lazy query with columns ``ID`` and ``LABEL``, and their count."""
+
+    frame: pl.LazyFrame
+    count: int
+
+
+def read_labels(source: Any, *, id: str, label: str) -> _Labels:
+    """The labels of a source, checked: the columns exist, no null label, no id twice.
+
+    Raises
+    ------
+    ValueError
+        Naming the column at fault.
+    """
+    for argument, value in (("id", id), ("label", label)):
+        if not isinstance(value, str) or not value:
+            msg = f"{argument} must name a column (a non-empty string); got {value!r}"
+            raise ValueError(msg)
+    frame = as_lazy(source)
+    check_names(frame, [id, label], "the labels table")
+    labels = frame.select(pl.col(id).alias(ID), pl.col(label).alias(LABEL))
+    facts = labels.select(
+        pl.len().alias("n"),
+        pl.col(LABEL).null_count().alias("null_labels"),
+        pl.col(ID).null_count().alias("null_ids"),
+        pl.col(ID).n_unique().alias("distinct"),
+    ).collect()
+    n, null_labels, null_ids, distinct = facts.row(0)
+    if null_labels:
+        msg = f"label column {label!r} has {null_labels} null rows"
+        raise ValueError(msg)
+    if null_ids:
+        msg = f"id column {id!r} has {null_ids} null rows"
+        raise ValueError(msg)
+    if distinct != n:
+        msg = f"id column {id!r} repeats {n - distinct} ids: label each row once per call"
+        raise ValueError(msg)
+    return _Labels(labels, int(n))
+
+
+def label_table(
+    monitor: Any,
+    source: Any,
+    *,
+    id: str,
+    label: str,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    progress: bool | None = None,
+) -> LabelReport:
+    """Join late labels by id to the tables the monitor observed, and update the batches they touch.
+
+    See :meth:`Monitor.label_table <calwatch.monitor.Monitor.label_table>`.
+    """
+    labels = read_labels(source, id=id, label=label)
+    with monitor.lock:
+        frozen = freeze(monitor)
+        calibrators = dict(monitor._calibrators)
+        sources = [s for s in registry_of(monitor).sources if s.engine == "polars"]
+    if not sources:
+        msg = (
+            "label_table joins labels to tables observed with observe_table, and none was observed: "
+            "use label() for rows observed in memory"
+        )
+        raise ValueError(msg)
+    if labels.count == 0:
+        return LabelReport(0, 0, 0, ())
+    return apply_labels(
+        monitor, frozen, calibrators, sources, labels,
+        lambda s: _joined_chunks(s, labels.frame, chunk_rows), progress,
+    )  # fmt: skip
+
+
+def apply_labels(
+    monitor: Any,
+    frozen: FrozenMonitor,
+    calibrators: dict[str, Any],
+    sources: Sequence[TableSource],
+    labels: _Labels,
+    chunks_of: Callable[[TableSource], Iterator[pa.RecordBatch]],
+    progress: bool | None = None,
+) -> LabelReport:
+    """Run the kernel in label mode over each source's joined rows, then commit all or nothing."""
+    deltas: list[tuple[TableSource, BucketStatistics]] = []
+    matched_ids: list[pl.Series] = []
+    try:
+        with _progress(None, progress, "label_table") as bar:
+            for table_source in sources:
+                columns = _label_columns(table_source.columns)
+                folded = _Folded([])
+                for chunk in chunks_of(table_source):
+                    folded.add(partial_statistics(chunk, frozen, columns, observed=False))
+                    rows = _labelled_rows(chunk, columns)
+                    table_source.labels.stage(rows)
+                    matched_ids.append(rows.get_column(ID))
+                    bar.update(len(chunk))
+                reduced = folded.result()
+                if reduced is not None:
+                    deltas += [(table_source, d) for d in bucket_statistics(reduced, frozen, observed=False)]
+        matched = int(pl.concat(matched_ids).n_unique()) if matched_ids else 0
+        unmatched = labels.count - matched
+        relabelled = sum(d.n_relabelled for _, d in deltas)
+        with monitor.lock:
+            _same_calibrators(monitor, calibrators)
+            touched = commit_labels(monitor, deltas, unmatched=unmatched)
+            for table_source in sources:
+                table_source.labels.commit()
+    except BaseException:
+        for table_source in sources:
+            table_source.labels.discard()
+        raise
+    return LabelReport(matched, unmatched, relabelled, touched)
+
+
+def _label_columns(columns: LogColumns) -> LogColumns:
+    """The kernel's columns for joined label rows: this call's label, the row's previous one."""
+    return LogColumns(id=columns.id, bucket=columns.bucket, probs=columns.probs, label=LABEL,
+                      category=columns.category, previous_label=PREVIOUS)  # fmt: skip
+
+
+def _joined_chunks(source: TableSource, labels: pl.LazyFrame, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+    """A source's observed rows whose id has a label in this call, with the label and the previous one."""
+    columns = source.columns
+    needed = [c for c in columns.needed() if c != columns.label]
+    rows = source.source.select(needed).filter(pl.col(columns.bucket).is_in(list(source.batches)))
+    try:
+        joined = rows.join(labels, left_on=columns.id, right_on=ID, how="inner")
+        previous = source.labels.previous(labels)
+        if previous is None:
+            joined = joined.with_columns(pl.lit(None, dtype=labels.collect_schema()[LABEL]).alias(PREVIOUS))
+        else:
+            keys = [columns.id, columns.bucket]
+            joined = joined.join(
+                previous.rename({LABEL: PREVIOUS}), left_on=keys, right_on=[ID, BUCKET], how="left"
+            )
+        yield from arrow_chunks(joined, chunk_rows)
+    except pl.exceptions.SchemaError as err:
+        msg = f"id: the labels' ids cannot be joined to column {columns.id!r} of the observed table ({err})"
+        raise ValueError(msg) from err
+
+
+__all__ = [
+    "DEFAULT_CHUNK_ROWS",
+    "apply_labels",
+    "arrow_chunks",
+    "as_lazy",
+    "label_table",
+    "observe_table",
+    "read_labels",
+]
