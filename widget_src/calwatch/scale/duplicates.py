@@ -22,6 +22,8 @@ import polars as pl
 import pyarrow as pa
 
 PARTITIONS = 64
+#: Hashes held in memory before they are written out (8 MiB).
+BUFFER = 1 << 20
 _SHIFT = np.uint64(64 - 6)  # top 6 bits choose the partition
 
 
@@ -32,12 +34,24 @@ class DuplicateCheck:
         self.bucket, self.id = bucket, id
         self.folder = Path(tempfile.mkdtemp(prefix="calwatch-ids-"))
         self._files = [self.folder / f"{p:02d}.u64" for p in range(PARTITIONS)]
+        self._pending: list[npt.NDArray[np.uint64]] = []
+        self._pending_rows = 0
 
     def add(self, chunk: pa.RecordBatch) -> None:
-        """Hash a chunk's ``(bucket, id)`` pairs into the partition files."""
+        """Hash a chunk's ``(bucket, id)`` pairs (written to the partition files every :data:`BUFFER`)."""
         hashes = key_hashes(chunk, self.bucket, self.id)
-        part = (hashes >> _SHIFT).astype(np.intp)
-        order = np.argsort(part, kind="stable")
+        self._pending.append(hashes)
+        self._pending_rows += hashes.shape[0]
+        if self._pending_rows >= BUFFER:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        hashes = np.concatenate(self._pending)
+        self._pending, self._pending_rows = [], 0
+        part = (hashes >> _SHIFT).astype(np.uint8)
+        order = np.argsort(part, kind="stable")  # a radix sort on one byte
         bounds = np.searchsorted(part[order], np.arange(PARTITIONS + 1))
         for p in np.flatnonzero(np.diff(bounds)):
             with self._files[p].open("ab") as handle:
@@ -45,6 +59,7 @@ class DuplicateCheck:
 
     def repeated_hashes(self) -> npt.NDArray[np.uint64]:
         """Hashes seen more than once (usually none)."""
+        self._flush()
         found = []
         for file in self._files:
             if not file.exists():

@@ -135,7 +135,12 @@ class _Parts:
 
 
 def partial_statistics(
-    batch: pa.RecordBatch, frozen: FrozenMonitor, columns: LogColumns, *, observed: bool = True
+    batch: pa.RecordBatch,
+    frozen: FrozenMonitor,
+    columns: LogColumns,
+    *,
+    observed: bool = True,
+    check_ids: bool = True,
 ) -> pa.RecordBatch:
     """The statistics of a batch of logged rows, per bucket and calibrator (see the module doc).
 
@@ -151,6 +156,9 @@ def partial_statistics(
         ``True``: the rows are observed (and labelled where ``columns.label`` has a value).
         ``False``: the rows are being labelled (``columns.label`` required; rows whose
         ``columns.previous_label`` has a value are relabels).
+    check_ids : bool
+        Refuse ids repeated within a bucket of this batch. A caller that checks the whole
+        table at once (``observe_table`` does, across chunks) turns this off.
 
     Returns
     -------
@@ -180,7 +188,8 @@ def partial_statistics(
         raise ValueError(msg)
     encoded = bucket_column.dictionary_encode()
     codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.intp)
-    _check_distinct_ids(batch, columns)
+    if check_ids:
+        _check_distinct_ids(batch, columns)
     name = f"probs column {columns.probs!r}" if isinstance(columns.probs, str) else "probs columns"
     outputs = ModelOutputs.from_arrays(
         probabilities(batch, columns, K), name=name, n_classes=K, tolerance=frozen.tolerance
@@ -196,9 +205,11 @@ def partial_statistics(
     relabel, previous = _labels(batch, columns.previous_label, encoder)
     if not observed:
         relabel &= labelled
-    order = np.argsort(codes, kind="stable")
-    bounds = np.flatnonzero(np.diff(codes[order])) + 1
-    groups = np.split(order, bounds)
+    if len(encoded.dictionary) == 1:  # a log sorted by bucket: most chunks hold one
+        groups = [np.arange(codes.shape[0])]
+    else:
+        order = np.argsort(codes, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(codes[order])) + 1)
     kinds = frozen.kinds()
     results = {key: kinds[key].apply(key, cal, outputs, cats) for key, cal in frozen.calibrators.items()}
     for rows in groups:

@@ -149,7 +149,7 @@ def observe_table(
     try:
         with _progress(None, progress, "observe_table") as bar, DuplicateCheck(bucket, id) as repeats:
             for chunk in arrow_chunks(query, chunk_rows):
-                folded.add(partial_statistics(chunk, frozen, columns, observed=True))
+                folded.add(partial_statistics(chunk, frozen, columns, observed=True, check_ids=False))
                 repeats.add(chunk)
                 if columns.label is not None:
                     table_source.labels.stage(_labelled_rows(chunk, columns))
