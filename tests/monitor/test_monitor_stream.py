@@ -72,7 +72,7 @@ def test_relabelling_replaces_the_old_label(monitor):
     assert monitor.status()["rows_labelled"] == 100
 
 
-def test_unknown_and_expired_ids_are_counted_not_applied(monitor):
+def test_unknown_ids_are_counted_and_expired_ids_are_applied_from_the_row_log(monitor):
     first, _ = softmax_data(2000, seed=4)
     monitor.observe(probs=first, ids=[f"a{i}" for i in range(2000)])
     for b in range(2):  # window is 2500 rows: batch 0 leaves the window after batch 2
@@ -80,10 +80,31 @@ def test_unknown_and_expired_ids_are_counted_not_applied(monitor):
         monitor.observe(probs=P, ids=[f"b{b}-{i}" for i in range(1000)])
     assert monitor.summary()["in_window"].to_list() == [False, False, True, True, True, True]
     report = monitor.label(["a1", "a2", "never-seen", "b0-1"], [0, 1, 2, 3])
-    assert report.matched == 1 and report.unmatched == 3
+    assert (report.matched, report.unmatched, report.batches) == (3, 1, (0, 1))
     status = monitor.status()
-    assert status["labels_unmatched"] == 3 and status["rows_in_window"] == 2000
-    assert status["rows_seen"] == 4000 and status["rows_pending"] == 1999
+    assert status["labels_unmatched"] == 1 and status["rows_in_window"] == 2000
+    assert status["rows_seen"] == 4000 and status["rows_pending"] == 3997
+    assert (status["rows_logged"], status["labels_from_log"]) == (2000, 2)
+    covered = monitor.summary().filter(pl.col("batch") == 0)["n_labelled"].to_list()
+    assert covered == [2, 2]
+
+
+def test_without_the_row_log_expired_ids_are_counted_not_applied():
+    P_cal, y_cal = softmax_data(2000, seed=1)
+    mon = cw.Monitor(
+        calibrators={"aps": cw.SplitConformalClassifier(score="aps")}, window=2500, row_log=False
+    )
+    mon.calibrate(probs=P_cal, y=y_cal)
+    first, _ = softmax_data(2000, seed=4)
+    mon.observe(probs=first, ids=[f"a{i}" for i in range(2000)])
+    for b in range(2):
+        P, _ = softmax_data(1000, seed=5 + b)
+        mon.observe(probs=P, ids=[f"b{b}-{i}" for i in range(1000)])
+    report = mon.label(["a1", "a2", "never-seen", "b0-1"], [0, 1, 2, 3])
+    assert report.matched == 1 and report.unmatched == 3
+    status = mon.status()
+    assert status["labels_unmatched"] == 3 and status["rows_pending"] == 1999
+    assert "rows_logged" not in status
 
 
 def test_memory_window_keeps_only_recent_rows(monitor):

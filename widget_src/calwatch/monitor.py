@@ -28,6 +28,7 @@ from calwatch.monitor_labels import LabelReport, MonitorLabels
 from calwatch.monitor_reads import MonitorReads
 from calwatch.monitor_share import MonitorSharing
 from calwatch.monitor_tables import MonitorTables
+from calwatch.row_log import RowLog
 from calwatch.shift_watch import (
     CalibrationData,
     Detector,
@@ -129,6 +130,11 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
     provenance : dict of str to str, optional
         Where the data and model come from (dataset, version, split...), shown in reports and
         kept in snapshots; also settable later through the ``provenance`` attribute.
+    row_log : bool or path
+        Keep the rows that leave the window on disk (:mod:`calwatch.row_log`), so a label is
+        never lost for lateness: ``True`` (default) in a temporary folder, a path for a folder
+        of your choice, ``False`` to drop them (late labels for them are then unmatched). The
+        log is part of :meth:`save`.
     task : {"classification", "regression"}, optional
         ``"regression"`` builds a :class:`~calwatch.regression_monitor.RegressionMonitor`
         (calibrated predictive distributions). Default: inferred from the model (a regressor
@@ -162,6 +168,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         probability_tolerance: float = PROBABILITY_SUM_TOLERANCE,
         shift: str | list[Detector] | None = "default",
         provenance: Mapping[str, str] | None = None,
+        row_log: bool | str | os.PathLike[str] = True,
     ) -> None:
         if task not in (None, "classification"):
             msg = f"task must be 'classification' or 'regression'; got {task!r}"
@@ -195,6 +202,11 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         self._fixed_classes = None if classes is None else as_1d_array(classes, "classes")
         self._tolerance = float(probability_tolerance)
         self._shift_spec = shift
+        if not isinstance(row_log, (bool, str, os.PathLike)):
+            msg = f"row_log must be True, False or a folder path; got {row_log!r}"  # type: ignore[unreachable]
+            raise TypeError(msg)
+        self._row_log = None if row_log is False else RowLog(None if row_log is True else row_log)
+        self._stream.spill = None if self._row_log is None else self._row_log.spill
 
     def _init_state(
         self,

@@ -20,8 +20,9 @@ from calwatch.guard import guarded
 from calwatch.ids import as_id_list
 from calwatch.kinds import kind_of
 from calwatch.monitor_state import MonitorState
+from calwatch.row_log import take_rows as _take
 from calwatch.shift_watch import detectors_kept_on_failure
-from calwatch.stream import NO_LABEL, BatchRecord, BatchStats
+from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats
 
 if TYPE_CHECKING:
     pass
@@ -68,53 +69,99 @@ class MonitorLabels(MonitorState):
         Returns
         -------
         LabelReport
-            How many labels matched rows in the window; labels for unknown or expired ids are
-            counted in ``unmatched`` (and in :meth:`status`), never applied silently.
+            How many labels matched rows (in the window or, for rows that left it, in the row
+            log); labels for unknown ids are counted in ``unmatched`` (and in :meth:`status`),
+            never applied silently.
 
         Notes
         -----
         A second label for a row replaces the first in every count (coverage, class coverage,
         errors). The shift detectors and ``cw.Adaptive`` are sequential: they took the row in
         with its first label and do not take it again (a relabel is not a new observation).
+        A label whose row left the window is applied from the row log (:mod:`calwatch.row_log`)
+        exactly as it would have been in the window: however late a label comes, it counts.
         """
         encoder = self._require_encoder()
         id_list = as_id_list(ids)
         labels = encoder.encode(y, "y", n_rows=len(id_list))
         found, where = self._locate(id_list)
-        unmatched = int((~found).sum())
-        if not found.any():
+        row_log = self.__dict__.get("_row_log")
+        logged = self._logged(row_log, id_list, labels, found)
+        matched = where.shape[0] + sum(len(rows.ids) for _, rows, _ in logged)
+        unmatched = len(id_list) - matched
+        if matched == 0:
             self._stream.labels_unmatched += unmatched
             return LabelReport(0, unmatched, 0, ())
         batch_of, row_of, label_of = where[:, 0], where[:, 1], labels[found]
         by_index = {record.index: record for record in self._stream.window_batches()}
-        touched = np.unique(batch_of).tolist()
+        # Logged batches are older than the window's: taking them first keeps the batch order.
+        parts = [(self._stream.batches[b], rows, np.arange(len(rows.ids)), labs) for b, rows, labs in logged]
+        for batch_index in np.unique(batch_of).tolist():
+            mask = batch_of == batch_index
+            record = by_index[batch_index]
+            assert record.rows is not None
+            parts.append((record, record.rows, row_of[mask], label_of[mask]))
         groups = []
         updates = []
-        relabelled = newly = 0
-        for batch_index in touched:
-            mask = batch_of == batch_index
-            record, rows_b, labels_b = by_index[batch_index], row_of[mask], label_of[mask]
-            stats, new_b, relabelled_b = self._labelled_stats(record, rows_b, labels_b)
-            updates.append((record, stats, rows_b, labels_b))
+        relabelled = newly = newly_logged = 0
+        for record, rows, rows_b, labels_b in parts:
+            view = record if rows is record.rows else _with_rows(record, rows)
+            stats, new_b, relabelled_b = self._labelled_stats(view, rows_b, labels_b)
+            updates.append((record, stats, rows, rows_b, labels_b))
             # A relabel replaces the row's label in every count, but the sequential consumers (the
             # detectors' tests, ACI's level) took the row in when its first label came: it is not
             # a new observation for them, and counting it again would bias their bounds.
-            assert record.rows is not None
-            first = record.rows.labels[rows_b] == NO_LABEL
+            first = rows.labels[rows_b] == NO_LABEL
             if first.any():
-                groups.append((record, rows_b[first], labels_b[first]))
+                groups.append((view, rows_b[first], labels_b[first]))
             newly, relabelled = newly + new_b, relabelled + relabelled_b
-        # Everything is computed: the detectors and ACI are fed, then the batches change.
-        with detectors_kept_on_failure(self._shift):
-            self._feed_labels(groups, latest=len(self._stream.batches) - 1, rows_seen=self._stream.rows_seen)
-        for record, stats, rows_b, labels_b in updates:
-            assert record.rows is not None
+            newly_logged += new_b if rows is not record.rows else 0
+        # Everything is computed: the detectors and ACI are fed, the row log stages its labels,
+        # then the batches change.
+        try:
+            with detectors_kept_on_failure(self._shift):
+                self._feed_labels(
+                    groups, latest=len(self._stream.batches) - 1, rows_seen=self._stream.rows_seen
+                )
+            for record, _, rows, _, labels_b in updates:
+                if rows is not record.rows:
+                    assert row_log is not None
+                    row_log.stage_labels(record.index, rows.ids, labels_b)
+        except BaseException:
+            if row_log is not None:
+                row_log.discard_labels()
+            raise
+        for record, stats, rows, rows_b, labels_b in updates:
             record.stats = stats
-            record.rows.labels[rows_b] = labels_b
+            if rows is record.rows:
+                rows.labels[rows_b] = labels_b
+        if row_log is not None and logged:
+            row_log.commit_labels(newly_logged)
         self._stream.rows_labelled += newly
         self._stream.labels_unmatched += unmatched
-        self._notify(tuple(touched))
-        return LabelReport(where.shape[0], unmatched, relabelled, tuple(touched))
+        touched = tuple(sorted({record.index for record, *_ in updates}))
+        self._notify(touched)
+        return LabelReport(matched, unmatched, relabelled, touched)
+
+    @staticmethod
+    def _logged(
+        row_log: Any, id_list: list[Hashable], labels: IntArray, found: npt.NDArray[np.bool_]
+    ) -> list[tuple[int, BatchRows, IntArray]]:
+        """The rows of ids not in the window that the row log holds: ``(batch, rows, labels)``.
+
+        Rows come in the order of ``id_list`` within each batch (the detectors take labelled rows
+        in arrival order), batches oldest first.
+        """
+        if row_log is None or found.all():
+            return []
+        missing = np.flatnonzero(~found)
+        position = {id_list[i]: int(i) for i in missing}
+        out = []
+        for hit in row_log.find([id_list[i] for i in missing]):
+            order = np.argsort([position[i] for i in hit.rows.ids], kind="stable")
+            rows = _take(hit.rows, order)
+            out.append((hit.batch, rows, labels[[position[i] for i in rows.ids]]))
+        return out
 
     def _locate(self, id_list: list[Hashable]) -> tuple[npt.NDArray[np.bool_], IntArray]:
         """Which ids are in the window, and the ``(batch, row)`` of each one that is (changes nothing).
@@ -205,3 +252,8 @@ class MonitorLabels(MonitorState):
             for record, rows, labels in groups:
                 if record.rows is not None and rows.shape[0]:
                     kind.after_labels(cal, kind.results_of(record.rows, key, cal).take(rows), labels)
+
+
+def _with_rows(record: BatchRecord, rows: BatchRows) -> BatchRecord:
+    """The record as the label path reads it, with rows read back from the row log."""
+    return BatchRecord(record.index, record.name, record.observed_at, record.n_rows, record.stats, rows)

@@ -170,20 +170,38 @@ class MonitorReads(MonitorState):
         ``classes_untested`` counts the (calibrator, class) pairs that a per-class detector
         cannot test (too few calibration rows; :meth:`notices` says which). ``rows_from_tables``
         counts rows observed from tables (:meth:`observe_table`, ``calwatch.spark``,
-        ``calwatch.dask``); their unlabelled rows count in ``rows_pending``.
+        ``calwatch.dask``); their unlabelled rows count in ``rows_pending``. With the row log on
+        (the default), ``rows_logged`` counts rows that left the window and were kept on disk
+        (their unlabelled rows count in ``rows_pending``: a label may still come),
+        ``labels_from_log`` the labels applied to them, ``row_log_errors`` rows the log could not
+        keep (a full disk: their labels go unmatched).
         """
         s = self._stream
         detector_notices = [] if self._shift is None else self._shift.notices()
         from_tables, pending_in_tables = self._table_rows()
+        row_log = self.__dict__.get("_row_log")
+        pending_in_log = 0 if row_log is None else int(row_log.rows_unlabelled)
         return {
             "rows_seen": s.rows_seen,
             "rows_labelled": s.rows_labelled,
-            "rows_pending": s.rows_pending + pending_in_tables,
+            "rows_pending": s.rows_pending + pending_in_tables + pending_in_log,
             "batches": len(s.batches),
             "labels_unmatched": s.labels_unmatched,
             "rows_in_window": s.rows_in_window,
             "classes_untested": sum(int(n["classes"]) for n in detector_notices),
             "rows_from_tables": from_tables,
+            **self._row_log_counts(),
+        }
+
+    def _row_log_counts(self) -> dict[str, int]:
+        """Rows kept in the row log, labels applied from it, and spills that failed (a full disk)."""
+        row_log = self.__dict__.get("_row_log")
+        if row_log is None:
+            return {}
+        return {
+            "rows_logged": int(row_log.rows_logged) + sum(r.n_rows for r in row_log.buffer),
+            "labels_from_log": int(row_log.labels_applied),
+            "row_log_errors": len(self._stream.spill_errors),
         }
 
     def _table_rows(self) -> tuple[int, int]:

@@ -51,6 +51,7 @@ from calwatch.invariants import problem_message
 from calwatch.kinds import KINDS, kind_named
 from calwatch.kinds.regression import PIT_BINS, RegressionBatchStats, row_fields
 from calwatch.regression_monitor import check_regressor
+from calwatch.row_log import RowLog
 from calwatch.state_checks import check_calibrators
 from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder, check_dtype
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats, StreamState
@@ -64,7 +65,11 @@ MANIFEST = "manifest.json"
 DATA_FILES = ("state.json", "arrays.parquet", "batches.parquet", "rows.parquet")
 TASKS = ("classification", "regression")
 # Monitor attributes that are not state: the model (or its adapter), live views and their listeners.
-_TRANSIENT = frozenset({"_adapter", "_model", "_listeners", "_widget", "_stream", "_guard_state", "_tables"})
+_TRANSIENT = frozenset(
+    {"_adapter", "_model", "_listeners", "_widget", "_stream", "_guard_state", "_tables", "_row_log"}
+)
+#: The row log's index inside a snapshot (its parts sit beside it, each with its own checksum).
+ROW_LOG_INDEX = "rowlog/index.json"
 
 
 # ---------------------------------------------------------------------------- save
@@ -96,6 +101,8 @@ def save_monitor(monitor: Monitor, path: str | os.PathLike[str]) -> Path:
     batches = _batches_frame(monitor._stream)
     rows, row_columns = (_regression_rows_frame if task == "regression" else _rows_frame)(monitor._stream)
     state["row_columns"] = row_columns
+    row_log: RowLog | None = monitor.__dict__.get("_row_log")
+    state["row_log"] = row_log is not None
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
@@ -104,6 +111,10 @@ def save_monitor(monitor: Monitor, path: str | os.PathLike[str]) -> Path:
         _arrays_frame(encoder.arrays).write_parquet(staging / "arrays.parquet")
         batches.write_parquet(staging / "batches.parquet")
         rows.write_parquet(staging / "rows.parquet")
+        files = list(DATA_FILES)
+        if row_log is not None:
+            _write_row_log(row_log, staging / "rowlog")
+            files.append(ROW_LOG_INDEX)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -113,7 +124,7 @@ def save_monitor(monitor: Monitor, path: str | os.PathLike[str]) -> Path:
             "task": task,
             "model": monitor.model_description,
             "status": monitor.status(),
-            "files": {name: _file_facts(staging / name) for name in DATA_FILES},
+            "files": {name: _file_facts(staging / name) for name in files},
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         _sync_folder(staging)
@@ -122,6 +133,18 @@ def save_monitor(monitor: Monitor, path: str | os.PathLike[str]) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def _write_row_log(row_log: RowLog, folder: Path) -> None:
+    """The row log's parts (hard links: parts never change) and its index, into a snapshot."""
+    row_log.flush()  # rows that left the window but wait in memory go to a part first
+    folder.mkdir()
+    for file in row_log.files():
+        try:
+            os.link(file, folder / file.name)
+        except OSError:
+            shutil.copyfile(file, folder / file.name)
+    (folder / "index.json").write_text(json.dumps(row_log.describe()), encoding="utf-8")
 
 
 def _is_replaceable(target: Path) -> bool:
@@ -144,6 +167,9 @@ def _swap_into_place(staging: Path, target: Path) -> None:
 
 def _sync_folder(folder: Path) -> None:
     for file in folder.iterdir():
+        if file.is_dir():
+            _sync_folder(file)
+            continue
         with open(file, "rb") as handle:
             os.fsync(handle.fileno())
 
@@ -424,6 +450,12 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         if _sha256(file) != facts.get("sha256"):
             msg = f"snapshot {str(folder)!r} is corrupted: {name} does not match its checksum"
             raise SnapshotError(msg)
+    if isinstance(files, dict) and ROW_LOG_INDEX in files:
+        facts = files[ROW_LOG_INDEX]
+        file = folder / ROW_LOG_INDEX
+        if not file.is_file() or not isinstance(facts, dict) or _sha256(file) != facts.get("sha256"):
+            msg = f"snapshot {str(folder)!r} is corrupted: {ROW_LOG_INDEX} is missing or altered"
+            raise SnapshotError(msg)
     return manifest
 
 
@@ -454,7 +486,7 @@ def load_monitor(
     from calwatch.regression_monitor import RegressionMonitor
 
     folder = Path(path)
-    read_manifest(folder)
+    manifest = read_manifest(folder)
     try:
         state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
         task = state.get("task", "classification")  # snapshots from before regression had no task
@@ -475,6 +507,11 @@ def load_monitor(
         )
         if task == "regression":
             _check_regression_state(attrs, state["row_columns"])
+        row_log = None
+        if task == "classification" and state.get("row_log", True):
+            has_index = ROW_LOG_INDEX in manifest["files"]
+            index = json.loads((folder / ROW_LOG_INDEX).read_text(encoding="utf-8")) if has_index else None
+            row_log = RowLog() if index is None else RowLog.restore(folder / "rowlog", index)
     except SnapshotError:
         raise
     except Exception as err:  # a malformed file that still matches its checksum: say so, change nothing
@@ -497,6 +534,9 @@ def load_monitor(
     monitor._listeners = []
     monitor._widget = None
     monitor._stream = stream
+    if row_log is not None:
+        monitor.__dict__["_row_log"] = row_log
+        stream.spill = row_log.spill
     _check_views(monitor, folder)
     return monitor
 

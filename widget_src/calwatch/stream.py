@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import repeat
@@ -163,6 +163,10 @@ class StreamState:
         self.rows_labelled = 0
         self.labels_unmatched = 0
         self.rows_expired = 0
+        #: Called with the batches about to leave the window, rows still set (the row log's
+        #: ``spill``); an error it raises (a full disk) is kept in ``spill_errors``, never raised.
+        self.spill: Callable[[list[BatchRecord]], None] | None = None
+        self.spill_errors: list[str] = []
 
     def __iter__(self) -> Iterator[BatchRecord]:
         return iter(self.batches)
@@ -190,6 +194,18 @@ class StreamState:
     def append(self, record: BatchRecord) -> list[int]:
         """Add a batch (with rows) and drop old raw rows past the window; return dropped indices."""
         assert record.rows is not None
+        leaving: list[BatchRecord] = []
+        rows_left = self._rows_in_window + record.n_rows
+        for old in self._in_window:  # the new batch always stays
+            if rows_left <= self.window:
+                break
+            leaving.append(old)
+            rows_left -= old.n_rows
+        if leaving and self.spill is not None:
+            try:
+                self.spill(leaving)
+            except Exception as err:  # a full disk must not stop the stream: their labels go unmatched
+                self.spill_errors.append(f"{type(err).__name__}: {err}")
         self.batches.append(record)
         self._in_window.append(record)
         self._rows_in_window += record.n_rows
@@ -197,7 +213,7 @@ class StreamState:
         positions = zip(repeat(record.index), range(record.n_rows))
         self.id_index.update(zip(record.rows.ids, positions, strict=True))
         dropped = []
-        while self._rows_in_window > self.window and len(self._in_window) > 1:
+        for _ in leaving:
             old = self._in_window.popleft()
             assert old.rows is not None
             for row_id in old.rows.ids:

@@ -1,0 +1,442 @@
+"""The row log: what a late label needs of every row that left the window, on disk.
+
+A monitor keeps raw rows only for its window (100,000 rows by default). A label whose row has
+left it used to be counted as unmatched and dropped; a team whose labels come a day after 10⁶
+predictions lost every one. Now each batch that leaves the window is written, rows and all
+(ids, probabilities, each calibrator's per-row results, labels so far), as one parquet part of a
+:class:`RowLog`; a late label finds its row there and updates its batch's statistics exactly as
+it would have in the window. Memory stays bounded by the window; disk grows by the rows' size
+(for ``K`` classes and ``c`` set calibrators about ``8K + c·⌈K/8⌉ + 16`` bytes a row before
+parquet's compression).
+
+Parts never change once written. Labels given to logged rows are kept beside them in a
+:class:`LabelLog` (parquet parts keyed by (id, batch)), so a relabel takes the row's previous
+label out of the counts. Both logs are staged while a call computes and committed only when the
+monitor commits, so they always agree with its statistics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+import weakref
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder
+from calwatch.stream import NO_LABEL, BatchRecord, BatchRows
+
+#: Column names of the label logs (prefixed so they never clash with a table's own columns).
+ID, BUCKET, LABEL, SEQ = "__cw_id", "__cw_bucket", "__cw_label", "__cw_seq"
+BATCH, ROW = "__cw_batch", "__cw_row"
+#: Per-calibrator fields of :class:`~calwatch.stream.BatchRows` written per row (dict of key -> array).
+_KEYED = ("packed_sets", "risks")
+#: Per-calibrator fields written per row (dict of key -> dict of name -> array).
+_NESTED = ("admit", "selective", "extra")
+
+
+class LabelLog:
+    """Labels applied to rows kept on disk, keyed by (id, bucket): the previous label, for relabels.
+
+    Each labelling call stages its ``(ID, BUCKET, LABEL)`` parts while it computes and commits
+    them once the monitor has taken its statistics (or discards them if it failed).
+    """
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="calwatch-labels-")) if folder is None else folder
+        self.parts: list[Path] = []
+        self._staged: list[Path] = []
+        if folder is None:
+            weakref.finalize(self, shutil.rmtree, str(self.folder), True)
+
+    def previous(self, ids: pl.LazyFrame) -> pl.LazyFrame | None:
+        """``(ID, BUCKET, LABEL)``: the last label of each logged row whose id is in ``ids``'s ``ID``.
+
+        None while nothing was labelled.
+        """
+        if not self.parts:
+            return None
+        log = pl.scan_parquet([str(p) for p in self.parts])
+        known = log.join(ids.select(ID), on=ID, how="semi")
+        return known.group_by([ID, BUCKET]).agg(pl.col(LABEL).sort_by(SEQ).last())
+
+    def stage(self, rows: pl.DataFrame) -> None:
+        """Write labelled rows ``(ID, BUCKET, LABEL)`` as a staged part (in the log after :meth:`commit`)."""
+        if rows.height == 0:
+            return
+        staged = self.folder / f".staged-{uuid.uuid4().hex[:8]}.parquet"
+        seq = pl.lit(len(self.parts), pl.Int64).alias(SEQ)
+        rows.select(ID, BUCKET, LABEL).with_columns(seq).write_parquet(staged)
+        self._staged.append(staged)
+
+    def commit(self) -> None:
+        """Make the staged parts part of the log (one labelling call, one sequence number)."""
+        for staged in self._staged:
+            part = self.folder / f"labels-{len(self.parts):06d}-{staged.stem.rsplit('-', 1)[-1]}.parquet"
+            staged.replace(part)
+            self.parts.append(part)
+        self._staged = []
+
+    def discard(self) -> None:
+        """Drop the staged parts (their call failed)."""
+        for staged in self._staged:
+            staged.unlink(missing_ok=True)
+        self._staged = []
+
+
+@dataclass(frozen=True)
+class LoggedRows:
+    """Rows of one batch found in the row log: their raw rows (current labels) and their ids."""
+
+    batch: int
+    rows: BatchRows
+
+
+class RowLog:
+    """Every row that left a monitor's window, batch by batch, as immutable parquet parts.
+
+    Parameters
+    ----------
+    folder : path, optional
+        Where the parts go (default: a new temporary folder, removed with the log).
+    part_rows : int
+        Rows gathered in memory before they are written as one part (few, large parts keep a
+        late label's search to a few files).
+    """
+
+    def __init__(self, folder: str | os.PathLike[str] | None = None, *, part_rows: int = 100_000) -> None:
+        owned = folder is None
+        self.folder = Path(tempfile.mkdtemp(prefix="calwatch-rowlog-")) if folder is None else Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.parts: list[dict[str, Any]] = []  # {"file", "batches", "rows", "mapping", "sha256"}
+        self.labels = LabelLog(self.folder)
+        self.rows_logged = 0
+        self.rows_unlabelled = 0  # logged rows still waiting for a label (counted in rows_pending)
+        self.labels_applied = 0
+        self.part_rows = int(part_rows)
+        self._pending: list[tuple[int, list[Hashable], npt.NDArray[np.intp]]] = []
+        self.buffer: list[BatchRecord] = []  # left the window, not written yet (rows kept)
+        self._buffered_rows = 0
+        if owned:
+            weakref.finalize(self, shutil.rmtree, str(self.folder), True)
+
+    # ------------------------------------------------------------------ writing
+    def spill(self, records: Sequence[BatchRecord]) -> None:
+        """Take the rows of batches leaving the window; written out once ``part_rows`` are gathered.
+
+        The records' rows must still be set; the log keeps its own reference to them.
+        """
+        for record in records:
+            if record.rows is not None:
+                self.rows_unlabelled += record.n_rows - record.n_labelled
+                self.buffer.append(BatchRecord(record.index, record.name, record.observed_at, record.n_rows,
+                                               {}, record.rows))  # fmt: skip
+                self._buffered_rows += record.n_rows
+        if self._buffered_rows >= self.part_rows:
+            try:
+                self.flush()
+            except BaseException:  # a full disk: these rows are given up (their labels go unmatched)
+                self.rows_unlabelled -= sum(_unlabelled(r.rows) for r in self.buffer)
+                self.buffer, self._buffered_rows = [], 0
+                raise
+
+    def flush(self) -> None:
+        """Write the gathered rows as one part."""
+        if not self.buffer:
+            return
+        present = self.buffer
+        frame, mapping = rows_frame(present)
+        path = self.folder / f"rows-{len(self.parts):06d}-{uuid.uuid4().hex[:8]}.parquet"
+        frame.write_parquet(path)
+        self.parts.append({
+            "file": path.name, "batches": [r.index for r in present], "rows": frame.height,
+            "mapping": mapping, "sha256": _sha256(path),
+        })  # fmt: skip
+        self.rows_logged += frame.height
+        self.buffer, self._buffered_rows = [], 0
+
+    # ------------------------------------------------------------------ reading
+    def find(self, ids: list[Hashable]) -> list[LoggedRows]:
+        """The logged rows of these ids, per batch (a row's labels are its current ones).
+
+        An id logged in several batches (ids may be reused once their row left the window) is
+        found in its latest batch, as :meth:`Monitor.label` finds the newest row of an id.
+        """
+        if not (self.parts or self.buffer) or not ids:
+            return []
+        found: list[LoggedRows] = []
+        wanted = set(ids)
+        for record in reversed(self.buffer):  # newest first
+            assert record.rows is not None
+            hit = np.flatnonzero([i in wanted for i in record.rows.ids])
+            if hit.shape[0]:
+                found.append(LoggedRows(record.index, take_rows(record.rows, hit)))
+                wanted.difference_update(record.rows.ids[i] for i in hit)
+        by_layout: dict[str, list[dict[str, Any]]] = {}
+        for part in self.parts:
+            by_layout.setdefault(json.dumps(part["mapping"], sort_keys=True), []).append(part)
+        hits_by_batch: dict[int, BatchRows] = {}
+        for parts in by_layout.values():
+            mapping = parts[0]["mapping"]
+            needle = [i for i in wanted if _id_fits(i, mapping["id_kind"])]
+            if not needle:
+                continue
+            keys = _encode_ids(needle)[1]
+            files = [str(self.folder / p["file"]) for p in parts]
+            hits = pl.scan_parquet(files).filter(pl.col("id").is_in(keys.implode())).collect()
+            if hits.height == 0:
+                continue
+            # an id logged twice counts in its latest batch only
+            hits = hits.sort("batch").unique("id", keep="last", maintain_order=True)
+            for (batch,), rows in hits.group_by(["batch"], maintain_order=True):
+                hits_by_batch[int(batch)] = batch_rows_of(rows, mapping)
+        for batch in sorted(hits_by_batch):
+            found.append(LoggedRows(batch, self._current_labels(batch, hits_by_batch[batch])))
+        return found
+
+    def _current_labels(self, batch: int, rows: BatchRows) -> BatchRows:
+        """The rows with the labels given since they were logged."""
+        if not self.labels.parts:
+            return rows
+        ids = pl.DataFrame({ID: _encode_ids(rows.ids)[1]}).lazy()
+        previous = self.labels.previous(ids)
+        if previous is None:
+            return rows
+        later = previous.filter(pl.col(BUCKET) == batch).collect()
+        if later.height:
+            where = {key: k for k, key in enumerate(_encode_ids(rows.ids)[1].to_list())}
+            for key, label in zip(later[ID].to_list(), later[LABEL].to_list(), strict=True):
+                rows.labels[where[key]] = int(label)
+        return rows
+
+    def stage_labels(self, batch: int, ids: list[Hashable], labels: npt.NDArray[np.intp]) -> None:
+        """Stage new labels of logged rows (they count once :meth:`commit_labels` is called)."""
+        encoded = _encode_ids(ids)[1]
+        frame = pl.DataFrame({ID: encoded, BUCKET: pl.Series([batch] * len(ids), dtype=pl.Int64),
+                              LABEL: pl.Series(np.asarray(labels, dtype=np.int64))})  # fmt: skip
+        self.labels.stage(frame)
+        self._pending.append((batch, ids, labels))
+
+    def commit_labels(self, first_labels: int) -> None:
+        """The staged labels are now the monitor's (rows still in memory take them too).
+
+        ``first_labels`` of them went to rows that had none.
+        """
+        self.labels.commit()
+        self.rows_unlabelled -= first_labels
+        buffered = {r.index: r.rows for r in self.buffer}
+        for batch, ids, labels in self._pending:
+            rows = buffered.get(batch)
+            if rows is not None:
+                where = {row_id: k for k, row_id in enumerate(rows.ids)}
+                rows.labels[[where[i] for i in ids]] = labels
+            self.labels_applied += len(ids)
+        self._pending = []
+
+    def discard_labels(self) -> None:
+        """Forget the staged labels (their call failed)."""
+        self.labels.discard()
+        self._pending = []
+
+    # ------------------------------------------------------------------ snapshots
+    def describe(self) -> dict[str, Any]:
+        """The log's index for a snapshot: its parts (file, batches, rows, column mapping, checksum)."""
+        return {
+            "parts": self.parts, "labels": [p.name for p in self.labels.parts],
+            "labels_sha256": [_sha256(p) for p in self.labels.parts], "rows_logged": self.rows_logged,
+            "labels_applied": self.labels_applied, "rows_unlabelled": self.rows_unlabelled,
+        }  # fmt: skip
+
+    def files(self) -> list[Path]:
+        """Every file of the log."""
+        return [self.folder / p["file"] for p in self.parts] + list(self.labels.parts)
+
+    @classmethod
+    def restore(cls, folder: Path, index: dict[str, Any]) -> RowLog:
+        """A log whose parts are hard links (or copies) of a snapshot's ``rowlog/`` files.
+
+        Raises
+        ------
+        SnapshotError
+            If a file is missing or its checksum differs from the index.
+        """
+        log = cls()
+        try:
+            for part in index["parts"]:
+                source = folder / str(part["file"])
+                _check_file(source, str(part["sha256"]))
+                _link_or_copy(source, log.folder / source.name)
+                log.parts.append(dict(part))
+            for name, sha in zip(index["labels"], index["labels_sha256"], strict=True):
+                source = folder / str(name)
+                _check_file(source, str(sha))
+                _link_or_copy(source, log.folder / source.name)
+                log.labels.parts.append(log.folder / source.name)
+            log.rows_logged = int(index["rows_logged"])
+            log.labels_applied = int(index["labels_applied"])
+            log.rows_unlabelled = int(index["rows_unlabelled"])
+        except (KeyError, TypeError, ValueError) as err:
+            msg = f"rowlog/index.json is malformed: {err}"
+            raise SnapshotError(msg) from err
+        return log
+
+
+def _unlabelled(rows: BatchRows | None) -> int:
+    return 0 if rows is None else int((rows.labels == NO_LABEL).sum())
+
+
+def take_rows(rows: BatchRows, index: npt.NDArray[np.intp]) -> BatchRows:
+    """A copy of some rows of a batch (labels included, so staging a label never changes the log)."""
+    return BatchRows(
+        ids=[rows.ids[i] for i in index], probs=rows.probs[index], labels=rows.labels[index].copy(),
+        packed_sets={k: v[index] for k, v in rows.packed_sets.items()},
+        categories=None if rows.categories is None else rows.categories[index],
+        risks={k: v[index] for k, v in rows.risks.items()},
+        admit={k: {n: a[index] for n, a in d.items()} for k, d in rows.admit.items()},
+        selective={k: {n: a[index] for n, a in d.items()} for k, d in rows.selective.items()},
+        extra={k: {n: a[index] for n, a in d.items()} for k, d in rows.extra.items()},
+    )  # fmt: skip
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_file(path: Path, sha: str) -> None:
+    if not path.is_file():
+        msg = f"the snapshot's row log lacks {path.name}"
+        raise SnapshotError(msg)
+    if _sha256(path) != sha:
+        msg = f"the snapshot's row log file {path.name} does not match its checksum"
+        raise SnapshotError(msg)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+# ---------------------------------------------------------------------------- the rows' codec
+def _encode_ids(ids: list[Hashable]) -> tuple[str, pl.Series]:
+    """Ids as a column: int64, string, or JSON text of the codec's form (tuples and the like)."""
+    kinds = {type(i) for i in ids}
+    if kinds <= {int}:
+        return "int", pl.Series(ids, dtype=pl.Int64)
+    if kinds <= {str}:
+        return "str", pl.Series(ids, dtype=pl.String)
+    encoder = StateEncoder()
+    encoded = []
+    for i in ids:
+        tree = encoder.encode(i, "ids")
+        if encoder.arrays:
+            msg = f"ids: {i!r} cannot be logged (ids must be numbers, strings or tuples of them)"
+            raise SnapshotError(msg)
+        encoded.append(json.dumps(tree, allow_nan=False))
+    return "json", pl.Series(encoded, dtype=pl.String)
+
+
+def _id_fits(row_id: Hashable, kind: str) -> bool:
+    if kind == "int":
+        return type(row_id) is int
+    if kind == "str":
+        return type(row_id) is str
+    return True
+
+
+def _decode_ids(values: list[Any], kind: str) -> list[Hashable]:
+    if kind == "json":
+        decoder = StateDecoder({})
+        return [decoder.decode(json.loads(text)) for text in values]
+    return values
+
+
+def rows_frame(records: Sequence[BatchRecord]) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """The raw rows of batches as one frame (2-D arrays as fixed-size array columns), and its mapping."""
+    present = [r.rows for r in records if r.rows is not None]
+    first = present[0]
+    ids = [i for rows in present for i in rows.ids]
+    id_kind, id_column = _encode_ids(ids)
+    columns: dict[str, Any] = {
+        "batch": pl.Series(
+            np.repeat([r.index for r in records], [r.n_rows for r in records]), dtype=pl.Int64
+        ),
+        "id": id_column,
+        "probs": pl.Series(np.concatenate([rows.probs for rows in present])),
+        "label": pl.Series(np.concatenate([rows.labels for rows in present]).astype(np.int64)),
+    }
+    if first.categories is not None:
+        columns["category"] = pl.Series(np.concatenate([_categories(rows) for rows in present]))
+    fields: list[list[str]] = []
+    for group in _KEYED:
+        for key in getattr(first, group):
+            name = f"{group}/{len(fields)}"
+            columns[name] = pl.Series(np.concatenate([getattr(rows, group)[key] for rows in present]))
+            fields.append([group, key])
+    for group in _NESTED:
+        for key, per_row in getattr(first, group).items():
+            for field_name in per_row:
+                name = f"{group}/{len(fields)}"
+                parts = [getattr(rows, group)[key][field_name] for rows in present]
+                columns[name] = pl.Series(np.concatenate(parts))
+                fields.append([group, key, field_name])
+    return pl.DataFrame(columns), {"id_kind": id_kind, "fields": fields}
+
+
+def _categories(rows: BatchRows) -> npt.NDArray[Any]:
+    if rows.categories is None:
+        msg = "some logged batches have Mondrian categories and others do not"
+        raise SnapshotError(msg)
+    return rows.categories
+
+
+def batch_rows_of(frame: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
+    """Raw rows read back from :func:`rows_frame`'s frame (the rows of one batch)."""
+    rows = BatchRows(
+        ids=_decode_ids(frame["id"].to_list(), str(mapping["id_kind"])),
+        probs=np.asarray(frame["probs"].to_numpy(), dtype=np.float64),
+        packed_sets={},
+        labels=np.asarray(frame["label"].to_numpy(), dtype=np.intp).copy(),
+        categories=frame["category"].to_numpy() if "category" in frame.columns else None,
+    )
+    for i, spec in enumerate(mapping["fields"]):
+        values = np.asarray(frame[f"{spec[0]}/{i}"].to_numpy()).copy()
+        if spec[0] in _KEYED:
+            getattr(rows, spec[0])[spec[1]] = values
+        else:
+            getattr(rows, spec[0]).setdefault(spec[1], {})[spec[2]] = values
+    if rows.labels.size and rows.labels.min() < NO_LABEL:
+        msg = "the row log holds labels outside the classes"
+        raise SnapshotError(msg)
+    return rows
+
+
+__all__ = [
+    "BATCH",
+    "BUCKET",
+    "ID",
+    "LABEL",
+    "ROW",
+    "SEQ",
+    "LabelLog",
+    "LoggedRows",
+    "RowLog",
+    "batch_rows_of",
+    "rows_frame",
+    "take_rows",
+]
