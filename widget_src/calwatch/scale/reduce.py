@@ -72,57 +72,90 @@ def bucket_statistics(
 
     ``observed=True``: statistics of observed rows (every calibrator has them, also for a bucket
     of unlabelled rows). ``False``: the labels' contribution, to merge into the batches' own.
+    The reduced table is read once, as runs of equal (bucket, calibrator, field) in sorted order:
+    its size, not the number of runs, sets the cost.
     """
     K = frozen.n_classes
     kinds = frozen.kinds()
-    out: list[BucketStatistics] = []
     if reduced.height == 0:
-        return out
+        return []
     reduced = reduced.sort(KEYS)
-    for (bucket,), part in reduced.group_by(["bucket"], maintain_order=True):
-        entry = BucketStatistics(bucket=bucket)
-        by_calibrator = {key[0]: rows for key, rows in part.group_by(["calibrator"], maintain_order=True)}
-        counts = by_calibrator.get(BUCKET)
-        if counts is not None:
-            totals = dict(zip(counts["field"].to_list(), counts["count"].to_list(), strict=True))
-            entry.n_rows = int(totals.get(N_ROWS, 0))
-            entry.n_new_labels = int(totals.get(N_NEW_LABELS, 0))
-            entry.n_relabelled = int(totals.get(N_RELABELLED, 0))
+    codes = reduced["bucket"].rank("dense").to_numpy().astype(np.int64)
+    calibrator = reduced["calibrator"].to_numpy()
+    field_of = reduced["field"].to_numpy()
+    index = reduced["index"].to_numpy().astype(np.intp)
+    count = reduced["count"].fill_null(0).to_numpy().astype(np.int64)
+    total = reduced["total"].fill_null(0.0).to_numpy().astype(np.float64)
+    constant = reduced["constant"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    change = (codes[1:] != codes[:-1]) | (calibrator[1:] != calibrator[:-1]) | (field_of[1:] != field_of[:-1])
+    starts = np.concatenate([[0], np.flatnonzero(change) + 1])
+    ends = np.concatenate([starts[1:], [codes.shape[0]]])
+    firsts = np.concatenate([[0], np.flatnonzero(codes[1:] != codes[:-1]) + 1])
+    entries = {
+        int(codes[i]): BucketStatistics(bucket=v)
+        for i, v in zip(firsts, reduced["bucket"].gather(firsts).to_list(), strict=True)
+    }
+    templates = {key: kind.stats_type.empty(K).to_row() for key, kind in kinds.items()}
+    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        code, key, name = int(codes[s]), str(calibrator[s]), str(field_of[s])
+        if key == BUCKET:
+            value = int(count[s:e].sum())
+            entry = entries[code]
+            if name == N_ROWS:
+                entry.n_rows = value
+            elif name == N_NEW_LABELS:
+                entry.n_new_labels = value
+            elif name == N_RELABELLED:
+                entry.n_relabelled = value
+            continue
+        if key not in templates:
+            msg = f"partial statistics name a calibrator {key!r} the monitor does not have"
+            raise ValueError(msg)
+        row = rows.get((code, key))
+        if row is None:
+            row = rows[(code, key)] = _template_copy(templates[key])
+        _fill(row, name, index[s:e], count[s:e], total[s:e], constant[s:e])
+    out = []
+    for code in sorted(entries):
+        entry = entries[code]
         for key, kind in kinds.items():
-            rows = by_calibrator.get(key)
-            if rows is None and not observed:
-                continue
-            template = kind.stats_type.empty(K).to_row()
-            row = _filled(template, rows)
-            row["n_rows"] = entry.n_rows if observed else 0
-            entry.stats[key] = kind.from_row(row)
+            row = rows.get((code, key))
+            if row is None:
+                if not observed:
+                    continue
+                row = _template_copy(templates[key])
+            finished = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in row.items()}
+            finished["n_rows"] = entry.n_rows if observed else 0
+            entry.stats[key] = kind.from_row(finished)
         out.append(entry)
     return out
 
 
-def _filled(template: dict[str, Any], rows: pl.DataFrame | None) -> dict[str, Any]:
-    """The kind's ``to_row()`` of no rows, with the reduced values put in place."""
-    row = {name: (np.asarray(v).copy() if isinstance(v, list) else v) for name, v in template.items()}
-    if rows is None:
-        return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in row.items()}
-    for name, part in rows.group_by(["field"], maintain_order=True):
-        field_name = str(name[0])
-        if field_name not in row:
-            msg = f"partial statistics name a field {field_name!r} that the calibrator's kind does not have"
-            raise ValueError(msg)
-        current = row[field_name]
-        index = part["index"].to_numpy()
-        if field_name in CONSTANT_FIELDS:
-            value = float(part["constant"].max())  # type: ignore[arg-type]
-            row[field_name] = round(value) if isinstance(current, int) else value
-        elif isinstance(current, np.ndarray):
-            source = part["count"] if current.dtype.kind in "iub" else part["total"]
-            current[index] = source.to_numpy()
-        elif isinstance(current, int):
-            row[field_name] = int(part["count"].sum())
+def _template_copy(template: dict[str, Any]) -> dict[str, Any]:
+    """The kind's ``to_row()`` of no rows, lists as arrays to fill."""
+    return {name: (np.asarray(v).copy() if isinstance(v, list) else v) for name, v in template.items()}
+
+
+def _fill(row: dict[str, Any], name: str, index: Any, count: Any, total: Any, constant: Any) -> None:
+    """Put one field's reduced values in place."""
+    if name not in row:
+        msg = f"partial statistics name a field {name!r} that the calibrator's kind does not have"
+        raise ValueError(msg)
+    current = row[name]
+    if name in CONSTANT_FIELDS:
+        value = float(np.nanmax(constant)) if not np.isnan(constant).all() else float("nan")
+        if not np.isnan(value):
+            row[name] = round(value) if isinstance(current, int) else value
+    elif isinstance(current, np.ndarray):
+        if current.dtype.kind in "iub":
+            np.add.at(current, index, count)
         else:
-            row[field_name] = float(part["total"].sum())
-    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in row.items()}
+            np.add.at(current, index, total)
+    elif isinstance(current, int):
+        row[name] = current + int(count.sum())
+    else:
+        row[name] = current + float(total.sum())
 
 
 __all__ = ["BucketStatistics", "aggregate", "bucket_statistics", "reduce_partials"]

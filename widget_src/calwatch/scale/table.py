@@ -14,7 +14,9 @@ monitor is not blocked while a long table is read.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,8 @@ from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource, registry_of
 DEFAULT_CHUNK_ROWS = 250_000
 #: Partial tables folded together every this many chunks (bounds the partials kept).
 FOLD_EVERY = 32
+#: Chunks run through the kernel at once (numpy and Arrow release the GIL in the heavy parts).
+WORKERS = 2
 PREVIOUS = "__cw_previous"
 
 
@@ -146,14 +150,24 @@ def observe_table(
     query = frame.select(columns.needed())
     table_source = TableSource("polars", frame, columns)
     folded = _Folded([])
+    workers = max(1, min(WORKERS, os.cpu_count() or 1))
     try:
-        with _progress(None, progress, "observe_table") as bar, DuplicateCheck(bucket, id) as repeats:
+        with (
+            _progress(None, progress, "observe_table") as bar,
+            DuplicateCheck(bucket, id) as repeats,
+            ThreadPoolExecutor(workers, thread_name_prefix="calwatch-kernel") as pool,
+        ):
+            running: deque[Future[pa.RecordBatch]] = deque()
             for chunk in arrow_chunks(query, chunk_rows):
-                folded.add(partial_statistics(chunk, frozen, columns, observed=True, check_ids=False))
+                running.append(pool.submit(partial_statistics, chunk, frozen, columns, check_ids=False))
                 repeats.add(chunk)
                 if columns.label is not None:
                     table_source.labels.stage(_labelled_rows(chunk, columns))
                 bar.update(len(chunk))
+                while len(running) > workers:  # at most `workers` chunks in flight: memory stays flat
+                    folded.add(running.popleft().result())
+            while running:
+                folded.add(running.popleft().result())
             _refuse_repeats(repeats, lambda: arrow_chunks(query, chunk_rows), columns)
         reduced = folded.result()
         if reduced is None:

@@ -1,0 +1,244 @@
+"""A prediction log in parquet, monitored five ways: rows per second and peak memory of each.
+
+The log is a real task's model resampled to size (scikit-learn's breast cancer data, a logistic
+regression; each logged row is a test row drawn with replacement, so its probabilities are the
+model's own): ``id``, ``day`` (100 buckets), ``p0``, ``p1``, written in 1,000,000-row groups to a
+temporary folder (never committed). Each path runs in a fresh process, so its peak RSS is its own:
+
+* the in-memory loop: each row group read with pyarrow and given to ``Monitor.observe`` (no
+  shift detectors, no row log: the statistics only, as the table paths compute them);
+* ``Monitor.observe_table`` on the parquet file (the embedded default);
+* ``calwatch.spark.observe`` in Spark ``local[2]`` and ``local[1]`` (when pyspark is installed);
+* ``calwatch.dask.observe`` with the synchronous scheduler (when dask is installed).
+
+Every path must give the same statistics; the benchmark checks that the summaries agree before it
+prints the table. Then ``observe_table`` reads a 10⁸-row log (``--big-rows``) and its peak RSS
+is compared with the 10⁷-row run: it must stay flat (targets: ≥ 5 M rows/s on the binary log,
+≥ the in-memory loop, peak RSS under 500 MiB; Spark ``local[2]`` ≥ 1 M rows/s and within 3× of
+``observe_table`` per core).
+
+Run: ``python benchmarks/bench_table.py [--rows 10000000] [--big-rows 100000000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from _common import machine_line
+
+GROUP_ROWS = 1_000_000
+BUCKETS = 100
+
+
+def task() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Calibration probabilities and labels, and the test rows' probabilities, of a real model."""
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_breast_cancer(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(y))
+    X, y = X[order], y[order]
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000, C=0.05)).fit(X[:200], y[:200])
+    P = model.predict_proba(X[200:])
+    return P[:180], y[200:380], P[180:]
+
+
+def write_log(path: Path, rows: int) -> None:
+    """The parquet log: ``rows`` rows in row groups of :data:`GROUP_ROWS`, days in order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, _, pool = task()
+    rng = np.random.default_rng(1)
+    schema = pa.schema([("id", pa.int64()), ("day", pa.int32()), ("p0", pa.float64()), ("p1", pa.float64())])
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, rows, GROUP_ROWS):
+            n = min(GROUP_ROWS, rows - start)
+            ids = np.arange(start, start + n, dtype=np.int64)
+            P = pool[rng.integers(0, pool.shape[0], size=n)]
+            day = (ids * BUCKETS // rows).astype(np.int32)
+            writer.write_table(pa.table({"id": ids, "day": day, "p0": P[:, 0], "p1": P[:, 1]}, schema=schema))
+
+
+def monitor() -> Any:
+    import calwatch as cw
+
+    P_cal, y_cal, _ = task()
+    mon = cw.Monitor(
+        calibrators={
+            "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
+            "aps-by-label": cw.SplitConformalClassifier(score="aps", alpha=0.1, mondrian="label"),
+        },
+        shift=None, row_log=False,
+    )  # fmt: skip
+    return mon.calibrate(probs=P_cal, y=y_cal)
+
+
+def measure(path_name: str, log: Path) -> dict[str, Any]:
+    """Run one path on the log in this process: seconds, peak RSS and the summary's counts."""
+    mon = monitor()
+    start = time.perf_counter()
+    if path_name == "in-memory loop":
+        import pyarrow.parquet as pq
+
+        file = pq.ParquetFile(log)
+        for group in range(file.num_row_groups):
+            table = file.read_row_group(group)
+            days = table.column("day").to_numpy()
+            P = np.column_stack([table.column("p0").to_numpy(), table.column("p1").to_numpy()])
+            ids = table.column("id").to_numpy()
+            for day in np.unique(days):  # one observe per (row group, day): the loop a user writes
+                sel = days == day
+                mon.observe(probs=P[sel], ids=ids[sel], name=str(day))
+    elif path_name == "observe_table":
+        mon.observe_table(log, id="id", probs=["p0", "p1"], bucket="day", progress=False)
+    elif path_name.startswith("spark"):
+        from pyspark.sql import SparkSession
+
+        import calwatch.spark
+
+        cores = path_name.split("[")[1].rstrip("]")
+        spark = (
+            SparkSession.builder.master(f"local[{cores}]").config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "8").config("spark.driver.memory", "2g").getOrCreate()
+        )  # fmt: skip
+        start = time.perf_counter()  # the session's start-up is not the monitor's
+        calwatch.spark.observe(mon, spark.read.parquet(str(log)), id="id", probs=["p0", "p1"], bucket="day")
+        spark.stop()
+    elif path_name == "dask":
+        import dask
+        import dask.dataframe as dd
+
+        import calwatch.dask
+
+        with dask.config.set(scheduler="synchronous"):
+            calwatch.dask.observe(mon, dd.read_parquet(str(log)), id="id", probs=["p0", "p1"], bucket="day")
+    seconds = time.perf_counter() - start
+    summary = (
+        mon.summary()
+        .group_by("calibrator")
+        .agg(
+            n_rows=__import__("polars").col("n_rows").sum(),
+            covered_sizes=__import__("polars").col("mean_set_size").sum(),
+        )
+    )
+    return {
+        "seconds": seconds,
+        "rows": int(mon.status()["rows_seen"]),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "check": sorted(summary.rows()),
+        "batches": mon.n_batches,
+    }
+
+
+def run(path_name: str, log: Path) -> dict[str, Any] | str:
+    """``measure`` in a fresh process (its own peak RSS); a string says why it could not run."""
+    completed = subprocess.run(
+        [sys.executable, __file__, "--measure", path_name, str(log)],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    if completed.returncode != 0:
+        tail = (completed.stderr or completed.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"did not run: {tail[0][:120]}"
+    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--big-rows", type=int, default=100_000_000, help="0 skips the flat-memory run")
+    parser.add_argument("--measure", nargs=2, metavar=("PATH", "LOG"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.measure:
+        print(json.dumps(measure(args.measure[0], Path(args.measure[1]))))
+        return 0
+    loadavg = os.getloadavg()
+    folder = Path(tempfile.mkdtemp(prefix="calwatch-bench-table-"))
+    try:
+        log = folder / "log.parquet"
+        started = time.perf_counter()
+        write_log(log, args.rows)
+        size = log.stat().st_size / 2**20
+        print(f"wrote a {args.rows:,}-row binary prediction log ({size:,.0f} MiB parquet, "
+              f"{BUCKETS} days) in {time.perf_counter() - started:.0f} s")  # fmt: skip
+        paths = ["in-memory loop", "observe_table", "spark local[2]", "spark local[1]", "dask"]
+        results = {name: run(name, log) for name in paths}
+        done = {k: v for k, v in results.items() if isinstance(v, dict)}
+        checks = {json.dumps(v["check"]) for v in done.values()}
+        print(
+            f"\nMonitoring a {args.rows:,}-row parquet log: rows/s and peak RSS "
+            "(each path in its own process)"
+        )
+        print(machine_line(loadavg))
+        base = done.get("in-memory loop")
+        table_rate = (
+            done["observe_table"]["rows"] / done["observe_table"]["seconds"]
+            if "observe_table" in done
+            else None
+        )
+        print(f"{'path':<16} {'rows/s':>12} {'vs loop':>8} {'peak RSS MiB':>13} {'batches':>8}")
+        for name, result in results.items():
+            if isinstance(result, str):
+                print(f"{name:<16} {result}")
+                continue
+            rate = result["rows"] / result["seconds"]
+            ratio = rate / (base["rows"] / base["seconds"]) if base else float("nan")
+            print(
+                f"{name:<16} {rate:>12,.0f} {ratio:>7.2f}x {result['peak_rss_mib']:>13,.0f} "
+                f"{result['batches']:>8}"
+            )
+        if len(checks) != 1:
+            print("FAIL: the paths' statistics differ")
+            return 1
+        print("every path gave the same statistics")
+        if table_rate is not None:
+            ok = table_rate >= 5e6 and (base is None or table_rate >= base["rows"] / base["seconds"])
+            ok = ok and done["observe_table"]["peak_rss_mib"] < 500
+            print(f"observe_table target (>= 5M rows/s, >= the loop, < 500 MiB): {'PASS' if ok else 'FAIL'}")
+        spark = done.get("spark local[2]")
+        if spark is not None and table_rate is not None:
+            rate = spark["rows"] / spark["seconds"]
+            per_core = (table_rate / 1) / (rate / 2)
+            print(f"spark local[2] target (>= 1M rows/s, within 3x of observe_table per core: "
+                  f"{per_core:.2f}x): "
+                  f"{'PASS' if rate >= 1e6 and per_core <= 3 else 'FAIL'}")  # fmt: skip
+        if args.big_rows:
+            big = folder / "big.parquet"
+            log.unlink()
+            started = time.perf_counter()
+            write_log(big, args.big_rows)
+            print(f"\nwrote a {args.big_rows:,}-row log ({big.stat().st_size / 2**30:,.1f} GiB) in "
+                  f"{time.perf_counter() - started:.0f} s")  # fmt: skip
+            result = run("observe_table", big)
+            if isinstance(result, str):
+                print(f"observe_table on {args.big_rows:,} rows {result}")
+                return 1
+            small = done.get("observe_table", {}).get("peak_rss_mib", float("nan"))
+            print(f"observe_table, {args.big_rows:,} rows: {result['rows'] / result['seconds']:,.0f} rows/s, "
+                  f"peak RSS {result['peak_rss_mib']:,.0f} MiB (at {args.rows:,} rows: {small:,.0f} MiB): "
+                  f"{'flat' if result['peak_rss_mib'] < 1.25 * small + 50 else 'NOT flat'}")  # fmt: skip
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    raise SystemExit(main())
