@@ -412,6 +412,9 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
             shift.calibrate(CalibrationData(outputs.probs, y_idx, fitted, outputs.embeddings, names))
         # Commit only once every calibrator (and detector) fitted.
         self._shift = shift
+        # The calibration rows' confidence scores, sorted: tables' buckets are tested against them
+        # (calwatch.engine.shift.bucket_tests).
+        self._reference_confidence = np.sort(1.0 - np.asarray(outputs.probs).max(axis=1))
         for key, candidate in fitted.items():
             self._calibrators[key] = candidate
         self._encoder = encoder

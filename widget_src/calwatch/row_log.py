@@ -160,7 +160,7 @@ class RowLog:
         frame.write_parquet(path)
         self.parts.append({
             "file": path.name, "batches": [r.index for r in present], "rows": frame.height,
-            "mapping": mapping, "sha256": _sha256(path),
+            "mapping": mapping, "sha256": file_sha256(path),
         })  # fmt: skip
         self.rows_logged += frame.height
         self.buffer, self._buffered_rows = [], 0
@@ -253,7 +253,7 @@ class RowLog:
         """The log's index for a snapshot: its parts (file, batches, rows, column mapping, checksum)."""
         return {
             "parts": self.parts, "labels": [p.name for p in self.labels.parts],
-            "labels_sha256": [_sha256(p) for p in self.labels.parts], "rows_logged": self.rows_logged,
+            "labels_sha256": [file_sha256(p) for p in self.labels.parts], "rows_logged": self.rows_logged,
             "labels_applied": self.labels_applied, "rows_unlabelled": self.rows_unlabelled,
         }  # fmt: skip
 
@@ -274,13 +274,13 @@ class RowLog:
         try:
             for part in index["parts"]:
                 source = folder / str(part["file"])
-                _check_file(source, str(part["sha256"]))
-                _link_or_copy(source, log.folder / source.name)
+                check_file(source, str(part["sha256"]))
+                link_or_copy(source, log.folder / source.name)
                 log.parts.append(dict(part))
             for name, sha in zip(index["labels"], index["labels_sha256"], strict=True):
                 source = folder / str(name)
-                _check_file(source, str(sha))
-                _link_or_copy(source, log.folder / source.name)
+                check_file(source, str(sha))
+                link_or_copy(source, log.folder / source.name)
                 log.labels.parts.append(log.folder / source.name)
             log.rows_logged = int(index["rows_logged"])
             log.labels_applied = int(index["labels_applied"])
@@ -308,7 +308,7 @@ def take_rows(rows: BatchRows, index: npt.NDArray[np.intp]) -> BatchRows:
     )  # fmt: skip
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -316,16 +316,16 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _check_file(path: Path, sha: str) -> None:
+def check_file(path: Path, sha: str) -> None:
     if not path.is_file():
         msg = f"the snapshot's row log lacks {path.name}"
         raise SnapshotError(msg)
-    if _sha256(path) != sha:
+    if file_sha256(path) != sha:
         msg = f"the snapshot's row log file {path.name} does not match its checksum"
         raise SnapshotError(msg)
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
+def link_or_copy(source: Path, target: Path) -> None:
     try:
         os.link(source, target)
     except OSError:

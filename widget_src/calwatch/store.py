@@ -52,6 +52,7 @@ from calwatch.kinds import KINDS, kind_named
 from calwatch.kinds.regression import PIT_BINS, RegressionBatchStats, row_fields
 from calwatch.regression_monitor import check_regressor
 from calwatch.row_log import RowLog
+from calwatch.scale.registry import load_registry, save_registry
 from calwatch.state_checks import check_calibrators
 from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder, check_dtype
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats, StreamState
@@ -70,6 +71,10 @@ _TRANSIENT = frozenset(
 )
 #: The row log's index inside a snapshot (its parts sit beside it, each with its own checksum).
 ROW_LOG_INDEX = "rowlog/index.json"
+#: The observed tables' index (their buckets and label logs sit beside it, with checksums).
+TABLES_INDEX = "tables/index.json"
+#: Optional files a snapshot may carry, checked like the data files when its manifest lists them.
+OPTIONAL_FILES = (ROW_LOG_INDEX, TABLES_INDEX)
 
 
 # ---------------------------------------------------------------------------- save
@@ -115,6 +120,10 @@ def save_monitor(monitor: Monitor, path: str | os.PathLike[str]) -> Path:
         if row_log is not None:
             _write_row_log(row_log, staging / "rowlog")
             files.append(ROW_LOG_INDEX)
+        tables = monitor.__dict__.get("_tables")
+        if tables is not None and tables.sources:
+            save_registry(tables, staging / "tables")
+            files.append(TABLES_INDEX)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -450,11 +459,13 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         if _sha256(file) != facts.get("sha256"):
             msg = f"snapshot {str(folder)!r} is corrupted: {name} does not match its checksum"
             raise SnapshotError(msg)
-    if isinstance(files, dict) and ROW_LOG_INDEX in files:
-        facts = files[ROW_LOG_INDEX]
-        file = folder / ROW_LOG_INDEX
+    for name in OPTIONAL_FILES:
+        if not (isinstance(files, dict) and name in files):
+            continue
+        facts = files[name]
+        file = folder / name
         if not file.is_file() or not isinstance(facts, dict) or _sha256(file) != facts.get("sha256"):
-            msg = f"snapshot {str(folder)!r} is corrupted: {ROW_LOG_INDEX} is missing or altered"
+            msg = f"snapshot {str(folder)!r} is corrupted: {name} is missing or altered"
             raise SnapshotError(msg)
     return manifest
 
@@ -512,6 +523,10 @@ def load_monitor(
             has_index = ROW_LOG_INDEX in manifest["files"]
             index = json.loads((folder / ROW_LOG_INDEX).read_text(encoding="utf-8")) if has_index else None
             row_log = RowLog() if index is None else RowLog.restore(folder / "rowlog", index)
+        tables = None
+        if TABLES_INDEX in manifest["files"]:
+            tables_index = json.loads((folder / TABLES_INDEX).read_text(encoding="utf-8"))
+            tables = load_registry(folder / "tables", tables_index)
     except SnapshotError:
         raise
     except Exception as err:  # a malformed file that still matches its checksum: say so, change nothing
@@ -537,6 +552,8 @@ def load_monitor(
     if row_log is not None:
         monitor.__dict__["_row_log"] = row_log
         stream.spill = row_log.spill
+    if tables is not None:
+        monitor.__dict__["_tables"] = tables
     _check_views(monitor, folder)
     return monitor
 

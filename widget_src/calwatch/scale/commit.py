@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from calwatch.scale.bucket_watch import record_looks, watch_of
 from calwatch.scale.reduce import BucketStatistics
 from calwatch.scale.registry import TableSource, registry_of
 from calwatch.stream import BatchRecord, BatchStats
@@ -40,6 +41,8 @@ def commit_observed(
                              stats=dict(bucket.stats))  # fmt: skip
         _check(record, f"bucket {bucket.bucket!r}")
         records.append(record)
+    watch = watch_of(monitor)
+    looks = [] if watch is None else watch.observed(monitor, records, buckets)
     # Everything is computed: commit.
     stream.batches.extend(records)
     stream.rows_seen += sum(r.n_rows for r in records)
@@ -49,6 +52,8 @@ def commit_observed(
     registry = registry_of(monitor)
     if not any(s is source for s in registry.sources):
         registry.sources.append(source)
+    if watch is not None:
+        record_looks(monitor, watch, looks)
     indices = tuple(r.index for r in records)
     monitor._notify(indices)
     return indices
@@ -70,9 +75,13 @@ def commit_labels(
         probe = BatchRecord(record.index, record.name, record.observed_at, record.n_rows, merged)
         _check(probe, f"bucket {delta.bucket!r}")
         updates.append((record, merged))
+    watch = watch_of(monitor)
+    looks = [] if watch is None else watch.labelled(monitor, updates)
     # Everything is computed: commit.
     for record, merged in updates:
         record.stats = merged
+    if watch is not None:
+        record_looks(monitor, watch, looks)
     stream.rows_labelled += sum(d.n_new_labels for _, d in deltas)
     stream.labels_unmatched += int(unmatched)
     touched = tuple(sorted({r.index for r, _ in updates}))

@@ -44,11 +44,15 @@ class FrozenMonitor:
         The class label of each probability column.
     tolerance : float
         How far a row of probabilities may sum from 1.
+    reference_confidence : ndarray, optional
+        The calibration rows' confidence scores ``1 − max p``, sorted: each bucket's rank-sum
+        against them feeds the label-free bucket test (None for monitors calibrated before it).
     """
 
     calibrators: dict[str, Any]
     classes: npt.NDArray[Any]
     tolerance: float
+    reference_confidence: npt.NDArray[np.float64] | None = None
 
     @property
     def n_classes(self) -> int:
@@ -67,9 +71,11 @@ class FrozenMonitor:
     def to_bytes(self) -> bytes:
         """The frozen state as bytes: a zip of ``state.json`` and one ``.npy`` per array (no pickle)."""
         encoder = StateEncoder()
-        tree = encoder.encode(
-            {"calibrators": self.calibrators, "classes": self.classes, "tolerance": self.tolerance}, "frozen"
-        )
+        state = {
+            "calibrators": self.calibrators, "classes": self.classes, "tolerance": self.tolerance,
+            "reference_confidence": self.reference_confidence,
+        }  # fmt: skip
+        tree = encoder.encode(state, "frozen")
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
             archive.writestr(_STATE, json.dumps(tree, allow_nan=False))
@@ -99,7 +105,11 @@ class FrozenMonitor:
             msg = f"not a frozen calwatch monitor: {err}"
             raise SnapshotError(msg) from err
         state = StateDecoder(arrays).decode(tree)
-        return cls(dict(state["calibrators"]), np.asarray(state["classes"]), float(state["tolerance"]))
+        reference = state.get("reference_confidence")
+        return cls(
+            dict(state["calibrators"]), np.asarray(state["classes"]), float(state["tolerance"]),
+            None if reference is None else np.asarray(reference, dtype=np.float64),
+        )  # fmt: skip
 
 
 def freeze(monitor: Monitor) -> FrozenMonitor:
@@ -130,7 +140,8 @@ def freeze(monitor: Monitor) -> FrozenMonitor:
                 "split table cannot reproduce: use randomized=False on table sources"
             )
             raise TypeError(msg)
-    return FrozenMonitor(monitor.calibrators, np.asarray(classes), float(monitor._tolerance))
+    reference = monitor.__dict__.get("_reference_confidence")
+    return FrozenMonitor(monitor.calibrators, np.asarray(classes), float(monitor._tolerance), reference)
 
 
 __all__ = ["TABLE_KINDS", "FrozenMonitor", "SnapshotError", "freeze"]

@@ -37,6 +37,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from calwatch.engine.shift.bucket_tests import mid_rank_sum
 from calwatch.models import ModelOutputs
 from calwatch.scale.columns import LogColumns, label_mask, probabilities, values
 from calwatch.scale.frozen import FrozenMonitor
@@ -46,6 +47,8 @@ CONSTANT_FIELDS = frozenset({"alpha_level", "top_k", "threshold"})
 #: The bucket-level counts, under calibrator ``""``.
 BUCKET = ""
 N_ROWS, N_NEW_LABELS, N_RELABELLED = "n_rows", "n_new_labels", "n_relabelled"
+#: The bucket's rank-sum of confidence scores against the calibration rows' (a float ``total``).
+CONFIDENCE_RANK_SUM = "confidence_rank_sum"
 
 IntArray = npt.NDArray[np.intp]
 
@@ -218,6 +221,10 @@ def partial_statistics(
         again = rows[relabel[rows]]
         if observed:
             parts.add(code, BUCKET, N_ROWS, 0, count=rows.shape[0])
+            if frozen.reference_confidence is not None:
+                scores = 1.0 - outputs.probs[rows].max(axis=1)
+                rank_sum = mid_rank_sum(frozen.reference_confidence, scores)
+                parts.add(code, BUCKET, CONFIDENCE_RANK_SUM, 0, total=rank_sum)
         if new_rows.shape[0]:
             parts.add(code, BUCKET, N_NEW_LABELS, 0, count=new_rows.shape[0])
         if again.shape[0]:
@@ -270,6 +277,7 @@ def _check_distinct_ids(batch: pa.RecordBatch, columns: LogColumns) -> None:
 
 __all__ = [
     "BUCKET",
+    "CONFIDENCE_RANK_SUM",
     "CONSTANT_FIELDS",
     "N_NEW_LABELS",
     "N_RELABELLED",

@@ -17,7 +17,14 @@ import polars as pl
 import pyarrow as pa
 
 from calwatch.scale.frozen import FrozenMonitor
-from calwatch.scale.kernel import BUCKET, CONSTANT_FIELDS, N_NEW_LABELS, N_RELABELLED, N_ROWS
+from calwatch.scale.kernel import (
+    BUCKET,
+    CONFIDENCE_RANK_SUM,
+    CONSTANT_FIELDS,
+    N_NEW_LABELS,
+    N_RELABELLED,
+    N_ROWS,
+)
 from calwatch.stream import BatchStats
 
 KEYS = ["bucket", "calibrator", "field", "index"]
@@ -32,6 +39,8 @@ class BucketStatistics:
     n_new_labels: int = 0
     n_relabelled: int = 0
     stats: dict[str, BatchStats] = field(default_factory=dict)
+    #: Its rows' confidence rank-sum against the calibration rows (None when not computed).
+    confidence_rank_sum: float | None = None
 
 
 def reduce_partials(partials: Iterable[pa.RecordBatch | pa.Table | pl.DataFrame]) -> pl.DataFrame:
@@ -102,7 +111,9 @@ def bucket_statistics(
         if key == BUCKET:
             value = int(count[s:e].sum())
             entry = entries[code]
-            if name == N_ROWS:
+            if name == CONFIDENCE_RANK_SUM:
+                entry.confidence_rank_sum = float(total[s:e].sum())
+            elif name == N_ROWS:
                 entry.n_rows = value
             elif name == N_NEW_LABELS:
                 entry.n_new_labels = value

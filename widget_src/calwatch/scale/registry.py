@@ -10,11 +10,18 @@ memory stays bounded by one call's labels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from calwatch.row_log import BUCKET, ID, LABEL, SEQ, LabelLog
+import polars as pl
+
+from calwatch.row_log import BUCKET, ID, LABEL, SEQ, LabelLog, check_file, file_sha256, link_or_copy
 from calwatch.scale.columns import LogColumns
+from calwatch.state_codec import SnapshotError
 
 
 @dataclass
@@ -41,6 +48,9 @@ class TableSource:
     batches: dict[Any, int] = field(default_factory=dict)
     rows: int = 0
     labels: LabelLog = field(default_factory=lambda: LabelLog())
+    #: The parquet path or glob it was read from, when it was one: a snapshot keeps it, so a
+    #: loaded monitor joins late labels to the same files.
+    location: str | None = None
 
 
 @dataclass
@@ -64,6 +74,73 @@ class TableRegistry:
         return "; ".join(
             f"{engine}: {rows:,} rows, {buckets:,} buckets" for engine, (rows, buckets) in by_engine.items()
         )
+
+
+def save_registry(registry: TableRegistry, folder: Path) -> None:
+    """The registry into a snapshot's ``tables/``: an index, each source's buckets, its label log's parts.
+
+    Sources read from parquet paths are kept whole; sources that were in-memory frames or
+    cluster DataFrames keep their batches and labels but cannot be read again after a load
+    (``label_table`` says so).
+    """
+    folder.mkdir()
+    entries = []
+    for i, source in enumerate(registry.sources):
+        buckets = pl.DataFrame({"bucket": list(source.batches), "batch": list(source.batches.values())})
+        buckets.write_parquet(folder / f"buckets-{i}.parquet")
+        parts = []
+        for part in source.labels.parts:
+            name = f"labels-{i}-{part.name}"
+            try:
+                os.link(part, folder / name)
+            except OSError:
+                shutil.copyfile(part, folder / name)
+            parts.append({"file": name, "sha256": file_sha256(folder / name)})
+        entries.append({
+            "engine": source.engine, "location": source.location, "columns": asdict(source.columns),
+            "rows": source.rows, "buckets": f"buckets-{i}.parquet",
+            "buckets_sha256": file_sha256(folder / f"buckets-{i}.parquet"), "labels": parts,
+        })  # fmt: skip
+    (folder / "index.json").write_text(json.dumps({"sources": entries}), encoding="utf-8")
+
+
+def load_registry(folder: Path, index: dict[str, Any]) -> TableRegistry:
+    """The registry a snapshot's ``tables/`` holds (label parts linked into a fresh log).
+
+    Raises
+    ------
+    SnapshotError
+        If a file is missing, altered, or the index is malformed.
+    """
+    registry = TableRegistry()
+    try:
+        for entry in index["sources"]:
+            columns = dict(entry["columns"])
+            if isinstance(columns["probs"], list):
+                columns["probs"] = tuple(columns["probs"])
+            buckets_file = folder / str(entry["buckets"])
+            check_file(buckets_file, str(entry["buckets_sha256"]))
+            buckets = pl.read_parquet(buckets_file)
+            location = entry["location"]
+            source = TableSource(
+                engine=str(entry["engine"]),
+                source=None if location is None else pl.scan_parquet(str(location)),
+                columns=LogColumns(**columns),
+                batches=dict(zip(buckets["bucket"].to_list(), buckets["batch"].to_list(), strict=True)),
+                rows=int(entry["rows"]),
+                location=None if location is None else str(location),
+            )
+            for part in entry["labels"]:
+                file = folder / str(part["file"])
+                check_file(file, str(part["sha256"]))
+                target = source.labels.folder / file.name
+                link_or_copy(file, target)
+                source.labels.parts.append(target)
+            registry.sources.append(source)
+    except (KeyError, TypeError, ValueError) as err:
+        msg = f"tables/index.json is malformed: {err}"
+        raise SnapshotError(msg) from err
+    return registry
 
 
 def registry_of(monitor: Any) -> TableRegistry:

@@ -148,7 +148,8 @@ def observe_table(
     frame = as_lazy(source)
     check_names(frame, columns.needed())
     query = frame.select(columns.needed())
-    table_source = TableSource("polars", frame, columns)
+    location = str(source) if isinstance(source, (str, os.PathLike)) else None
+    table_source = TableSource("polars", frame, columns, location=location)
     folded = _Folded([])
     workers = max(1, min(WORKERS, os.cpu_count() or 1))
     try:
@@ -281,6 +282,13 @@ def label_table(
         frozen = freeze(monitor)
         calibrators = dict(monitor._calibrators)
         sources = [s for s in registry_of(monitor).sources if s.engine == "polars"]
+        gone = [s for s in sources if s.source is None]
+    if gone:
+        msg = (
+            f"{len(gone)} observed table(s) were in-memory frames before this monitor was saved and "
+            "loaded: their rows cannot be read again to take labels (tables read from parquet paths can)"
+        )
+        raise ValueError(msg)
     if not sources:
         msg = (
             "label_table joins labels to tables observed with observe_table, and none was observed: "
