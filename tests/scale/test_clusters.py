@@ -1,0 +1,301 @@
+"""calwatch.spark and calwatch.dask: a cluster-fed monitor equals the in-memory monitor, exactly.
+
+For random prediction logs of real tasks with K = 2, 3 and 5 classes (random row counts,
+buckets of random type, random partitionings, labels known at observe time, late labels in
+random order over several calls, relabels, unknown ids), a monitor fed through Spark, Dask's
+synchronous scheduler or a two-process Dask cluster must hold the statistics of a monitor that
+observed the same rows bucket by bucket with ``observe`` and took the same label calls with
+``label`` (counts exactly, float sums to 1e-12 relative). Bad input is refused naming the
+column, with the monitor unchanged; a Spark task retried after a failure counts its rows once.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import calwatch as cw
+from calwatch.scale.kernel import partial_statistics
+from calwatch.scale.registry import registry_of
+from tests.scale.engines import DaskEngine, Engine, SparkEngine, task_with
+from tests.scale.logs import assert_same_statistics, calibrated, log_frame, prob_names, replay
+
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+
+#: Examples per engine: a Spark job costs about a second, a Dask cluster round trip a fraction.
+EXAMPLES = {"spark": 5, "dask-sync": 10, "dask-cluster": 6}
+
+
+@pytest.fixture(params=list(EXAMPLES))
+def engine(request: pytest.FixtureRequest) -> Engine:
+    name = request.param
+    if name == "spark":
+        return SparkEngine(request.getfixturevalue("spark"))
+    pytest.importorskip("dask.dataframe")
+    client = request.getfixturevalue("dask_client") if name == "dask-cluster" else None
+    return DaskEngine(name, client)
+
+
+def _buckets(kind: str, codes: np.ndarray) -> list[Any]:
+    if kind == "int":
+        return [int(c) for c in codes]
+    if kind == "str":
+        return [f"day-{int(c)}" for c in codes]
+    return [date(2026, 3, 1) + timedelta(days=int(c)) for c in codes]
+
+
+def _check_against_memory(engine: Engine, data: st.DataObject) -> None:
+    K = data.draw(st.sampled_from([2, 3, 5]), label="K")
+    task = task_with(K)
+    # Each engine sees other logs for the same hypothesis choices.
+    rng = np.random.default_rng(
+        [data.draw(st.integers(0, 2**32 - 1), label="seed"), zlib.crc32(engine.name.encode())]
+    )
+    n = data.draw(st.integers(1, 300), label="rows")
+    rows = rng.integers(0, task.P.shape[0], size=n)
+    P, y = task.P[rows], task.y[rows]
+    kind = data.draw(st.sampled_from(["int", "str", "date"]), label="bucket type")
+    buckets = _buckets(kind, rng.integers(0, data.draw(st.integers(1, 5), label="buckets"), size=n))
+    ids = rng.permutation(10 * n)[:n]
+    known = rng.random(n) < data.draw(st.sampled_from([0.0, 0.3, 1.0]), label="labelled at once")
+    frame = log_frame(P, ids, buckets, [int(v) if k else None for v, k in zip(y, known, strict=True)])
+    frame = frame.sample(fraction=1.0, shuffle=True, seed=int(rng.integers(2**31)))
+    table, memory = calibrated(task), calibrated(task)
+    engine.observe(
+        table, engine.table(frame, data.draw(st.integers(1, 4), label="partitions")), id="id",
+        probs=prob_names(K), bucket="bucket", label="y", category="cat",
+    )  # fmt: skip
+    replay(memory, frame)
+    assert_same_statistics(table, memory)
+    for _ in range(data.draw(st.integers(0, 2), label="label calls")):
+        pick = rng.random(n) < rng.random()
+        wrong = rng.random(n) < 0.2  # some labels are wrong, to be corrected by a later call
+        labels = np.where(wrong, rng.integers(0, K, size=n), y)[pick]
+        unknown = np.unique(rng.integers(10 * n, 20 * n, size=int(rng.integers(0, 3))))
+        label_ids = np.concatenate([ids[pick], unknown])
+        label_values = np.concatenate([labels, np.zeros(unknown.shape[0], dtype=int)])
+        order = rng.permutation(label_ids.shape[0])
+        labels_frame = pl.DataFrame({"rid": label_ids[order], "truth": label_values[order]})
+        got = engine.label(
+            table, engine.table(labels_frame, int(rng.integers(1, 4))), id="rid", label="truth"
+        )
+        want = memory.label(label_ids[order], label_values[order])
+        assert (got.matched, got.unmatched, got.relabelled) == (want.matched, want.unmatched, want.relabelled)
+        assert set(got.batches) == set(want.batches)
+        assert_same_statistics(table, memory)
+    source = registry_of(table).sources[0]
+    assert registry_of(table).describe() == f"{source.engine}: {n:,} rows, {len(set(buckets)):,} buckets"
+
+
+def test_a_cluster_fed_monitor_equals_the_in_memory_monitor(engine: Engine) -> None:
+    @settings(
+        max_examples=EXAMPLES[engine.name], deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )  # fmt: skip
+    @given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        _check_against_memory(engine, data)
+
+    check()
+
+
+def test_a_list_column_of_probabilities_equals_class_columns(engine: Engine) -> None:
+    task = task_with(5)
+    n = 200
+    frame = log_frame(task.P[:n], range(n), np.arange(n) % 3, [int(v) for v in task.y[:n]], list_column=True)
+    table, memory = calibrated(task), calibrated(task)
+    engine.observe(
+        table, engine.table(frame, 3), id="id", probs="probs", bucket="bucket", label="y", category="cat"
+    )
+    replay(memory, frame)
+    assert_same_statistics(table, memory)
+
+
+def test_relabels_replace_the_label_observed_and_the_label_logged(engine: Engine) -> None:
+    """Rows labelled at observe time, then by one call, then again: each label replaces the last."""
+    task = task_with(3)
+    n = 90
+    rng = np.random.default_rng(9)
+    rows = rng.integers(0, task.P.shape[0], size=n)
+    y = task.y[rows]
+    frame = log_frame(
+        task.P[rows], np.arange(n), np.arange(n) % 3, [int(v) if i < 30 else None for i, v in enumerate(y)]
+    )
+    table, memory = calibrated(task), calibrated(task)
+    engine.observe(
+        table,
+        engine.table(frame, 2),
+        id="id",
+        probs=prob_names(3),
+        bucket="bucket",
+        label="y",
+        category="cat",
+    )
+    replay(memory, frame)
+    for ids in (np.arange(15, 60), np.arange(0, 90, 2)):  # observed labels, then logged ones, relabelled
+        wrong = (y[ids] + 1) % 3 if ids[0] == 15 else y[ids]
+        got = engine.label(
+            table, engine.table(pl.DataFrame({"rid": ids, "truth": wrong}), 2), id="rid", label="truth"
+        )
+        want = memory.label(ids, wrong)
+        assert (got.matched, got.unmatched, got.relabelled) == (want.matched, want.unmatched, want.relabelled)
+        assert_same_statistics(table, memory)
+
+
+def test_a_loaded_monitor_keeps_cluster_statistics_but_refuses_their_labels(tmp_path: Path) -> None:
+    pytest.importorskip("dask.dataframe")
+    engine = DaskEngine("dask-sync")
+    task = task_with(2)
+    n = 40
+    frame = log_frame(task.P[:n], np.arange(n), np.arange(n) % 2)
+    mon = calibrated(task)
+    engine.observe(mon, engine.table(frame, 2), id="id", probs=prob_names(2), bucket="bucket", category="cat")
+    mon.save(tmp_path / "snap")
+    loaded = cw.Monitor.load(tmp_path / "snap")
+    assert_same_statistics(loaded, mon)
+    assert registry_of(loaded).describe() == "dask: 40 rows, 2 buckets"
+    with pytest.raises(ValueError, match="saved and loaded"):
+        engine.label(
+            loaded, engine.table(pl.DataFrame({"rid": [1], "truth": [0]}), 1), id="rid", label="truth"
+        )
+
+
+# ---------------------------------------------------------------------------- retries
+def test_a_retried_spark_task_counts_every_row_once(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partition 0's first attempt fails after its first batch went out; the retry must count once."""
+    import calwatch.spark as cw_spark
+
+    marker = tmp_path / "failed"
+
+    def flaky(batch: Any, frozen: Any, columns: Any, **options: Any) -> Any:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        seen.append(len(batch))  # one list per task: the function is unpickled for each
+        if (
+            context is not None
+            and context.partitionId() == 0
+            and context.attemptNumber() == 0
+            and len(seen) == 2
+        ):
+            marker.touch()
+            raise RuntimeError("injected: the executor went away")
+        return partial_statistics(batch, frozen, columns, **options)
+
+    seen: list[int] = []
+    monkeypatch.setattr(cw_spark, "KERNEL", flaky)
+    task = task_with(3)
+    n = 240
+    rng = np.random.default_rng(5)
+    rows = rng.integers(0, task.P.shape[0], size=n)
+    days = _buckets("date", rng.integers(0, 3, size=n))
+    known = rng.random(n) < 0.5
+    y = task.y[rows]
+    frame = log_frame(
+        task.P[rows], np.arange(n), days, [int(v) if k else None for v, k in zip(y, known, strict=True)]
+    )
+    table, memory = calibrated(task), calibrated(task)
+    engine = SparkEngine(spark)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
+    try:
+        engine.observe(
+            table,
+            engine.table(frame, 2),
+            id="id",
+            probs=prob_names(3),
+            bucket="bucket",
+            label="y",
+            category="cat",
+        )
+        assert marker.exists(), "the injected failure did not happen"
+        marker.unlink()
+        labels = pl.DataFrame({"rid": np.arange(0, n, 2), "truth": y[::2]})
+        got = engine.label(table, engine.table(labels, 2), id="rid", label="truth")
+        assert marker.exists(), "the injected failure did not happen"
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    replay(memory, frame)
+    want = memory.label(np.arange(0, n, 2), y[::2])
+    assert (got.matched, got.relabelled) == (want.matched, want.relabelled)
+    assert_same_statistics(table, memory)
+
+
+# ---------------------------------------------------------------------------- bad input
+def _at_row(row_id: int, value: Any, column: str) -> pl.Expr:
+    """Column ``column`` with ``value`` in the row whose id is ``row_id``."""
+    return pl.when(pl.col("id") == row_id).then(value).otherwise(pl.col(column)).alias(column)
+
+
+Spoil = Callable[[pl.DataFrame], pl.DataFrame]
+TWO = ["p0", "p1"]
+BAD_LOGS: dict[str, tuple[Spoil, list[str], str]] = {
+    "missing column": (lambda f: f.drop("p1"), TWO, "'p1'"),
+    "too many probability columns": (
+        lambda f: f.with_columns(p2=pl.lit(0.0)),
+        [*TWO, "p2"],
+        "probs names 3 columns but the monitor has 2",
+    ),
+    "a probability above 1": (lambda f: f.with_columns(pl.lit(1.5).alias("p0")), TWO, "probs"),
+    "a NaN probability": (lambda f: f.with_columns(_at_row(7, float("nan"), "p0")), TWO, "probs"),
+    "an id twice in a bucket": (lambda f: f.with_columns(_at_row(40, 0, "id")), TWO, "id column 'id'"),
+    "a label outside the classes": (lambda f: f.with_columns(pl.lit(7).alias("y")), TWO, "label column 'y'"),
+    "no rows": (lambda f: f.head(0), TWO, "no rows"),
+}
+#: Errors found on executors cost Spark three attempts, each in a fresh Python worker (one exits
+#: after an exception, and the next imports calwatch again): Spark checks one such case per call.
+SPARK_SKIPS = {"a NaN probability", "a label outside the classes"}
+BAD_LABELS: dict[str, tuple[pl.DataFrame, str]] = {
+    "missing column": (pl.DataFrame({"rid": [1], "answer": [0]}), "'truth'"),
+    "a null label": (pl.DataFrame({"rid": [1, 2], "truth": [0, None]}), "label column 'truth' has 1 null"),
+    "an id twice": (pl.DataFrame({"rid": [1, 1], "truth": [0, 1]}), "repeats 1 ids"),
+    "a label outside the classes": (pl.DataFrame({"rid": [1, 2], "truth": [0, 9]}), "label column 'truth'"),
+    "ids of another type": (pl.DataFrame({"rid": ["a"], "truth": [0]}), "the labels' ids cannot be joined"),
+}
+
+
+def _view(mon: cw.Monitor) -> tuple[Any, ...]:
+    return (
+        mon.summary().drop("observed_at"),
+        mon.class_coverage().drop("observed_at", strict=False),
+        mon.status(),
+    )
+
+
+def test_bad_input_is_refused_naming_the_column_and_changes_nothing(engine: Engine) -> None:
+    task = task_with(2)
+    n = 60
+    frame = log_frame(task.P[:n], np.arange(n), np.arange(n) % 2, [int(v) for v in task.y[:n]])
+    mon = calibrated(task)
+    columns = {"id": "id", "bucket": "bucket", "label": "y", "category": "cat"}
+    engine.observe(mon, engine.table(frame.head(10), 2), probs=prob_names(2), **columns)
+    before = _view(mon)
+    for case, (spoil, probs, named) in BAD_LOGS.items():
+        if engine.name == "spark" and case in SPARK_SKIPS:
+            continue
+        with pytest.raises(ValueError, match=named) as raised:
+            engine.observe(mon, engine.table(spoil(frame), 3), probs=probs, **columns)
+        assert "__cw_" not in str(raised.value), case
+        after = _view(mon)
+        assert after[0].equals(before[0]) and after[1].equals(before[1]) and after[2] == before[2], case
+    for case, (labels, named) in BAD_LABELS.items():
+        with pytest.raises(ValueError, match=named) as raised:
+            engine.label(mon, engine.table(labels, 1), id="rid", label="truth")
+        assert "__cw_" not in str(raised.value), case
+        after = _view(mon)
+        assert after[0].equals(before[0]) and after[1].equals(before[1]) and after[2] == before[2], case
+    # Nothing was half-applied: the label log took none of the refused labels.
+    report = engine.label(
+        mon, engine.table(pl.DataFrame({"rid": [1], "truth": [0]}), 1), id="rid", label="truth"
+    )
+    assert (report.matched, report.relabelled) == (1, 1)
