@@ -39,8 +39,17 @@ def kernel_spec_manager(tmp_path_factory: pytest.TempPathFactory) -> KernelSpecM
     return KernelSpecManager(kernel_dirs=[str(kernels)], ensure_native_kernel=False)
 
 
+#: Rows of the prediction-log notebook's log in this test (the notebook itself uses 10^7).
+NOTEBOOK_ROWS = "200000"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path: Path, kernel_spec_manager: KernelSpecManager) -> None:
+def test_notebook_runs(
+    path: Path, kernel_spec_manager: KernelSpecManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "CALWATCH_NOTEBOOK_ROWS", NOTEBOOK_ROWS
+    )  # the kernel inherits this process's environment
     nb = nbformat.read(path, as_version=4)
     km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=kernel_spec_manager)
     assert km.kernel_spec is not None
