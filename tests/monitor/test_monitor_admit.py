@@ -169,3 +169,40 @@ def test_venn_admit_panels(streamed):
     assert admit_class["n_admitted"].sum() == mon.admitted_accuracy()["n_admitted"].sum()
     plain = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier()})
     assert not set(charts.ADMIT_CHARTS) & set(charts.chart_kinds(plain))
+
+
+def test_a_venn_admit_that_admits_nothing_says_why():
+    # classes that overlap in the embedding: the KNN approximation agrees with the model on
+    # about 40% of rows and Venn-ADMIT admits nothing; notices() and status() say so and why
+    rng = np.random.default_rng(2)
+    centres = rng.normal(size=(3, 8)) * 4
+
+    def noise(n):
+        return _draw(rng, centres, n, spread=3.0)
+
+    mon = cw.Monitor(calibrators={"va": VennAdmit(epochs=2, progress=False)}, shift=None)
+    mon.calibrate(**_named(noise(800)), reference=noise(600))
+    before = mon.notices().filter(pl.col("calibrator") == "va")
+    assert before.height == 1
+    assert before["message"][0].startswith("Venn-ADMIT admits 0.0% of its calibration rows (D_ca^vp): ")
+    va = mon.calibrators["va"]
+    assert f"κ = {va.kappa_}" in before["examples"][0]
+    E, L, _ = noise(300)
+    mon.observe(logits=L, embeddings=E)
+    after = mon.notices().filter(pl.col("calibrator") == "va")
+    message = after["message"][0]
+    assert message.startswith("Venn-ADMIT admits 0.0% of 300 observed rows: KNN agreement with the model")
+    assert "Try an embedding whose neighbours share the model's prediction" in message
+    assert mon.status()["admitting_nothing"] == 1
+
+
+def _named(triple):
+    E, L, y = triple
+    return {"logits": L, "embeddings": E, "y": y}
+
+
+def test_an_admitting_venn_admit_has_no_notice(streamed):
+    mon, _ = streamed
+    assert mon.summary().filter(pl.col("calibrator") == "va")["admitted_share"].mean() >= 0.01
+    assert mon.notices().filter(pl.col("calibrator") == "va").height == 0
+    assert mon.status()["admitting_nothing"] == 0

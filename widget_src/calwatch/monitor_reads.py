@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     pass
 
 IntArray = npt.NDArray[np.intp]
+#: A Venn-ADMIT calibrator admitting less than this share of rows gets a row in ``notices()``.
+ADMIT_NOTICE_SHARE = 0.01
 
 #: Columns of :meth:`Monitor.summary`, in order. Kinds fill the middle ones
 #: (:attr:`calwatch.kinds.base.CalibratorKind.summary_columns`); a new kind's columns that are not
@@ -168,7 +170,9 @@ class MonitorReads(MonitorState):
         """Stream counters: rows seen, labelled, awaiting labels, batches, unmatched labels.
 
         ``classes_untested`` counts the (calibrator, class) pairs that a per-class detector
-        cannot test (too few calibration rows; :meth:`notices` says which). ``rows_from_tables``
+        cannot test (too few calibration rows; :meth:`notices` says which).
+        ``admitting_nothing`` counts the Venn-ADMIT calibrators that admit under 1% of rows
+        (:meth:`notices` says why and what to try). ``rows_from_tables``
         counts rows observed from tables (:meth:`observe_table`, ``calwatch.spark``,
         ``calwatch.dask``); their unlabelled rows count in ``rows_pending``. With the row log on
         (the default), ``rows_logged`` counts rows that left the window and were kept on disk
@@ -189,6 +193,7 @@ class MonitorReads(MonitorState):
             "labels_unmatched": s.labels_unmatched,
             "rows_in_window": s.rows_in_window,
             "classes_untested": sum(int(n["classes"]) for n in detector_notices),
+            "admitting_nothing": len(self._admit_notices()),
             "rows_from_tables": from_tables,
             **self._row_log_counts(),
         }
@@ -247,6 +252,7 @@ class MonitorReads(MonitorState):
                         "are larger by up to that many classes)"
                     ),
                 })  # fmt: skip
+        rows.extend(self._admit_notices())
         if self._shift is not None:
             rows.extend(self._shift.notices())
         schema: dict[str, Any] = {
@@ -254,6 +260,33 @@ class MonitorReads(MonitorState):
             "examples": pl.String, "message": pl.String,
         }  # fmt: skip
         return pl.DataFrame(rows, schema=schema)
+
+    def _admit_notices(self) -> list[dict[str, Any]]:
+        """A row per Venn-ADMIT calibrator that admits (almost) nothing: why, and what to try.
+
+        "Almost nothing" is under :data:`ADMIT_NOTICE_SHARE` of the observed rows (of its own
+        calibration rows, :attr:`VennAdmit.diagnostics_`, before any batch); the message is the
+        calibrator's :meth:`~calwatch.engine.venn_admit.admit.VennAdmit.explain_rejections`.
+        """
+        rows: list[dict[str, Any]] = []
+        for key, cal in self._calibrators.items():
+            explain = getattr(cal, "explain_rejections", None)
+            diagnostics = getattr(cal, "diagnostics_", None)
+            if not callable(explain) or not isinstance(diagnostics, dict):
+                continue
+            seen = [(r.stats[key], r.n_rows) for r in self._stream.batches if key in r.stats]
+            n_rows = sum(n for _, n in seen)
+            admitted = sum(int(getattr(stats, "n_admitted", 0)) for stats, _ in seen)
+            share = admitted / n_rows if n_rows else float(diagnostics["calibration_admit_share"])
+            if share >= ADMIT_NOTICE_SHARE:
+                continue
+            where = f"of {n_rows} observed rows" if n_rows else "of its calibration rows (D_ca^vp)"
+            rows.append({
+                "calibrator": key, "detector": None, "classes": 0,
+                "examples": f"κ = {diagnostics['kappa']}, KNN agreement {float(cal.agreement_):.2f}",
+                "message": f"Venn-ADMIT admits {share:.1%} {where}: {explain()}",
+            })  # fmt: skip
+        return rows
 
     @guarded
     def targets(self) -> dict[str, float]:

@@ -22,8 +22,16 @@ labels) and one labelled calibration set, which it splits 10% / 45% / 45% (seede
    of its ``|T|`` rows labelled ``ŷ`` and test-point weight ``w``, the lower and upper Venn
    probabilities of ``ŷ`` are ``n_ŷ/(|T| + w)`` and ``(n_ŷ + w)/(|T| + w)``. ``w = 1``
    (unweighted, Alg. 4) or ``w = 1/ψ'`` (weighted, Alg. 3, Eq. 9), ``ψ' = Σ_{j∈T} ψ_j`` from
-   the localizer. Admitted iff ``p̲ ≥ 1 − α`` (and ``q = K`` with ``q_k_only``, §4.4.1).
-   Rows whose ADMIT set is not a singleton are rejected and get ``p̲ = p̄ = NaN``.
+   the localizer. The paper admits iff ``p̲ ≥ 1 − α`` (``bound="venn"``). Our default
+   (``bound="clopper-pearson"``, issue 17; ``docs/venn-admit.md``) admits iff a one-sided
+   Clopper-Pearson lower bound on the category's frequency of ``ŷ``, with the test point
+   counted as a miss of weight ``w`` (:func:`~calwatch.engine.venn_admit.bands.venn_cp_lower`),
+   is ``≥ 1 − α`` at level ``δ/m``, ``m`` the candidate categories (Bonferroni): the raw
+   ``p̲`` of a small category is a noisy frequency, and selecting the categories where it looks
+   ``≥ 1 − α`` is a winner's curse (admitted accuracy 0.77 on 44-54-row categories). The bound
+   is at most ``p̲``, so this only removes admitted rows; it sets the minimum category size by
+   itself (:attr:`VennAdmit.diagnostics_`). Admitted also needs ``q = K`` with ``q_k_only``
+   (§4.4.1). Rows whose ADMIT set is not a singleton are rejected and get ``p̲ = p̄ = NaN``.
 6. Localizer (App. B, Eq. 8-9): ``ψ = softmax_j(−‖r_t − r_j‖₂/η')`` over ``D_ca^vp`` (our
    reading: the calibration set of the Venn predictor, so that ``ψ' = 1`` when all the
    localizer's mass lies in the category, the paper's "standard Venn predictor" case);
@@ -69,6 +77,7 @@ from calwatch.engine.venn_admit.bands import (
     band_radius,
     reliability_features,
     venn_bounds,
+    venn_cp_lower,
 )
 from calwatch.engine.venn_admit.localizer import (
     LocalizerSupport,
@@ -102,6 +111,33 @@ DEFAULT_SPLIT = (0.1, 0.45, 0.45)
 SPLIT_KNN, SPLIT_MC, SPLIT_VP = 0, 1, 2
 #: ``format`` tag of :meth:`VennAdmit.state`.
 STATE_FORMAT = "calwatch.VennAdmit/1"
+#: Admission rules: the Clopper-Pearson bound on the category (default) or paper 000's raw ``p̲``.
+BOUNDS = ("clopper-pearson", "venn")
+#: The paper's κ (App. D): ±0.02 coverage variation within a band at α = 0.1.
+PAPER_KAPPA = 1000
+
+
+def auto_kappa(n_mc: int, n_classes: int, k: int, alpha: float) -> int:
+    """``κ`` the ``D_ca^mc`` rows can support (``kappa="auto"``; ``docs/venn-admit.md``).
+
+    ``κ = min(1000, max(⌈(1 − α)/α⌉, ⌊n_mc / (C·(K + 1))⌋))``: the average size of a
+    label-specific band if the rows spread evenly over the ``C`` labels and the ``K + 1`` values
+    of ``q``, capped at paper 000's 1,000 (App. D: ±0.02 coverage variation at α = 0.1, reached
+    from ``n_mc = 1000·C·(K + 1)``, 52,000 rows for a binary task at K = 25) and floored at the
+    smallest band with a finite conformal threshold (9 rows at α = 0.1; fewer always give the
+    label, so a lower guard would change nothing). κ only controls how noisy an ADMIT set may
+    be; the admitted predictions' promise is carried by the Venn step on ``D_ca^vp``, which is
+    disjoint from the rows that shape the sets.
+
+    Examples
+    --------
+    >>> auto_kappa(1800, 2, 25, 0.1), auto_kappa(4500, 2, 25, 0.1), auto_kappa(900, 10, 25, 0.1)
+    (34, 86, 9)
+    >>> auto_kappa(100_000, 2, 25, 0.1)
+    1000
+    """
+    floor = math.ceil((1.0 - alpha) / alpha - 1e-9)
+    return int(min(PAPER_KAPPA, max(floor, n_mc // (n_classes * (k + 1)))))
 
 
 def _softmax(a: FloatArray) -> FloatArray:
@@ -135,12 +171,21 @@ class VennAdmit:
         Target: admitted predictions are right with probability ``≥ 1 − alpha`` per class.
     k : int
         Neighbours ``K`` of the KNN approximation.
-    kappa : int
+    kappa : int or "auto"
         Guard: ADMIT returns the full set when a class has fewer band rows (App. D).
+        ``"auto"`` (default): what ``D_ca^mc`` supports (:func:`auto_kappa`; the fitted value
+        is ``kappa_``), paper 000's 1,000 from 52,000 ``D_ca^mc`` rows (binary, K = 25).
     band_delta : float
         ``δ`` of the band radius ``ω = δ·ŝ``.
     weighted : bool
         Up-weight the test point by the localizer (Alg. 3) instead of weight 1 (Alg. 4).
+    bound : {"clopper-pearson", "venn"}
+        Admit on a Clopper-Pearson lower bound of the category's frequency of ``ŷ`` at level
+        ``delta/m`` (default), or on paper 000's raw lower Venn probability ``p̲``.
+    delta : float
+        With ``bound="clopper-pearson"``: the chance that any of the ``m`` candidate categories
+        (distinct ``(q, ŷ)`` keys of the ``D_ca^vp`` singleton rows) has a true frequency below
+        its bound.
     q_k_only : bool
         Admit only rows with ``q = K`` (Venn-ADMIT_qK, §4.4.1).
     seed : int
@@ -177,9 +222,11 @@ class VennAdmit:
         *,
         alpha: float = 0.1,
         k: int = 25,
-        kappa: int = 1000,
+        kappa: int | str = "auto",
         band_delta: float = 1.0,
         weighted: bool = True,
+        bound: str = "clopper-pearson",
+        delta: float = 0.1,
         q_k_only: bool = False,
         seed: int = 0,
         split: tuple[float, float, float] = DEFAULT_SPLIT,
@@ -191,7 +238,15 @@ class VennAdmit:
     ) -> None:
         self.alpha = check_alpha(alpha)
         self.k = _check_int("k", k, 1)
-        self.kappa = _check_int("kappa", kappa, 0)
+        self.kappa: int | str = "auto" if kappa == "auto" else _check_int("kappa", kappa, 0)
+        if bound not in BOUNDS:
+            msg = f"bound must be one of {BOUNDS}; got {bound!r}"
+            raise ValueError(msg)
+        self.bound = str(bound)
+        if not (isinstance(delta, int | float) and 0 < delta < 1):
+            msg = f"delta must be a number in (0, 1); got {delta!r}"
+            raise ValueError(msg)
+        self.delta = float(delta)
         if not (isinstance(band_delta, int | float) and math.isfinite(band_delta) and band_delta > 0):
             msg = f"band_delta must be a finite number > 0; got {band_delta!r}"
             raise ValueError(msg)
@@ -216,7 +271,8 @@ class VennAdmit:
     def __repr__(self) -> str:
         return (
             f"VennAdmit(alpha={self.alpha!r}, k={self.k!r}, kappa={self.kappa!r}, "
-            f"band_delta={self.band_delta!r}, weighted={self.weighted!r}, q_k_only={self.q_k_only!r})"
+            f"band_delta={self.band_delta!r}, weighted={self.weighted!r}, bound={self.bound!r}, "
+            f"delta={self.delta!r}, q_k_only={self.q_k_only!r})"
         )
 
     def options(self) -> dict[str, Any]:
@@ -227,6 +283,8 @@ class VennAdmit:
             "kappa": self.kappa,
             "band_delta": self.band_delta,
             "weighted": self.weighted,
+            "bound": self.bound,
+            "delta": self.delta,
             "q_k_only": self.q_k_only,
             "seed": self.seed,
             "split": list(self.split),
@@ -363,6 +421,7 @@ class VennAdmit:
             d_ca[used], q_ca[used], yhat[used], y_ca[used], self.band_delta
         )
         mc = np.flatnonzero(split == SPLIT_MC)
+        self.kappa_ = auto_kappa(mc.size, C, self.k, self.alpha) if self.kappa == "auto" else int(self.kappa)
         self._admit = AdmitCalibration(
             q_ca[mc],
             d_ca[mc],
@@ -371,7 +430,7 @@ class VennAdmit:
             n_classes=C,
             alpha=self.alpha,
             omega=self.omega_,
-            kappa=self.kappa,
+            kappa=self.kappa_,
         )
         vp = np.flatnonzero(split == SPLIT_VP)
         self._vp_rows = vp
@@ -379,6 +438,103 @@ class VennAdmit:
         key = np.where(sets_vp.sum(axis=1) == 1, q_ca[vp] * C + yhat[vp], -1).astype(np.int64)
         self._categories = VennCategories(key, d_ca[vp], y_ca[vp], n_classes=C)
         self._support = LocalizerSupport(E_ca[vp], k=self.localizer_k, kind=self.index, seed=self.seed)
+        self._refresh_diagnostics()
+
+    def _refresh_diagnostics(self) -> None:
+        """``n_candidates_`` and ``diagnostics_`` from the fitted calibration structures."""
+        vp = self._vp_rows
+        key = self._categories.key
+        self.n_candidates_ = max(int(np.unique(key[key >= 0]).size), 1)
+        yhat = argmax_lowest(self.calibration_logits_knn_[vp])
+        q, d = self.calibration_q_[vp], self.calibration_d_[vp]
+        sets, _ = self._admit.sets(self.calibration_probs_knn_[vp], yhat, q, d)
+        self.diagnostics_ = self._diagnostics(key, d, yhat, np.asarray(sets.all(axis=1)))
+
+    def _after_decode(self) -> None:
+        """A monitor snapshot from before issue 17: the paper's rule and κ, as it was fitted."""
+        if "bound" in self.__dict__:
+            return
+        self.bound, self.delta = "venn", 0.1
+        if hasattr(self, "_categories"):
+            self.kappa_ = int(self._admit.kappa)
+            self._refresh_diagnostics()
+
+    def _bound_level(self) -> float:
+        """Per-category level ``δ/m`` of the Clopper-Pearson bound (Bonferroni over candidates)."""
+        return self.delta / self.n_candidates_
+
+    def _lower(self, n_t: IntArray, n_y: IntArray, w: FloatArray) -> FloatArray:
+        """What admission compares with ``1 − α``: the CP bound, or the Venn ``p̲`` (``bound="venn"``)."""
+        if self.bound == "venn":
+            return venn_bounds(n_t, n_y, w)[0]
+        return venn_cp_lower(n_t, n_y, w, self._bound_level())
+
+    def min_category_size(self) -> int | None:
+        """Fewest ``D_ca^vp`` rows a category needs to admit at all (every row right, ``w = 1``).
+
+        ``None`` when no size up to 100,000 is enough.
+        """
+        sizes = np.arange(1, 100_001)
+        ok = self._lower(sizes, sizes, np.ones(sizes.size)) >= (1.0 - self.alpha) - _SLACK
+        return int(sizes[np.argmax(ok)]) if ok.any() else None
+
+    def _diagnostics(
+        self, key: Int64Array, d_vp: FloatArray, yhat_vp: IntArray, full_vp: BoolArray
+    ) -> dict[str, Any]:
+        """What the calibration rows say about how much Venn-ADMIT can admit (``diagnostics_``)."""
+        single = key >= 0
+        n_t, n_y = self._categories.counts(
+            key[single], d_vp[single] - self.omega_, d_vp[single] + self.omega_, yhat_vp[single]
+        )
+        # each D_ca^vp singleton row against its own category, itself included, w = 1
+        passes = self._lower(n_t, n_y, np.ones(n_t.size)) >= (1.0 - self.alpha) - _SLACK
+        n_vp = max(int(key.size), 1)
+        return {
+            "kappa": self.kappa_,
+            "bound": self.bound,
+            "candidates": self.n_candidates_,
+            "n_mc": int(np.sum(self.calibration_split_ == SPLIT_MC)),
+            "n_vp": int(key.size),
+            "full_share": float(np.sum(full_vp)) / n_vp,
+            "singleton_share": float(np.sum(single)) / n_vp,
+            "median_category_size": float(np.median(n_t)) if n_t.size else 0.0,
+            "largest_category_size": int(n_t.max()) if n_t.size else 0,
+            "min_category_size": self.min_category_size(),
+            "calibration_admit_share": float(np.sum(passes)) / n_vp,
+        }
+
+    def explain_rejections(self) -> str:
+        """Why this Venn-ADMIT admits (almost) nothing, and what to try, in one paragraph."""
+        self._check_fitted()
+        g = self.diagnostics_
+        need = g["min_category_size"]
+        parts = [
+            f"KNN agreement with the model {self.agreement_:.2f}",
+            f"κ = {g['kappa']} (D_ca^mc {g['n_mc']} rows): "
+            f"{g['full_share']:.0%} of D_ca^vp rows get the full set",
+            f"{g['singleton_share']:.0%} get a singleton",
+            f"Venn categories median {g['median_category_size']:.0f}, "
+            f"largest {g['largest_category_size']} rows "
+            f"(a category needs ≥ {need if need is not None else '∞'} rows, all right, to be admitted at "
+            f"α = {self.alpha:g})",
+        ]
+        tips = []
+        if self.agreement_ < 0.95:
+            tips.append(
+                "an embedding whose neighbours share the model's prediction "
+                "(e.g. the model's penultimate layer)"
+            )
+        if g["full_share"] > 0.5 and g["kappa"] > math.ceil((1.0 - self.alpha) / self.alpha - 1e-9):
+            tips.append("a smaller kappa")
+        if need is None or g["largest_category_size"] < need:
+            tips.append("more calibration rows (the categories are smaller than the bound needs)")
+        else:
+            tips.append(
+                "a larger alpha or more calibration rows (categories are large enough, but their "
+                "share of right predictions is too close to 1 − α to certify)"
+            )
+        tips += ["weighted=False"] * self.weighted + ["q_k_only=False"] * self.q_k_only
+        return "; ".join(parts) + ". Try " + ", ".join(tips) + "."
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "localizer_eta_"):
@@ -457,7 +613,7 @@ class VennAdmit:
         m = parts.sets.shape[0]
         w = np.ones(parts.single.size) if weight is None else weight
         low, up = venn_bounds(parts.n_t, parts.n_y, w)
-        ok = low >= (1.0 - self.alpha) - _SLACK
+        ok = self._lower(parts.n_t, parts.n_y, w) >= (1.0 - self.alpha) - _SLACK
         if q_k_only:
             ok &= parts.q[parts.single] == self.k
         p_lower, p_upper, weights = np.full(m, np.nan), np.full(m, np.nan), np.full(m, np.nan)

@@ -342,3 +342,35 @@ def venn_bounds(n_category: IntArray, n_label: IntArray, weight: FloatArray) -> 
         lower: FloatArray = n_y / (n_t + w)
         upper: FloatArray = np.where(np.isinf(w), 1.0, (n_y + w) / (n_t + w))
     return lower, upper
+
+
+def venn_cp_lower(n_category: IntArray, n_label: IntArray, weight: FloatArray, level: float) -> FloatArray:
+    """One-sided Clopper-Pearson lower bound on a category's frequency of a label, Venn style.
+
+    The test point joins the category with weight ``w`` and the label it is *not* (the worst
+    hypothesis of the Venn predictor, which gives ``p̲ = n/(|T| + w)``): ``n`` successes in
+    ``|T| + w`` trials. The bound is the ``level`` quantile of ``Beta(n, |T| + w − n + 1)``
+    (``0`` when ``n = 0`` or ``w = inf``): with probability ``≥ 1 − level`` over the category's
+    calibration rows, the label's true frequency in the category is at least this. It is at
+    most the Venn lower probability ``n/(|T| + w)`` for any ``level ≤ 1/2`` (the median of
+    that Beta distribution is below its mean ratio), so admitting on it only removes rows.
+
+    Examples
+    --------
+    A category of 20 rows all labelled ``ŷ``, ``w = 1``: the bound solves
+    ``p^20·(21 − 20p) = level`` (the CDF of ``Beta(20, 2)``):
+
+    >>> b = venn_cp_lower(np.array([20]), np.array([20]), np.array([1.0]), 0.05)
+    >>> round(float(b[0]), 4), round(float(b[0] ** 20 * (21 - 20 * b[0])), 4)
+    (0.7933, 0.05)
+    """
+    from scipy.special import betaincinv  # on first use: `import calwatch` stays fast
+
+    n_t = np.asarray(n_category, dtype=np.float64)
+    n_y = np.asarray(n_label, dtype=np.float64)
+    w = np.asarray(weight, dtype=np.float64)
+    ok = (n_y > 0) & np.isfinite(w)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        bound = betaincinv(np.where(ok, n_y, 1.0), np.where(ok, n_t + w - n_y + 1.0, 1.0), level)
+    out: FloatArray = np.where(ok, bound, 0.0).astype(np.float64)
+    return out

@@ -167,6 +167,8 @@ def decode_state(state: Any, expected_format: str) -> DecodedState:
         raise ValueError(msg)
     options = dict(state["options"])
     options["split"] = tuple(options["split"])
+    # states written before the Clopper-Pearson rule (issue 17) admitted on the raw Venn p̲
+    options.setdefault("bound", "venn")
     arrays, scalars = state["arrays"], state["scalars"]
     E_tr = check_embeddings(arrays["reference_embeddings"], "reference_embeddings")
     L_tr = check_logits(arrays["reference_logits"], "reference_logits")
