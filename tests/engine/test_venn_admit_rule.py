@@ -141,3 +141,16 @@ def test_diagnostics_explain_a_weak_embedding(fitted: Fitted) -> None:
     assert 0 <= g["calibration_admit_share"] <= g["singleton_share"] <= 1
     text = va.explain_rejections()
     assert "KNN agreement" in text and f"κ = {va.kappa_}" in text and "Try" in text
+
+
+def test_candidate_count_leaves_out_keys_too_small_to_pass() -> None:
+    # all-right sizes needed at δ/m = 0.1, 0.05, 0.0333, 0.025 (α = 0.1, w = 1): 37, 45, 50, 53
+    need = [next(k for k in range(1, 500) if _beta_n2_cdf(k, 0.9) <= 0.1 / m) for m in (1, 2, 3, 4)]
+    assert need == [37, 45, 50, 53]
+    va = VennAdmit(alpha=0.1, delta=0.1)
+    # keys of 100, 80, 30, 5 rows: at m = 1 two keys could pass (> 1); at m = 2 the same two (≤ 2)
+    assert va._candidates(np.array([100, 80, 30, 5])) == 2
+    # 100, 80, 60, 50, 5: m = 1, 2, 3 leave 4 keys able to pass; m = 4 (need 53) leaves 3 ≤ 4
+    assert va._candidates(np.array([100, 80, 60, 50, 5])) == 4
+    assert va._candidates(np.array([5, 3])) == 1
+    assert va._candidates(np.zeros(0, dtype=np.int64)) == 1

@@ -184,8 +184,8 @@ class VennAdmit:
         ``delta/m`` (default), or on paper 000's raw lower Venn probability ``p̲``.
     delta : float
         With ``bound="clopper-pearson"``: the chance that any of the ``m`` candidate categories
-        (distinct ``(q, ŷ)`` keys of the ``D_ca^vp`` singleton rows) has a true frequency below
-        its bound.
+        (distinct ``(q, ŷ)`` keys of the ``D_ca^vp`` singleton rows large enough to pass,
+        ``n_candidates_``) has a true frequency below its bound.
     q_k_only : bool
         Admit only rows with ``q = K`` (Venn-ADMIT_qK, §4.4.1).
     seed : int
@@ -444,7 +444,7 @@ class VennAdmit:
         """``n_candidates_`` and ``diagnostics_`` from the fitted calibration structures."""
         vp = self._vp_rows
         key = self._categories.key
-        self.n_candidates_ = max(int(np.unique(key[key >= 0]).size), 1)
+        self.n_candidates_ = self._candidates(np.unique(key[key >= 0], return_counts=True)[1])
         yhat = argmax_lowest(self.calibration_logits_knn_[vp])
         q, d = self.calibration_q_[vp], self.calibration_d_[vp]
         sets, _ = self._admit.sets(self.calibration_probs_knn_[vp], yhat, q, d)
@@ -458,6 +458,22 @@ class VennAdmit:
         if hasattr(self, "_categories"):
             self.kappa_ = int(self._admit.kappa)
             self._refresh_diagnostics()
+
+    def _candidates(self, sizes: Int64Array) -> int:
+        """``m``: the fewest candidate categories that cover every key able to pass at ``δ/m``.
+
+        A ``(q, ŷ)`` key whose ``D_ca^vp`` singleton rows are too few to pass the bound at
+        level ``δ/m`` even if all are right (``w = 1``, the least a test point weighs) cannot be
+        admitted, whatever its labels; the key sizes do not depend on the ``D_ca^vp`` labels, so
+        leaving such keys out of the Bonferroni count keeps it valid. ``m`` is the smallest
+        count with ``#{keys that could pass at δ/m} ≤ m`` (at most the number of keys).
+        """
+        sizes = np.asarray(sizes, dtype=np.int64)
+        for m in range(1, max(int(sizes.size), 1) + 1):
+            full = venn_cp_lower(sizes, sizes, np.ones(sizes.size), self.delta / m)
+            if int(np.sum(full >= (1.0 - self.alpha) - _SLACK)) <= m:
+                return m
+        return max(int(sizes.size), 1)
 
     def _bound_level(self) -> float:
         """Per-category level ``δ/m`` of the Clopper-Pearson bound (Bonferroni over candidates)."""
