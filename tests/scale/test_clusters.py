@@ -195,6 +195,9 @@ def test_a_retried_spark_task_counts_every_row_once(
 
     seen: list[int] = []
     monkeypatch.setattr(cw_spark, "KERNEL", flaky)
+    monkeypatch.setattr(
+        cw_spark, "ARROW_ROWS", 20
+    )  # several batches per task: one goes out before the failure
     task = task_with(3)
     n = 240
     rng = np.random.default_rng(5)
@@ -207,24 +210,20 @@ def test_a_retried_spark_task_counts_every_row_once(
     )
     table, memory = calibrated(task), calibrated(task)
     engine = SparkEngine(spark)
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
-    try:
-        engine.observe(
-            table,
-            engine.table(frame, 2),
-            id="id",
-            probs=prob_names(3),
-            bucket="bucket",
-            label="y",
-            category="cat",
-        )
-        assert marker.exists(), "the injected failure did not happen"
-        marker.unlink()
-        labels = pl.DataFrame({"rid": np.arange(0, n, 2), "truth": y[::2]})
-        got = engine.label(table, engine.table(labels, 2), id="rid", label="truth")
-        assert marker.exists(), "the injected failure did not happen"
-    finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    engine.observe(
+        table,
+        engine.table(frame, 2),
+        id="id",
+        probs=prob_names(3),
+        bucket="bucket",
+        label="y",
+        category="cat",
+    )
+    assert marker.exists(), "the injected failure did not happen"
+    marker.unlink()
+    labels = pl.DataFrame({"rid": np.arange(0, n, 2), "truth": y[::2]})
+    got = engine.label(table, engine.table(labels, 2), id="rid", label="truth")
+    assert marker.exists(), "the injected failure did not happen"
     replay(memory, frame)
     want = memory.label(np.arange(0, n, 2), y[::2])
     assert (got.matched, got.relabelled) == (want.matched, want.relabelled)

@@ -51,7 +51,8 @@ from calwatch.scale.collect import (
     unjoinable,
 )
 from calwatch.scale.columns import LogColumns
-from calwatch.scale.kernel import partial_statistics
+from calwatch.scale.kernel import BUCKET as BUCKET_COUNTS
+from calwatch.scale.kernel import N_ROWS, partial_statistics
 from calwatch.scale.reduce import KEYS
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource
 
@@ -63,6 +64,8 @@ ENGINE = "spark"
 #: The kernel executors run (signature of :func:`~calwatch.scale.kernel.partial_statistics`). A
 #: seam for tests, e.g. a wrapper that fails a task's first attempt to check retries count once.
 KERNEL: remote.Kernel = partial_statistics
+#: Rows per Arrow batch Spark hands the Python workers, and per kernel call, while our jobs run.
+ARROW_ROWS = remote.COALESCE_ROWS
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -76,6 +79,7 @@ def observe(
     bucket: str,
     label: str | None = None,
     category: str | None = None,
+    check_ids: bool = True,
 ) -> tuple[int, ...]:
     """Observe every row of a Spark DataFrame: one batch per bucket, in sorted bucket order.
 
@@ -96,6 +100,10 @@ def observe(
         Labels already known (null where not).
     category : str, optional
         The Mondrian category, for ``mondrian="category"`` calibrators.
+    check_ids : bool
+        Refuse a table whose ids repeat within a bucket. The check is a distinct count of
+        ``(bucket, id)``, a shuffle of every row that costs about as much as the statistics
+        themselves; turn it off only for a table whose ``(bucket, id)`` is a key by construction.
 
     Returns
     -------
@@ -124,13 +132,39 @@ def observe(
     columns.check_schema(_arrow_schema(df, names, "the DataFrame"), snap.frozen.n_classes)
     spark = df.sparkSession
     _use_this_python(spark)
-    with _Shipped(spark, snap) as shipped, _arrow_only():
+    with _Shipped(spark, snap) as shipped, _arrow_only(), _arrow_batches(spark):
         partials = df.select(*[_col(n) for n in names]).mapInArrow(
             shipped.executor(columns, observed=True), _partial_type(df.schema[bucket].dataType)
         )
         reduced = _collect(_reduced(partials))
-    _refuse_repeats(df, columns)
+    if check_ids and reduced.height:
+        _refuse_repeats(df, columns, _observed_rows(reduced))
     return commit_observed_partials(mon, snap, reduced, TableSource(ENGINE, df, columns))
+
+
+def _observed_rows(reduced: pl.DataFrame) -> int:
+    """The rows the kernel counted (the bucket-level ``n_rows`` summed over buckets)."""
+    counted = reduced.filter((pl.col("calibrator") == BUCKET_COUNTS) & (pl.col("field") == N_ROWS))
+    return int(counted["count"].sum())
+
+
+@contextlib.contextmanager
+def _arrow_batches(spark: SparkSession) -> Iterator[None]:
+    """Spark hands Python workers Arrow batches of :data:`ARROW_ROWS` rows while our jobs run.
+
+    Fewer, larger batches halve the time Spark spends moving a table to Python (measured here on
+    10^7 rows: 11.2 s at 10,000 rows a batch, 6.0 s at 200,000); the session's setting is put back.
+    """
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, str(ARROW_ROWS))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def label(mon: Any, labels_df: DataFrame, *, id: str, label: str) -> LabelReport:
@@ -172,7 +206,7 @@ def label(mon: Any, labels_df: DataFrame, *, id: str, label: str) -> LabelReport
     _use_this_python(spark)
     call = LabelCall.start(snap, count)
     try:
-        with _Shipped(spark, snap) as shipped, _arrow_only():
+        with _Shipped(spark, snap) as shipped, _arrow_only(), _arrow_batches(spark):
             for source in sources:
                 _label_source(spark, shipped, call, source, labels_df, id, label)
     except BaseException:
@@ -257,10 +291,17 @@ def _checked_count(labels_df: DataFrame, id: str, label: str) -> int:
     return n
 
 
-def _refuse_repeats(df: DataFrame, columns: LogColumns) -> None:
-    """Raise if an id repeats within a bucket anywhere in the DataFrame (one job: the kernel sees a batch)."""
+def _refuse_repeats(df: DataFrame, columns: LogColumns, rows: int) -> None:
+    """Raise if an id repeats within a bucket anywhere in the DataFrame (the kernel sees a batch).
+
+    One job counts the distinct ``(bucket, id)`` pairs (a distinct count costs about half of a
+    grouped count on Spark); only when they fall short of the ``rows`` the kernel counted does a
+    second job find an example to name.
+    """
     from pyspark.sql import functions as sf
 
+    if df.select(_col(columns.bucket), _col(columns.id)).distinct().count() == rows:
+        return
     repeats = (
         df.groupBy(_col(columns.bucket), _col(columns.id))
         .agg(sf.count(sf.lit(1)).alias("__cw_n"))
@@ -290,11 +331,11 @@ class _Shipped:
         self, columns: LogColumns, *, observed: bool
     ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
         """The function ``mapInArrow`` runs on each partition (pickled with its few small captures)."""
-        key, broadcast, kernel = self.key, self.broadcast, KERNEL
+        key, broadcast, kernel, rows = self.key, self.broadcast, KERNEL, ARROW_ROWS
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             frozen = remote.frozen_for(key, lambda: bytes(broadcast.value))
-            for batch in batches:
+            for batch in remote.coalesced(batches, rows):
                 out = remote.raising_marked(batch, frozen, columns, observed=observed, kernel=kernel)
                 if out.num_rows:
                     yield out

@@ -191,6 +191,10 @@ def partial_statistics(
         raise ValueError(msg)
     encoded = bucket_column.dictionary_encode()
     codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.intp)
+    ids = batch.column(columns.id)
+    if ids.null_count:
+        msg = f"id column {columns.id!r} has {ids.null_count} null rows"
+        raise ValueError(msg)
     if check_ids:
         _check_distinct_ids(batch, columns)
     name = f"probs column {columns.probs!r}" if isinstance(columns.probs, str) else "probs columns"
@@ -259,11 +263,7 @@ def _labels(batch: pa.RecordBatch, name: str | None, encoder: Any) -> tuple[npt.
 
 def _check_distinct_ids(batch: pa.RecordBatch, columns: LogColumns) -> None:
     """Raise if an id repeats within a bucket of this batch of rows."""
-    ids = batch.column(columns.id)
-    if ids.null_count:
-        msg = f"id column {columns.id!r} has {ids.null_count} null rows"
-        raise ValueError(msg)
-    table = pa.table({"b": batch.column(columns.bucket), "i": ids})
+    table = pa.table({"b": batch.column(columns.bucket), "i": batch.column(columns.id)})
     counts = table.group_by(["b", "i"]).aggregate([([], "count_all")])
     repeated = pc.greater(counts.column("count_all"), 1)
     if pc.any(repeated).as_py():

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +39,9 @@ LOGGED = "__cw_logged"
 SOURCE_LABEL = "__cw_source_label"
 #: How many frozen monitors a worker process keeps decoded.
 CACHED = 4
+#: Rows gathered before the kernel runs: engines hand workers small Arrow batches (Spark's
+#: ``maxRecordsPerBatch`` is 10,000), and each kernel call has a fixed cost per calibrator.
+COALESCE_ROWS = 131_072
 
 Kernel = Callable[..., pa.RecordBatch]
 
@@ -61,6 +64,29 @@ def frozen_for(key: str, data: Callable[[], bytes]) -> FrozenMonitor:
             _FROZEN.pop(next(iter(_FROZEN)))
         _FROZEN[key] = found
     return found
+
+
+def coalesced(batches: Iterable[pa.RecordBatch], rows: int = COALESCE_ROWS) -> Iterator[pa.RecordBatch]:
+    """The batches regrouped into batches of at least ``rows`` rows (the last may be smaller)."""
+    pending: list[pa.RecordBatch] = []
+    gathered = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        pending.append(batch)
+        gathered += batch.num_rows
+        if gathered >= rows:
+            yield _combined(pending)
+            pending, gathered = [], 0
+    if pending:
+        yield _combined(pending)
+
+
+def _combined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    combined: pa.RecordBatch = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    return combined
 
 
 def label_mode_columns(columns: LogColumns) -> LogColumns:
@@ -140,10 +166,12 @@ def raising_marked(batch: pa.RecordBatch, frozen: FrozenMonitor, columns: LogCol
 
 __all__ = [
     "CACHED",
+    "COALESCE_ROWS",
     "LOGGED",
     "PREVIOUS",
     "SOURCE_LABEL",
     "Kernel",
+    "coalesced",
     "digest",
     "frozen_for",
     "label_mode_columns",

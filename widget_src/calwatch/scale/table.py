@@ -13,6 +13,7 @@ monitor is not blocked while a long table is read.
 
 from __future__ import annotations
 
+import glob
 import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -95,6 +96,53 @@ def arrow_chunks(frame: pl.LazyFrame, chunk_rows: int) -> Iterator[pa.RecordBatc
         yield from chunk.to_arrow(compat_level=pl.CompatLevel.oldest()).to_batches()
 
 
+def parquet_files(source: Any) -> Any:
+    """The parquet files of a path, folder or glob (sorted), a pyarrow Dataset as is; None otherwise.
+
+    Parquet is read file by file with pyarrow's batch reader, one batch at a time: polars'
+    ``collect_batches`` ran ahead of a slower consumer by hundreds of MB on a 10^7-row file, and a
+    threaded dataset scanner reads several row groups at once.
+    """
+    import pyarrow.dataset as pads
+
+    if isinstance(source, pads.Dataset):
+        return source
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    path = str(source)
+    if any(ch in path for ch in "*?["):
+        files = sorted(glob.glob(path, recursive=True))
+    elif Path(path).is_dir():
+        files = sorted(str(p) for p in Path(path).rglob("*.parquet"))
+    else:
+        files = [path]
+    if not files:
+        msg = f"source: {path!r} matches no parquet file"
+        raise ValueError(msg)
+    return files
+
+
+def source_chunks(
+    files: Any, frame: pl.LazyFrame, names: list[str], chunk_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """The ``names`` columns of a source in chunks: pyarrow's batch reader for parquet, else polars."""
+    import pyarrow.parquet as pq
+
+    if files is None:
+        yield from arrow_chunks(frame.select(names), chunk_rows)
+        return
+    if not isinstance(files, list):  # a pyarrow Dataset
+        scanner = files.scanner(columns=names, batch_size=chunk_rows, batch_readahead=1, fragment_readahead=1,
+                                use_threads=False)  # fmt: skip
+        yield from (batch for batch in scanner.to_batches() if batch.num_rows)
+        return
+    for file in files:
+        with pq.ParquetFile(file) as reader:
+            for batch in reader.iter_batches(batch_size=chunk_rows, columns=names, use_threads=False):
+                if batch.num_rows:
+                    yield batch
+
+
 @dataclass
 class _Folded:
     """Partial statistics folded as they arrive (sum by key), so only a few tables are kept."""
@@ -146,8 +194,9 @@ def observe_table(
         frozen = freeze(monitor)
         calibrators = dict(monitor._calibrators)
     frame = as_lazy(source)
-    check_names(frame, columns.needed())
-    query = frame.select(columns.needed())
+    names = columns.needed()
+    check_names(frame, names)
+    dataset = parquet_files(source)
     location = str(source) if isinstance(source, (str, os.PathLike)) else None
     table_source = TableSource("polars", frame, columns, location=location)
     folded = _Folded([])
@@ -159,7 +208,7 @@ def observe_table(
             ThreadPoolExecutor(workers, thread_name_prefix="calwatch-kernel") as pool,
         ):
             running: deque[Future[pa.RecordBatch]] = deque()
-            for chunk in arrow_chunks(query, chunk_rows):
+            for chunk in source_chunks(dataset, frame, names, chunk_rows):
                 running.append(pool.submit(partial_statistics, chunk, frozen, columns, check_ids=False))
                 repeats.add(chunk)
                 if columns.label is not None:
@@ -169,7 +218,7 @@ def observe_table(
                     folded.add(running.popleft().result())
             while running:
                 folded.add(running.popleft().result())
-            _refuse_repeats(repeats, lambda: arrow_chunks(query, chunk_rows), columns)
+            _refuse_repeats(repeats, lambda: source_chunks(dataset, frame, names, chunk_rows), columns)
         reduced = folded.result()
         if reduced is None:
             msg = "source has no rows: nothing to observe"
