@@ -137,7 +137,7 @@ def source_chunks(
         yield from (batch for batch in scanner.to_batches() if batch.num_rows)
         return
     for file in files:
-        with pq.ParquetFile(file) as reader:
+        with pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20) as reader:  # read as it goes
             for batch in reader.iter_batches(batch_size=chunk_rows, columns=names, use_threads=False):
                 if batch.num_rows:
                     yield batch
