@@ -27,6 +27,13 @@ describe("formatStatus", () => {
     expect(formatStatus({ ...status, labels_unmatched: 1 })).toMatch(/· 1 label for unknown\/expired ids$/);
   });
 
+  it("names the tables the batches came from", () => {
+    expect(formatStatus({ ...status, sources: "spark: 1,204,331,000 rows, 365 buckets" })).toBe(
+      "12,345 rows · 10,000 labelled · 2,345 awaiting labels · 8 batches · from spark: 1,204,331,000 rows, 365 buckets",
+    );
+    expect(formatStatus({ ...status, sources: "" })).not.toMatch(/from/);
+  });
+
   it("uses singulars for one and copes with a missing status", () => {
     expect(formatStatus({ ...status, rows_seen: 1, batches: 1 })).toMatch(/^1 row · .* · 1 batch$/);
     expect(formatStatus(undefined)).toBe("0 rows · 0 labelled · 0 awaiting labels · 0 batches");

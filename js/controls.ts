@@ -30,6 +30,9 @@ export function formatStatus(status: Partial<Status> | null | undefined): string
   if (untested > 0) {
     parts.push(`${count(untested, "class", "classes")} too rare for a per-class test`);
   }
+  if (s.sources) {
+    parts.push(`from ${s.sources}`);
+  }
   return parts.join(" · ");
 }
 

@@ -283,3 +283,16 @@ def test_a_table_that_was_a_frame_cannot_take_labels_after_a_load(tmp_path: Path
     assert loaded.status()["rows_from_tables"] == 40
     with pytest.raises(ValueError, match="were in-memory frames before this monitor was saved"):
         loaded.label_table(pl.DataFrame({"id": [1], "y": [0]}), id="id", label="y")
+
+
+def test_the_widget_status_line_names_the_tables() -> None:
+    from calwatch.widget import status_line
+
+    task = real_task("breast_cancer")
+    frame = log_frame(task.P[:60], np.arange(60), np.arange(60) % 3)
+    mon = calibrated(task)
+    assert status_line(mon)["sources"] == "" and mon.sources() == ""
+    mon.observe_table(frame, id="id", probs=prob_names(2), bucket="bucket", category="cat")
+    assert mon.sources() == "polars: 60 rows, 3 buckets"
+    assert status_line(mon)["sources"] == "polars: 60 rows, 3 buckets"
+    assert mon.widget()._status["sources"] == "polars: 60 rows, 3 buckets"

@@ -209,6 +209,16 @@ class MonitorReads(MonitorState):
             "row_log_errors": len(self._stream.spill_errors),
         }
 
+    @guarded
+    def sources(self) -> str:
+        """Where table batches came from, one phrase per engine (``""`` when none did).
+
+        For example ``"spark: 1,204,331,000 rows, 365 buckets; polars: 2,000,000 rows, 30 buckets"``
+        (``polars`` is :meth:`observe_table`'s engine); the widget's status line shows it.
+        """
+        registry = self.__dict__.get("_tables")
+        return "" if registry is None else str(registry.describe())
+
     def _table_rows(self) -> tuple[int, int]:
         """Rows observed from tables (``observe_table``, Spark, Dask), and those still without a label.
 

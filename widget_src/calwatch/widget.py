@@ -67,6 +67,15 @@ def _json_rows_from_dicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def status_line(monitor: Any) -> dict[str, Any]:
+    """The status line's data: the monitor's counters, and where its table batches came from."""
+    status: dict[str, Any] = dict(monitor.status())
+    sources = getattr(monitor, "sources", None)
+    if callable(sources):
+        status["sources"] = sources()
+    return status
+
+
 def _classes(monitor: Monitor) -> list[str]:
     return [] if monitor.calibration_ is None else [str(c) for c in monitor.classes_.tolist()]
 
@@ -86,7 +95,7 @@ def view_state(monitor: Monitor) -> dict[str, Any]:
         "_empty_states": {k: v for k, v in dashboard.EMPTY_STATES.items() if k in kinds or k in panels},
         "_calibrators": list(monitor.calibrators),
         "_classes": _classes(monitor),
-        "_status": monitor.status(),
+        "_status": status_line(monitor),
         "_notices": notice_lines(monitor),
         "_warnings": warning_rows(monitor),
         "_default_author": default_author(),
@@ -604,7 +613,7 @@ class MonitorWidget(anywidget.AnyWidget):
                         self._keep_window_current()
                 data |= self._derived(window=window, notes=not batches)
                 self._queue_upsert(data, started)
-                status, warnings = self._monitor.status(), warning_rows(self._monitor)
+                status, warnings = status_line(self._monitor), warning_rows(self._monitor)
                 info = self._info() if batches else None
         except Exception as err:  # draw the error in the widget instead of losing it
             self._error = f"{type(err).__name__}: {err}"
