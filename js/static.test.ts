@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { VegaLiteSpec, WidgetModel } from "./model";
-import { renderStatic, StaticModel } from "./static";
+import { renderLive, renderStatic, StaticModel } from "./static";
 
 const spec: VegaLiteSpec = {
   params: [{ name: "calibrator", value: "(all)" }],
@@ -56,6 +56,46 @@ describe("StaticModel", () => {
     model.set("_selected", "lac");
     model.set("_selected", "lac");
     expect([model.get("_selected"), changes]).toEqual(["lac", 1]);
+  });
+});
+
+describe("StaticModel.replace", () => {
+  it("sets the traits that changed, keeps the reader's, and replays the new datasets to every view", async () => {
+    const model = new StaticModel(state, { batches: rows });
+    const got: unknown[] = [];
+    const changed: string[] = [];
+    model.on("msg:custom", (m: unknown) => got.push(m));
+    for (const key of ["_status", "_title", "_selected", "_specs"]) model.on(`change:${key}`, () => changed.push(key));
+    model.send({ kind: "replay-request", view: "v1" });
+    await vi.waitFor(() => expect(got).toHaveLength(1));
+    model.set("_selected", "lac");
+    changed.length = 0;
+    const status = { ...state._status, batches: 4 };
+    const more = [...rows, { key: "3|aps", batch: 3, calibrator: "aps", coverage: 0.8 }];
+    model.replace({ ...state, _specs: { coverage: { ...spec } }, _status: status, _selected: "" }, { batches: more });
+    expect(changed).toEqual(["_status"]);
+    expect(model.get("_status")).toEqual(status);
+    expect(model.get("_selected")).toBe("lac");
+    expect(got[1]).toEqual({ kind: "replay", view: "v1", seq: 1, data: { batches: more } });
+  });
+});
+
+describe("renderLive", () => {
+  it("updates the drawn marks and the status line in place when a newer snapshot arrives", async () => {
+    const el = document.createElement("div");
+    document.body.append(el);
+    const live = renderLive(el, state, { batches: rows }, { renderer: "svg", viewId: "l" });
+    const root = el.querySelector<HTMLElement>("div.calwatch-widget");
+    if (root === null) throw new Error("no root");
+    const marks = () => root.querySelectorAll('[data-chart="coverage"] g.mark-symbol path').length;
+    await vi.waitFor(() => expect(marks()).toBe(6), { timeout: 5000 });
+    const more = [...rows, ...["aps", "lac"].map((calibrator) => ({ key: `3|${calibrator}`, batch: 3, calibrator, coverage: 0.8 }))];
+    live.update({ ...state, _status: { ...state._status, batches: 4 } }, { batches: more });
+    await vi.waitFor(() => expect(marks()).toBe(8), { timeout: 5000 });
+    expect(root.querySelector(".calwatch-status")?.textContent).toContain("4 batches");
+    expect(el.querySelectorAll("div.calwatch-widget")).toHaveLength(1);
+    live.dispose();
+    expect(el.querySelector("div.calwatch-widget")).toBeNull();
   });
 });
 

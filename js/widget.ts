@@ -522,4 +522,4 @@ export default () => {
   const render: Render<WidgetModel> = ({ model, el }) => renderView(model, el);
   return { initialize, render };
 };
-export { renderStatic, StaticModel } from "./static";
+export { type LiveView, renderLive, renderStatic, StaticModel } from "./static";

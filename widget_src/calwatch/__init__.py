@@ -37,6 +37,9 @@ _LAZY = {
     "BaselineSelector": "calwatch.engine.selective.calibrator",
     "ModularConformalCalibrator": "calwatch.engine.regression.calibrator",
     "SplitConformalRegressor": "calwatch.engine.conformal.regression",
+    # The live dashboard server (tornado) loads when asked for: calwatch.serve(path).
+    "serve": "calwatch.server",
+    "DashboardServer": "calwatch.server",
 }
 
 
@@ -53,6 +56,7 @@ __all__ = [
     "Adaptive",
     "BaselineSelector",
     "CalwatchWarning",
+    "DashboardServer",
     "LabelReport",
     "ModelOutputs",
     "ModularConformalCalibrator",
@@ -68,5 +72,6 @@ __all__ = [
     "VennAdmit",
     "__version__",
     "compare",
+    "serve",
     "wrap",
 ]

@@ -3,6 +3,8 @@
 - ``calwatch demo [--out DIR] [--seed N]``: stream NYC flights 2013 through a monitor, print
   the tables and write ``DIR/calwatch-demo.html`` (see :mod:`calwatch.demo`).
 - ``calwatch report SNAPSHOT [-o FILE]``: a standalone HTML report of a saved monitor.
+- ``calwatch serve SNAPSHOT [--host H] [--port P]``: a live, read-only dashboard of a snapshot
+  for any browser, redrawn as the snapshot is saved again (see :mod:`calwatch.server`).
 - ``calwatch --version``.
 """
 
@@ -60,6 +62,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="the HTML file (default: SNAPSHOT.html next to the folder)",
     )  # fmt: skip
     report.set_defaults(handler=_run_report)
+    serve = commands.add_parser(
+        "serve",
+        help="serve a live, read-only dashboard of a snapshot to any browser",
+        description=(
+            "Serve the dashboard of a snapshot folder (written by Monitor.save or Monitor.autosave) "
+            "to any browser, read-only, and redraw it in every open page within a second of each "
+            "save. Prints the URL with its access token; requests without the token get 403. "
+            "Ctrl-C stops the server and leaves the snapshot as it is."
+        ),
+    )
+    serve.add_argument("snapshot", type=Path, help="the snapshot folder (it may be saved later)")
+    serve.add_argument(
+        "--host", default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1, this machine only; the traffic is plain HTTP)",
+    )  # fmt: skip
+    serve.add_argument("--port", type=int, default=8765, help="port (default: 8765; 0: a free one)")
+    serve.add_argument(
+        "--token", default=None,
+        help="access token, 16+ URL-safe characters (default: a random one; $CALWATCH_TOKEN if set)",
+    )  # fmt: skip
+    serve.set_defaults(handler=_run_serve)
     return parser
 
 
@@ -74,6 +97,24 @@ def _run_report(args: argparse.Namespace) -> int:
         print(f"calwatch report: {err}", file=sys.stderr)
         return 1
     print(f"wrote {path}")
+    return 0
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from calwatch.server import DashboardServer
+    from calwatch.state_codec import SnapshotError
+
+    token = args.token or os.environ.get("CALWATCH_TOKEN") or None
+    try:
+        server = DashboardServer(args.snapshot, host=args.host, port=args.port, token=token).start()
+    except (SnapshotError, ValueError, OSError) as err:
+        print(f"calwatch serve: {err}", file=sys.stderr)
+        return 1
+    waiting = "" if server.feed.current is not None else " (waiting for the first save)"
+    print(f"calwatch serve: {server.feed.path}{waiting}")
+    print(f"    {server.url}", flush=True)
+    print("Read-only; Ctrl-C stops the server (the snapshot stays as it is).", flush=True)
+    server.serve_forever()
     return 0
 
 

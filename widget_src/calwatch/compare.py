@@ -95,6 +95,7 @@ def compare(
             raise ValueError(msg)
     merged = copy.copy(runs[0])
     merged.__dict__.pop("_guard_state", None)  # its own lock, not the run's
+    merged.__dict__.pop("_autosave", None)  # the run's autosaver saves the run, not the overlay
     merged.name = f"{names[0]}: {runs[0].name} vs {names[1]}: {runs[1].name}"
     merged._calibrators = {
         f"{name}: {key}": cal

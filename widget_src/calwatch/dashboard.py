@@ -30,6 +30,8 @@ else to :data:`DEFAULT_SECTION`; :func:`place` registers a new kind explicitly.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -472,12 +474,23 @@ PANEL_SPECS = {"what_if": what_if_spec, "reliability": reliability_spec, "set_by
 
 
 def specs(kinds: Sequence[str], panels: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Every live spec: the chart kinds (filtered by brush and class), the panels and ``timeline``."""
+    """Every live spec: the chart kinds (filtered by brush and class), the panels and ``timeline``.
+
+    The specs depend on the kinds and panels only (they read named datasets), and building them
+    through Altair's validation takes about a second: they are built once per kinds and panels
+    and each call gets its own copy.
+    """
+    copy: dict[str, dict[str, Any]] = json.loads(_specs_json(tuple(kinds), tuple(panels)))
+    return copy
+
+
+@functools.lru_cache(maxsize=16)
+def _specs_json(kinds: tuple[str, ...], panels: tuple[str, ...]) -> str:
     out = {name: with_view_filters(spec) for name, spec in charts.live_specs(list(kinds)).items()}
     for name in panels:
         out[name] = PANEL_SPECS[name]()
     out["timeline"] = timeline_spec()
-    return out
+    return json.dumps(out)
 
 
 # --------------------------------------------------------------------------- window rows

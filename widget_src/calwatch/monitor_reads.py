@@ -178,7 +178,9 @@ class MonitorReads(MonitorState):
         (the default), ``rows_logged`` counts rows that left the window and were kept on disk
         (their unlabelled rows count in ``rows_pending``: a label may still come),
         ``labels_from_log`` the labels applied to them, ``row_log_errors`` rows the log could not
-        keep (a full disk: their labels go unmatched).
+        keep (a full disk: their labels go unmatched). Once :meth:`autosave` has run, ``autosaves``
+        counts the snapshots it wrote and ``autosave_errors`` the saves that failed (the last
+        error: the autosaver's ``last_error``).
         """
         s = self._stream
         detector_notices = [] if self._shift is None else self._shift.notices()
@@ -196,7 +198,15 @@ class MonitorReads(MonitorState):
             "admitting_nothing": len(self._admit_notices()),
             "rows_from_tables": from_tables,
             **self._row_log_counts(),
+            **self._autosave_counts(),
         }
+
+    def _autosave_counts(self) -> dict[str, int]:
+        """Snapshots the autosaver wrote and saves that failed (``Monitor.autosave``), when it ran."""
+        saver = self.__dict__.get("_autosave")
+        if saver is None:
+            return {}
+        return {"autosaves": int(saver.saves), "autosave_errors": int(saver.errors)}
 
     def _row_log_counts(self) -> dict[str, int]:
         """Rows kept in the row log, labels applied from it, and spills that failed (a full disk)."""

@@ -1,8 +1,8 @@
-"""Keeping and showing a monitor: snapshots, reports, charts, the widget.
+"""Keeping and showing a monitor: snapshots, autosave, reports, charts, the widget, a served view.
 
 :class:`MonitorSharing` is a part of :class:`~calwatch.monitor.Monitor` (a mixin). Each method
-imports its layer (store, report, charts, widget) inside the method, so the stream core does not
-depend on them: these are the import contract's declared exceptions (``pyproject.toml``).
+imports its layer (store, report, charts, widget, server) inside the method, so the stream core
+does not depend on them: these are the import contract's declared exceptions (``pyproject.toml``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from calwatch.autosave import AutoSave
 from calwatch.guard import guarded
 from calwatch.monitor_state import MonitorState
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     import altair as alt
 
     from calwatch.monitor import Monitor
+    from calwatch.server import DashboardServer
     from calwatch.widget import MonitorWidget
 
 IntArray = npt.NDArray[np.intp]
@@ -47,6 +49,116 @@ class MonitorSharing(MonitorState):
         from calwatch.store import save_monitor
 
         return save_monitor(self._as_monitor(), path)
+
+    def autosave(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        every_batches: int | None = 1,
+        every_seconds: float | None = 5.0,
+    ) -> AutoSave:
+        """Keep a snapshot at ``path`` current as the stream goes (:mod:`calwatch.autosave`).
+
+        The snapshot is written now, then by :meth:`save` (atomic) after the observe or label
+        call that makes it due: once ``every_batches`` batches have been observed since the last
+        save, and at most ``every_seconds`` after any unsaved change (labels, notes included).
+        The calls themselves never hold the lock while a save waits, and a failing save never
+        breaks them: ``status()["autosave_errors"]`` counts failures and the returned
+        autosaver's ``last_error`` says what failed. A second call replaces the first autosaver;
+        :meth:`stop_autosave` stops it. ``calwatch serve PATH`` shows the snapshot live.
+
+        Parameters
+        ----------
+        path : path-like
+            The snapshot folder.
+        every_batches : int or None
+            Batches between saves (``None``: save on time only).
+        every_seconds : float or None
+            The longest a change waits unsaved (``None``: save on batches only).
+
+        Returns
+        -------
+        AutoSave
+            The autosaver (``saves``, ``errors``, ``last_error``, ``stop()``).
+
+        Raises
+        ------
+        ValueError, TypeError
+            If an argument is out of range or of the wrong type (the message names it).
+        SnapshotError
+            If the first snapshot cannot be written (e.g. ``path`` is a folder that is not a
+            snapshot): the earlier autosaver, if any, goes on.
+        """
+        monitor = self._as_monitor()
+        saver = AutoSave(monitor, path, every_batches=every_batches, every_seconds=every_seconds)
+        with monitor.lock:
+            saver.start()
+            previous = self.__dict__.get("_autosave")
+            self.__dict__["_autosave"] = saver
+        if previous is not None:
+            previous.stop()
+        return saver
+
+    def stop_autosave(self, *, save: bool = True) -> None:
+        """Stop autosaving (after saving a change still unsaved, unless ``save=False``)."""
+        saver: AutoSave | None = self.__dict__.get("_autosave")
+        if saver is not None:
+            saver.stop(save=save)
+
+    def serve(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        every_batches: int | None = 1,
+        every_seconds: float | None = 5.0,
+    ) -> DashboardServer:
+        """Serve a live, read-only dashboard of this monitor to any browser (:mod:`calwatch.server`).
+
+        The monitor autosaves to ``path`` (:meth:`autosave`, unless it already autosaves there)
+        and a server in a background thread shows that snapshot, updated in every open page
+        within a second of each save. Open ``server.url`` (it carries a random token; requests
+        without it get 403); ``server.stop()`` stops it and leaves the snapshot as it is.
+
+        Parameters
+        ----------
+        path : path-like, optional
+            The snapshot folder (default: the folder this monitor already autosaves to).
+        host : str
+            Address to listen on (default ``127.0.0.1``: this machine only).
+        port : int
+            Port (default 0: a free one).
+        token : str, optional
+            The access token (default: a random one, :func:`secrets.token_urlsafe`).
+        every_batches, every_seconds
+            The autosave policy when autosaving starts here (see :meth:`autosave`).
+
+        Returns
+        -------
+        DashboardServer
+            The running server (``url``, ``stop()``).
+
+        Raises
+        ------
+        ValueError
+            If ``path`` is None and the monitor does not autosave.
+        """
+        from calwatch.server import serve
+
+        saver: AutoSave | None = self.__dict__.get("_autosave")
+        active = saver is not None and saver.active
+        if path is None:
+            if saver is None or not active:
+                msg = "path must name a snapshot folder: this monitor does not autosave (mon.autosave(path))"
+                raise ValueError(msg)
+            target = saver.path
+        else:
+            target = Path(path)
+            if saver is None or not active or saver.path.resolve() != target.resolve():
+                self.autosave(target, every_batches=every_batches, every_seconds=every_seconds)
+        return serve(target, host=host, port=port, token=token)
 
     @guarded
     def report(self, path: str | os.PathLike[str]) -> Path:

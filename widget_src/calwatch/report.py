@@ -18,6 +18,7 @@ import html
 import json
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,12 +64,52 @@ def write_report(source: Monitor | str | os.PathLike[str], path: str | os.PathLi
 
 def render_report(monitor: Monitor, *, snapshot: dict[str, Any] | None = None) -> str:
     """The report page as a string (see :func:`write_report`)."""
+    return report_page(report_parts(monitor, snapshot=snapshot))
+
+
+@dataclass(frozen=True)
+class ReportParts:
+    """What a report page shows of one monitor: the page builder's input.
+
+    Attributes
+    ----------
+    title : str
+        The page title (plain text).
+    generated : str
+        The "generated ... by calwatch ..." line (plain text).
+    sections : str
+        The HTML of the warning log, notes, coverage, configuration and provenance sections;
+        every value in it is escaped.
+    payload : dict
+        The dashboard's saved state: ``{"model": traits, "datasets": rows per dataset}``.
+    """
+
+    title: str
+    generated: str
+    sections: str
+    payload: dict[str, Any]
+
+    def as_json(self, **extra: Any) -> str:
+        """The parts (and ``extra`` fields) as JSON, safe inside a ``<script>`` element too."""
+        fields = {"title": self.title, "generated": self.generated, "sections": self.sections}
+        return _script_json(fields | self.payload | extra)
+
+
+def report_parts(monitor: Monitor, *, snapshot: dict[str, Any] | None = None) -> ReportParts:
+    """The title, sections and dashboard state of a monitor's report (see :func:`report_page`).
+
+    Parameters
+    ----------
+    monitor : Monitor
+        The monitor (live or loaded from a snapshot).
+    snapshot : dict, optional
+        The snapshot's manifest plus its ``path``, shown under Provenance.
+    """
     from calwatch import __version__
-    from calwatch.widget import _bundle, view_datasets, view_state
+    from calwatch.widget import view_datasets, view_state
 
     state = view_state(monitor) | {"_selected": "", "_paused": False, "_error": ""}
     payload = {"model": state, "datasets": view_datasets(monitor, dashboard_data=True)}
-    bundle = base64.b64encode(_bundle().read_bytes()).decode("ascii")
     generated = datetime.now(UTC).isoformat(timespec="seconds")
     sections = [
         _section("Warnings", _warnings_table(monitor)),
@@ -77,15 +118,40 @@ def render_report(monitor: Monitor, *, snapshot: dict[str, Any] | None = None) -
         _section("Configuration", _configuration(monitor)),
         _section("Provenance", _provenance(monitor, snapshot, generated, __version__)),
     ]
-    title = f"calwatch report: {monitor.name}"
-    return _PAGE.format(
-        csp=_CSP,
-        title=_esc(title),
-        heading=_esc(title),
-        generated=_esc(f"generated {generated} by calwatch {__version__}"),
+    return ReportParts(
+        title=f"calwatch report: {monitor.name}",
+        generated=f"generated {generated} by calwatch {__version__}",
         sections="\n".join(sections),
-        payload=_script_json(payload),
+        payload=payload,
+    )
+
+
+def report_page(parts: ReportParts, *, live_version: str | None = None) -> str:
+    """A self-contained report page: the frozen dashboard (the widget's bundle inlined) and sections.
+
+    Parameters
+    ----------
+    parts : ReportParts
+        What the page shows (:func:`report_parts`).
+    live_version : str, optional
+        Build the live page of :mod:`calwatch.server` instead, showing this version of the
+        snapshot: the page follows the server (``api/version``, ``api/report``, same origin, the
+        token of its URL) and redraws newer snapshots in place, with no reload.
+    """
+    from calwatch.widget import _bundle
+
+    bundle = base64.b64encode(_bundle().read_bytes()).decode("ascii")
+    live = live_version is not None
+    return _PAGE.format(
+        csp=LIVE_CSP if live else _CSP,
+        title=_esc(parts.title),
+        heading=_esc(parts.title),
+        generated=_esc(parts.generated),
+        live_line='<p id="calwatch-live" class="generated" aria-live="polite"></p>' if live else "",
+        sections=parts.sections,
+        payload=_script_json(parts.payload | ({"version": live_version} if live else {})),
         bundle=_script_json(bundle),
+        script=_LIVE_SCRIPT if live else _STATIC_SCRIPT,
     )
 
 
@@ -251,6 +317,8 @@ _CSP = (
     "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval' blob:; "
     "style-src 'unsafe-inline'; img-src data: blob:"
 )
+#: The live page (:mod:`calwatch.server`) also fetches newer snapshots from its own server.
+LIVE_CSP = _CSP + "; connect-src 'self'; base-uri 'none'; form-action 'none'"
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -272,25 +340,87 @@ dt {{ color: #59636e; }} dd {{ margin: 0; }} #calwatch-error {{ color: #b42318; 
 </head>
 <body>
 <h1>{heading}</h1>
-<p class="generated">{generated}</p>
+<p id="calwatch-generated" class="generated">{generated}</p>
+{live_line}
 <div id="calwatch-view"></div>
 <div id="calwatch-error" role="alert"></div>
+<div id="calwatch-sections">
 {sections}
+</div>
 <script id="calwatch-state" type="application/json">{payload}</script>
 <script id="calwatch-bundle" type="application/json">{bundle}</script>
 <script type="module">
 const read = (id) => JSON.parse(document.getElementById(id).textContent);
-try {{
-  const code = Uint8Array.from(atob(read("calwatch-bundle")), (c) => c.charCodeAt(0));
-  const url = URL.createObjectURL(new Blob([code], {{ type: "text/javascript" }}));
-  const widget = await import(url);
-  const state = read("calwatch-state");
-  widget.renderStatic(document.getElementById("calwatch-view"), state.model, state.datasets);
-  document.body.dataset.rendered = "true";
-}} catch (error) {{
+const fail = (error) => {{
   document.getElementById("calwatch-error").textContent = "The dashboard could not be drawn: " + error;
-}}
+}};
+{script}
 </script>
 </body>
 </html>
 """
+
+# The report: draw the saved dashboard once.
+_STATIC_SCRIPT = """try {
+  const code = Uint8Array.from(atob(read("calwatch-bundle")), (c) => c.charCodeAt(0));
+  const url = URL.createObjectURL(new Blob([code], { type: "text/javascript" }));
+  const widget = await import(url);
+  const state = read("calwatch-state");
+  widget.renderStatic(document.getElementById("calwatch-view"), state.model, state.datasets);
+  document.body.dataset.rendered = "true";
+} catch (error) {
+  fail(error);
+}"""
+
+# The live page: draw the snapshot it came with, then wait on the server for a newer version
+# (a long poll: api/version?after=<shown> answers when the snapshot changes, or after a while
+# with the same version) and redraw it in place: the widget's traits and datasets through
+# renderLive's update (no re-embed), the sections' escaped HTML, built by the server like the
+# report's. The token travels in an Authorization header, never in these URLs.
+_LIVE_SCRIPT = """const token = new URLSearchParams(location.search).get("token") ?? "";
+const headers = { Authorization: "token " + token };
+const live = document.getElementById("calwatch-live");
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+let view = null;
+let version = null;
+const show = (widget, data) => {
+  const el = document.getElementById("calwatch-view");
+  if (view === null) view = widget.renderLive(el, data.model, data.datasets);
+  else view.update(data.model, data.datasets);
+  if (data.sections !== undefined) {
+    document.getElementById("calwatch-sections").innerHTML = data.sections;
+    document.getElementById("calwatch-generated").textContent = data.generated;
+  }
+  version = data.version;
+  document.body.dataset.version = version;
+  document.body.dataset.updates = String(Number(document.body.dataset.updates ?? "-1") + 1);
+  document.body.dataset.rendered = "true";
+};
+const get = async (path) => {
+  const response = await fetch(path, { headers, cache: "no-store" });
+  if (!response.ok) throw new Error(`${path.split("?")[0]}: HTTP ${response.status}`);
+  return response.json();
+};
+try {
+  const code = Uint8Array.from(atob(read("calwatch-bundle")), (c) => c.charCodeAt(0));
+  const url = URL.createObjectURL(new Blob([code], { type: "text/javascript" }));
+  const widget = await import(url);
+  show(widget, read("calwatch-state"));
+  live.textContent = "Live: updates as the snapshot is saved.";
+  let failures = 0;
+  for (;;) {
+    try {
+      const latest = await get(`api/version?after=${encodeURIComponent(version)}`);
+      if (latest.version !== version) show(widget, await get("api/report"));
+      live.textContent = `Live: snapshot saved ${latest.saved_at}, ${latest.batches} batches.` +
+        (latest.error ? ` The newest snapshot could not be read: ${latest.error}` : "");
+      failures = 0;
+    } catch (error) {
+      failures += 1;
+      live.textContent = `Not updating (${error.message}); retrying.`;
+      await sleep(Math.min(5000, 250 * 2 ** failures));
+    }
+  }
+} catch (error) {
+  fail(error);
+}"""

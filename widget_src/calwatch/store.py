@@ -67,8 +67,11 @@ DATA_FILES = ("state.json", "arrays.parquet", "batches.parquet", "rows.parquet")
 TASKS = ("classification", "regression")
 # Monitor attributes that are not state: the model (or its adapter), live views and their listeners.
 _TRANSIENT = frozenset(
-    {"_adapter", "_model", "_listeners", "_widget", "_stream", "_guard_state", "_tables", "_row_log"}
-)
+    {
+        "_adapter", "_model", "_listeners", "_widget", "_stream", "_guard_state", "_tables", "_row_log",
+        "_autosave",
+    }
+)  # fmt: skip
 #: The row log's index inside a snapshot (its parts sit beside it, each with its own checksum).
 ROW_LOG_INDEX = "rowlog/index.json"
 #: The observed tables' index (their buckets and label logs sit beside it, with checksums).

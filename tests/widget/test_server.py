@@ -1,0 +1,210 @@
+"""calwatch serve: the token, the routes, updates after a save, and a snapshot left intact."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from polars.testing import assert_frame_equal
+
+import calwatch as cw
+from calwatch.__main__ import main
+from calwatch.server import LONG_POLL_S, DashboardServer
+from calwatch.snapshot_feed import SnapshotFeed
+
+from ..synthetic import pets_monitor, softmax_data
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    mon = pets_monitor()
+    path = tmp_path_factory.mktemp("serve") / "pets"
+    server = mon.serve(path, every_batches=1, every_seconds=None)
+    yield mon, server
+    server.stop()
+    mon.stop_autosave()
+
+
+def _get(server, route, *, token=None, headers=None, method="GET"):
+    """(status, headers, body) of a request to the server; the token in the query by default."""
+    token = server.token if token is None else token
+    sep = "&" if "?" in route else "?"
+    url = f"http://127.0.0.1:{server.port}{route}" + (f"{sep}token={token}" if token else "")
+    request = urllib.request.Request(url, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=LONG_POLL_S + 10) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read()
+
+
+def test_listens_on_127_0_0_1_with_a_random_token_in_its_url(served):
+    _, server = served
+    assert server.host == "127.0.0.1" and server.running
+    assert server.url == f"http://127.0.0.1:{server.port}/?token={server.token}"
+    assert len(server.token) >= 40  # secrets.token_urlsafe(32)
+    other = DashboardServer(server.feed.path)
+    assert other.token != server.token
+
+
+@pytest.mark.parametrize("route", ["/", "/api/version", "/api/report", "/nothing-here"])
+def test_requests_without_the_right_token_get_403(served, route):
+    _, server = served
+    assert _get(server, route, token="")[0] == 403
+    assert _get(server, route, token=server.token[:-1] + "x")[0] == 403
+    assert _get(server, route, token="", headers={"Authorization": "token wrong-token-0123456789"})[0] == 403
+    _, _, body = _get(server, route, token="")
+    assert b"needs its token" in body and server.token.encode() not in body
+
+
+def test_the_right_token_gets_the_page_and_the_api_read_only(served):
+    mon, server = served
+    status, headers, page = _get(server, "/")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert "connect-src 'self'" in headers["Content-Security-Policy"]
+    assert headers["X-Content-Type-Options"] == "nosniff" and headers["Referrer-Policy"] == "no-referrer"
+    assert headers["Cache-Control"] == "no-store" and "Server" not in headers
+    text = page.decode()
+    assert "renderLive" in text and 'id="calwatch-sections"' in text
+    assert "<b>here</b>" not in text and "drift starts &lt;b&gt;here&lt;/b&gt;" in text  # escaped
+    assert "<img src=x" not in text
+    authorization = {"Authorization": f"token {server.token}"}
+    status, _, body = _get(server, "/api/version", token="", headers=authorization)
+    version = json.loads(body)
+    assert status == 200 and version["batches"] == mon.n_batches and version["error"] == ""
+    status, headers, body = _get(server, "/api/report")
+    report = json.loads(body)
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    assert report["version"] == version["version"] and report["model"]["_status"]["batches"] == mon.n_batches
+    assert "<" not in body.decode().replace("\\u003c", "")  # markup only as escapes, even in JSON
+    assert _get(server, "/nothing-here")[0] == 404
+    assert _get(server, "/api/version", method="POST")[0] == 405
+
+
+def test_the_version_changes_after_a_save_and_a_long_poll_answers_at_once(served):
+    mon, server = served
+    before = json.loads(_get(server, "/api/version")[2])
+    P, _ = softmax_data(300, seed=41)
+    started = time.monotonic()
+    mon.observe(probs=P, ids=[f"s{i}" for i in range(300)])  # the autosave writes the snapshot
+    status, _, body = _get(server, f"/api/version?after={before['version']}")
+    waited = time.monotonic() - started
+    after = json.loads(body)
+    assert status == 200 and after["version"] != before["version"]
+    assert after["batches"] == before["batches"] + 1 == mon.n_batches
+    assert waited < 1.0, f"the new version took {waited:.2f} s to be served"
+    report = json.loads(_get(server, "/api/report")[2])
+    assert report["version"] == after["version"] and report["model"]["_status"]["batches"] == mon.n_batches
+
+
+def test_a_broken_save_keeps_the_last_good_version_and_says_why(tmp_path):
+    mon = pets_monitor()
+    path = mon.save(tmp_path / "snap")
+    with DashboardServer(path, watch_interval=0.02) as server:
+        good = json.loads(_get(server, "/api/version")[2])
+        rows = path / "rows.parquet"
+        rows.write_bytes(rows.read_bytes()[:-10] + b"0123456789")  # same size, wrong checksum
+        (path / "manifest.json").write_text((path / "manifest.json").read_text() + " ")
+        deadline = time.monotonic() + 10
+        while not (version := json.loads(_get(server, "/api/version")[2]))["error"]:
+            assert time.monotonic() < deadline, "the broken snapshot was never reported"
+            time.sleep(0.05)
+        assert version["version"] == good["version"] and "checksum" in version["error"]
+        assert _get(server, "/")[0] == 200
+
+
+def test_waits_for_a_snapshot_not_yet_saved(tmp_path):
+    mon = pets_monitor()
+    with DashboardServer(tmp_path / "later", watch_interval=0.02) as server:
+        status, _, page = _get(server, "/")
+        assert status == 200 and b"Waiting for the first snapshot" in page
+        assert json.loads(_get(server, "/api/version")[2])["version"] is None
+        assert _get(server, "/api/report")[0] == 404
+        mon.save(tmp_path / "later")
+        version = json.loads(_get(server, "/api/version?after=")[2])
+        assert version["batches"] == mon.n_batches
+
+
+def test_stopping_leaves_the_snapshot_intact(tmp_path):
+    mon = pets_monitor()
+    path = mon.save(tmp_path / "snap")
+    before = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+    server = cw.serve(path)
+    assert _get(server, "/")[0] == 200
+    server.stop()
+    assert not server.running
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=2)
+    assert {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()} == before
+    assert_frame_equal(cw.Monitor.load(path).summary(), mon.summary())
+
+
+def test_bad_arguments_are_named(tmp_path):
+    with pytest.raises(ValueError, match="port must be an integer"):
+        DashboardServer(tmp_path, port=70000)
+    with pytest.raises(ValueError, match="token must be 16 or more URL-safe"):
+        DashboardServer(tmp_path, token="short")
+    with pytest.raises(ValueError, match="host must be"):
+        DashboardServer(tmp_path, host="")
+    (tmp_path / "data.csv").write_text("1,2")
+    with pytest.raises(cw.SnapshotError, match=r"no manifest\.json"):
+        DashboardServer(tmp_path).start()
+    mon = pets_monitor()
+    with pytest.raises(ValueError, match="path must name a snapshot folder"):
+        mon.serve()
+
+
+def test_the_cli_refuses_a_folder_that_is_not_a_snapshot(tmp_path, capsys):
+    (tmp_path / "data.csv").write_text("1,2")
+    assert main(["serve", str(tmp_path), "--port", "0"]) == 1
+    assert "calwatch serve:" in capsys.readouterr().err
+
+
+def test_the_cli_prints_the_url_with_its_token_and_stops_on_ctrl_c(tmp_path):
+    path = tmp_path / "not-saved-yet"  # the page waits for it (and the test for no report)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "calwatch", "serve", str(path), "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
+    )  # fmt: skip
+    try:
+        lines = []
+        while not any("token=" in line for line in lines):
+            line = proc.stdout.readline()
+            assert line, f"calwatch serve exited: {''.join(lines)}"
+            lines.append(line)
+        url = next(line.strip() for line in lines if "token=" in line)
+        assert url.startswith("http://127.0.0.1:")
+        assert "waiting for the first save" in "".join(lines)
+        with urllib.request.urlopen(url, timeout=30) as response:
+            assert response.status == 200 and b"Waiting for the first snapshot" in response.read()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_regression_snapshot_is_served_too(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=500)
+    mon = cw.Monitor(
+        task="regression", calibrators={"mcc": cw.ModularConformalCalibrator(prediction="point")}
+    )
+    mon.calibrate(pred=2 * x, y=2 * x + rng.normal(size=500))
+    mon.observe(pred=2 * x[:100], ids=list(range(100)))
+    feed = SnapshotFeed(mon.save(tmp_path / "reg"))
+    assert feed.refresh() and feed.error == ""
+    assert feed.current is not None and feed.current.batches == 1
+    assert json.loads(feed.current.report_json)["model"]["_status"]["batches"] == 1
+    assert not feed.refresh()  # unchanged: nothing read again
