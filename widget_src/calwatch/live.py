@@ -9,7 +9,8 @@ rows of the buckets an update touched:
 - the pooled records of buckets come from :class:`PooledBuckets`, which keeps the running merges
   of each bucket's batches: a new batch costs one merge, labels on batch ``b`` re-merge the
   bucket from ``b`` on (labels arrive for recent batches: a merge or two), and the running merges
-  of batches that left the window, which no call can change any more, are dropped;
+  of batches that left the window are dropped (only a late label from the row log, or labels for
+  a table's batches, can change them: the widget then rebuilds its datasets once);
 - rows are built in plain Python from the statistics, with the columns, types and values of
   :func:`calwatch.charts.datasets` (``tests/widget/test_widget_incremental.py`` checks that the
   rows a widget sends add up to a from-scratch rebuild after random streams with late labels,
@@ -283,6 +284,11 @@ class LiveDatasets:
             self._detectors = dict.fromkeys(name for name, _ in watch.looks)
 
     # ------------------------------------------------------------------ bookkeeping
+    @property
+    def window_start(self) -> int:
+        """The first batch whose running merges are kept (earlier ones were dropped as settled)."""
+        return self._window_start
+
     def _first_window_batch(self) -> int:
         window = self._monitor.window_records()
         return window[0].index if window else self._monitor.n_batches

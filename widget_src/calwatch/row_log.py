@@ -191,7 +191,7 @@ class RowLog:
             needle = [i for i in wanted if _id_fits(i, mapping["id_kind"])]
             if not needle:
                 continue
-            keys = _encode_ids(needle)[1]
+            keys = encode_ids(needle)[1]
             files = [str(self.folder / p["file"]) for p in parts]
             hits = pl.scan_parquet(files).filter(pl.col("id").is_in(keys.implode())).collect()
             if hits.height == 0:
@@ -208,20 +208,20 @@ class RowLog:
         """The rows with the labels given since they were logged."""
         if not self.labels.parts:
             return rows
-        ids = pl.DataFrame({ID: _encode_ids(rows.ids)[1]}).lazy()
+        ids = pl.DataFrame({ID: encode_ids(rows.ids)[1]}).lazy()
         previous = self.labels.previous(ids)
         if previous is None:
             return rows
         later = previous.filter(pl.col(BUCKET) == batch).collect()
         if later.height:
-            where = {key: k for k, key in enumerate(_encode_ids(rows.ids)[1].to_list())}
+            where = {key: k for k, key in enumerate(encode_ids(rows.ids)[1].to_list())}
             for key, label in zip(later[ID].to_list(), later[LABEL].to_list(), strict=True):
                 rows.labels[where[key]] = int(label)
         return rows
 
     def stage_labels(self, batch: int, ids: list[Hashable], labels: npt.NDArray[np.intp]) -> None:
         """Stage new labels of logged rows (they count once :meth:`commit_labels` is called)."""
-        encoded = _encode_ids(ids)[1]
+        encoded = encode_ids(ids)[1]
         frame = pl.DataFrame({ID: encoded, BUCKET: pl.Series([batch] * len(ids), dtype=pl.Int64),
                               LABEL: pl.Series(np.asarray(labels, dtype=np.int64))})  # fmt: skip
         self.labels.stage(frame)
@@ -309,6 +309,7 @@ def take_rows(rows: BatchRows, index: npt.NDArray[np.intp]) -> BatchRows:
 
 
 def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -317,6 +318,7 @@ def file_sha256(path: Path) -> str:
 
 
 def check_file(path: Path, sha: str) -> None:
+    """Raise ``SnapshotError`` unless ``path`` is a file whose SHA-256 is ``sha``."""
     if not path.is_file():
         msg = f"the snapshot's row log lacks {path.name}"
         raise SnapshotError(msg)
@@ -326,6 +328,7 @@ def check_file(path: Path, sha: str) -> None:
 
 
 def link_or_copy(source: Path, target: Path) -> None:
+    """A hard link to ``source`` at ``target`` (parts never change), or a copy across file systems."""
     try:
         os.link(source, target)
     except OSError:
@@ -333,8 +336,11 @@ def link_or_copy(source: Path, target: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- the rows' codec
-def _encode_ids(ids: list[Hashable]) -> tuple[str, pl.Series]:
-    """Ids as a column: int64, string, or JSON text of the codec's form (tuples and the like)."""
+def encode_ids(ids: list[Hashable]) -> tuple[str, pl.Series]:
+    """Ids as a column: int64, string, or JSON text of the codec's form (tuples and the like).
+
+    Snapshots (``rows.parquet``) and the row log write ids this way.
+    """
     kinds = {type(i) for i in ids}
     if kinds <= {int}:
         return "int", pl.Series(ids, dtype=pl.Int64)
@@ -345,7 +351,7 @@ def _encode_ids(ids: list[Hashable]) -> tuple[str, pl.Series]:
     for i in ids:
         tree = encoder.encode(i, "ids")
         if encoder.arrays:
-            msg = f"ids: {i!r} cannot be logged (ids must be numbers, strings or tuples of them)"
+            msg = f"ids: {i!r} cannot be saved (ids must be numbers, strings or tuples of them)"
             raise SnapshotError(msg)
         encoded.append(json.dumps(tree, allow_nan=False))
     return "json", pl.Series(encoded, dtype=pl.String)
@@ -371,7 +377,7 @@ def rows_frame(records: Sequence[BatchRecord]) -> tuple[pl.DataFrame, dict[str, 
     present = [r.rows for r in records if r.rows is not None]
     first = present[0]
     ids = [i for rows in present for i in rows.ids]
-    id_kind, id_column = _encode_ids(ids)
+    id_kind, id_column = encode_ids(ids)
     columns: dict[str, Any] = {
         "batch": pl.Series(
             np.repeat([r.index for r in records], [r.n_rows for r in records]), dtype=pl.Int64
@@ -437,6 +443,10 @@ __all__ = [
     "LoggedRows",
     "RowLog",
     "batch_rows_of",
+    "check_file",
+    "encode_ids",
+    "file_sha256",
+    "link_or_copy",
     "rows_frame",
     "take_rows",
 ]

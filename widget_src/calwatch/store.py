@@ -51,7 +51,7 @@ from calwatch.invariants import problem_message
 from calwatch.kinds import KINDS, kind_named
 from calwatch.kinds.regression import PIT_BINS, RegressionBatchStats, row_fields
 from calwatch.regression_monitor import check_regressor
-from calwatch.row_log import RowLog
+from calwatch.row_log import RowLog, encode_ids
 from calwatch.scale.registry import load_registry, save_registry
 from calwatch.state_checks import check_calibrators
 from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder, check_dtype
@@ -267,7 +267,7 @@ def _rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
         extras = list(records[0].rows.extra)
         extra_fields = {key: list(values) for key, values in records[0].rows.extra.items()}
     ids = [i for r in records if r.rows is not None for i in r.rows.ids]
-    id_kind, id_column = _encode_ids(ids)
+    id_kind, id_column = encode_ids(ids)
     columns: dict[str, Any] = {
         "batch": pl.Series([r.index for r in records for _ in range(r.n_rows)], dtype=pl.Int64),
         "id": id_column,
@@ -321,7 +321,7 @@ def _regression_rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str,
     records = stream.window_batches()
     present = [r.rows for r in records if r.rows is not None]
     ids = [i for rows in present for i in rows.ids]
-    id_kind, id_column = _encode_ids(ids)
+    id_kind, id_column = encode_ids(ids)
     columns: dict[str, Any] = {
         "batch": pl.Series([r.index for r in records for _ in range(r.n_rows)], dtype=pl.Int64),
         "id": id_column,
@@ -384,23 +384,6 @@ def _float_series(parts: list[Any]) -> pl.Series:
             )
             raise SnapshotError(msg)
     return pl.Series(np.concatenate(parts).astype(np.float64, copy=False))
-
-
-def _encode_ids(ids: list[Hashable]) -> tuple[str, pl.Series]:
-    kinds = {type(i) for i in ids}
-    if kinds <= {int}:
-        return "int", pl.Series(ids, dtype=pl.Int64)
-    if kinds <= {str}:
-        return "str", pl.Series(ids, dtype=pl.String)
-    encoder = StateEncoder()
-    encoded = []
-    for i in ids:
-        tree = encoder.encode(i, "ids")
-        if encoder.arrays:
-            msg = f"ids: {i!r} cannot be saved (ids must be numbers, strings or tuples of them)"
-            raise SnapshotError(msg)
-        encoded.append(json.dumps(tree, allow_nan=False))
-    return "json", pl.Series(encoded, dtype=pl.String)
 
 
 def _category_series(values: npt.NDArray[Any]) -> pl.Series:

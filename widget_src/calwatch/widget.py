@@ -241,6 +241,8 @@ class MonitorWidget(anywidget.AnyWidget):
         #: Rows every view holds (or gets in its replay) of the keyed datasets the kernel keeps
         #: current row by row: per-bucket datasets, timeline, the kinds' window datasets, overview.
         self._sent: dict[str, dict[str, dict[str, Any]]] = {}
+        #: The same rows' keys by their ``batch`` (bucket start), per dataset.
+        self._held_by_bucket: dict[str, dict[Any, set[str]]] = {}
         self._notes_sent = 0
         #: Rows of the window datasets as last sent (what a replay repeats), per dataset by key.
         self._window_rows_sent: dict[str, dict[str, dict[str, Any]]] = {
@@ -386,22 +388,34 @@ class MonitorWidget(anywidget.AnyWidget):
         return self._sent
 
     # ----------------------------------------------------------------- kernel side
-    def _diff(self, name: str, rows: list[dict[str, Any]], *, whole: bool) -> list[dict[str, Any]]:
+    def _diff(
+        self, name: str, rows: list[dict[str, Any]], *, whole: bool, buckets: set[int] | None = None
+    ) -> list[dict[str, Any]]:
         """The rows of ``name`` that views do not hold yet, recorded as held from now on.
 
-        With ``whole`` (``rows`` is the whole dataset), tombstones first for the keys it lost.
+        With ``whole`` (``rows`` is the whole dataset), tombstones first for the keys it lost; with
+        ``buckets`` (``rows`` are all the rows of those buckets), for the keys those buckets lost
+        (a relabel can empty a class's row of a bucket). Held keys are indexed by their row's
+        ``batch`` (the bucket), so the second case reads only those buckets' keys.
         """
         sent = self._sent.setdefault(name, {})
+        index = self._held_by_bucket.setdefault(name, {})
         out: list[dict[str, Any]] = []
-        if whole:
+        if whole or buckets:
             fresh = {r["key"] for r in rows}
-            for key in [k for k in sent if k not in fresh]:
-                del sent[key]
+            if whole:
+                lost = [k for k in sent if k not in fresh]
+            else:
+                lost = [k for b in buckets or () for k in index.get(b, ()) if k not in fresh]
+            for key in lost:
+                held = sent.pop(key)
+                index.get(held.get("batch"), set()).discard(key)
                 out.append({"key": key, "_deleted": True})
         for row in rows:
             key = row["key"]
             if sent.get(key) != row:
                 sent[key] = row
+                index.setdefault(row.get("batch"), set()).add(key)
                 out.append(row)
         return out
 
@@ -438,6 +452,11 @@ class MonitorWidget(anywidget.AnyWidget):
         ``batches`` rows of one-batch buckets whose batch left the window (``in_window``).
         """
         live = self._live_data
+        if any(b < live.window_start for b in batches):
+            # A late label reached a batch that had left the window (from the row log, or a table's
+            # batch): its running merges were dropped as settled. Rare: rebuild, and send it all.
+            self._live_data = live = LiveDatasets(self._monitor)
+            return self._resend_buckets(force=True)
         left = live.changed(batches)  # before any row is computed: their merges are stale
         whole = self._resend_buckets()
         data: dict[str, list[dict[str, Any]]] = {}
@@ -445,7 +464,10 @@ class MonitorWidget(anywidget.AnyWidget):
         inside = [b for b in batches if detail.contains(b)]
         if "batches" not in whole:
             fresh = live.rows(detail, inside)
-            data = {name: self._diff(name, rows, whole=False) for name, rows in fresh.items()}
+            touched = {detail.start_of(b) for b in inside}
+            data = {
+                name: self._diff(name, rows, whole=False, buckets=touched) for name, rows in fresh.items()
+            }
             # ``in_window`` of a one-batch bucket turns false when its batch leaves the window
             starts = {b: detail.start_of(b) for b in left if detail.contains(b)}
             singles = [b for b, start in starts.items() if start == detail.end_of(start, latest=latest)]

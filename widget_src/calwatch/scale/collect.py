@@ -25,7 +25,7 @@ from calwatch.scale.commit import commit_labels, commit_observed
 from calwatch.scale.frozen import FrozenMonitor, freeze
 from calwatch.scale.reduce import BucketStatistics, bucket_statistics
 from calwatch.scale.registry import ID, TableSource, registry_of
-from calwatch.scale.table import _same_calibrators
+from calwatch.scale.table import check_label_facts, same_calibrators
 
 
 @dataclass(frozen=True)
@@ -66,19 +66,6 @@ def engine_sources(monitor: Any, engine: str) -> list[TableSource]:
     return sources
 
 
-def check_label_facts(*, n: int, null_labels: int, null_ids: int, distinct: int, id: str, label: str) -> None:
-    """Refuse a labels table with null labels or ids, or an id twice (messages as ``label_table``)."""
-    if null_labels:
-        msg = f"label column {label!r} has {null_labels} null rows"
-        raise ValueError(msg)
-    if null_ids:
-        msg = f"id column {id!r} has {null_ids} null rows"
-        raise ValueError(msg)
-    if distinct != n:
-        msg = f"id column {id!r} repeats {n - distinct} ids: label each row once per call"
-        raise ValueError(msg)
-
-
 def check_names(present: Sequence[str], names: Sequence[str], what: str) -> None:
     """Raise ``ValueError`` naming the first of ``names`` missing from ``present``."""
     for name in names:
@@ -114,7 +101,7 @@ def commit_observed_partials(
         raise ValueError(msg)
     buckets = bucket_statistics(reduced, snap.frozen, observed=True)
     with monitor.lock:
-        _same_calibrators(monitor, snap.calibrators)
+        same_calibrators(monitor, snap.calibrators)
         return commit_observed(monitor, buckets, source)
 
 
@@ -148,7 +135,7 @@ class LabelCall:
             unmatched = self.count - matched
             relabelled = sum(d.n_relabelled for _, d in self.deltas)
             with monitor.lock:
-                _same_calibrators(monitor, self.snap.calibrators)
+                same_calibrators(monitor, self.snap.calibrators)
                 touched = commit_labels(monitor, self.deltas, unmatched=unmatched)
                 for source in self.staged:
                     source.labels.commit()

@@ -225,7 +225,7 @@ def observe_table(
             raise ValueError(msg)
         buckets = bucket_statistics(reduced, frozen, observed=True)
         with monitor.lock:
-            _same_calibrators(monitor, calibrators)
+            same_calibrators(monitor, calibrators)
             indices = commit_observed(monitor, buckets, table_source)
             table_source.labels.commit()
         return indices
@@ -263,7 +263,7 @@ def _labelled_rows(chunk: pa.RecordBatch, columns: LogColumns) -> pl.DataFrame:
     return frame.filter(has_label)
 
 
-def _same_calibrators(monitor: Any, calibrators: dict[str, Any]) -> None:
+def same_calibrators(monitor: Any, calibrators: dict[str, Any]) -> None:
     """Raise if the calibrators changed while the table was read (the statistics would not be theirs)."""
     now = monitor._calibrators
     if now.keys() != calibrators.keys() or any(now[k] is not calibrators[k] for k in now):
@@ -301,6 +301,12 @@ def read_labels(source: Any, *, id: str, label: str) -> _Labels:
         pl.col(ID).n_unique().alias("distinct"),
     ).collect()
     n, null_labels, null_ids, distinct = facts.row(0)
+    check_label_facts(n=n, null_labels=null_labels, null_ids=null_ids, distinct=distinct, id=id, label=label)
+    return _Labels(labels, int(n))
+
+
+def check_label_facts(*, n: int, null_labels: int, null_ids: int, distinct: int, id: str, label: str) -> None:
+    """Refuse a labels table with null labels or ids, or an id twice (every engine's labels, one message)."""
     if null_labels:
         msg = f"label column {label!r} has {null_labels} null rows"
         raise ValueError(msg)
@@ -310,7 +316,6 @@ def read_labels(source: Any, *, id: str, label: str) -> _Labels:
     if distinct != n:
         msg = f"id column {id!r} repeats {n - distinct} ids: label each row once per call"
         raise ValueError(msg)
-    return _Labels(labels, int(n))
 
 
 def label_table(
@@ -382,7 +387,7 @@ def apply_labels(
         unmatched = labels.count - matched
         relabelled = sum(d.n_relabelled for _, d in deltas)
         with monitor.lock:
-            _same_calibrators(monitor, calibrators)
+            same_calibrators(monitor, calibrators)
             touched = commit_labels(monitor, deltas, unmatched=unmatched)
             for table_source in sources:
                 table_source.labels.commit()
@@ -425,7 +430,9 @@ __all__ = [
     "apply_labels",
     "arrow_chunks",
     "as_lazy",
+    "check_label_facts",
     "label_table",
     "observe_table",
     "read_labels",
+    "same_calibrators",
 ]
