@@ -12,9 +12,12 @@ import polars as pl
 import pytest
 
 from calwatch.engine.errors import NotFittedError
+from calwatch.engine.shift.betting import EPOCH_ROWS, threshold_table, thresholds_at
 from calwatch.engine.shift.detectors import MAX_CHUNK, STATISTICS, ConformalTestMartingale
+from calwatch.engine.shift.kernels import epoch_of
 from calwatch.engine.shift.martingale import (
     MERGE_RATIO,
+    GridScoreBag,
     ScoreBag,
     cusum,
     earlier_counts,
@@ -411,3 +414,45 @@ def test_scores_are_checked() -> None:
         m.update([0.2, math.nan])
     assert m.n_seen_ == 0  # a rejected batch leaves the test untouched
     assert m.update([math.inf])["p_value"][0] <= 2 / 3
+
+
+# ------------------------------------------------------------------ the fused grid path
+def test_threshold_table_gives_each_row_its_anytime_threshold() -> None:
+    edges = EPOCH_ROWS * 2 ** np.arange(12)
+    rows = np.unique(np.r_[np.arange(1, 5_000, 7), (edges[:, None] + np.arange(-2, 3)).ravel()])
+    for threshold, false_alarm in [(None, 0.01), (None, 0.01 / 7), (1e6, None), (None, None)]:
+        table, epoch_rows = threshold_table(threshold, false_alarm)
+        got = np.array([table[epoch_of(int(n), epoch_rows)] for n in rows])
+        np.testing.assert_array_equal(got, thresholds_at(rows, threshold, false_alarm))  # the same bits
+
+
+@pytest.mark.parametrize("statistic", STATISTICS)
+def test_grid_batches_in_one_call_equal_the_general_path(
+    statistic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Epochs crossed (anytime threshold), the grid's range grown, an infinite score moving the
+    # bag to sorted runs: the fused call and the step by step path give the same bits.
+    def run() -> list[tuple[npt.NDArray[np.float64], ...]]:
+        rng = np.random.default_rng(3)
+        m = ConformalTestMartingale(threshold=None, statistic=statistic, resolution=1e-3, seed=1)  # type: ignore[arg-type]
+        m.fit(rng.uniform(size=500))
+        out = []
+        for b in range(40):
+            x = rng.uniform(size=int(rng.integers(1, 8_000)))
+            if 10 <= b < 16:
+                x = 0.6 + 0.4 * x  # a shift: alarms
+            if b == 20:
+                x = 3 * x - 1  # off the grid's range: it grows
+            if b == 30:
+                x[3] = math.inf  # sorted runs from here
+            step = m.step(x)
+            out.append((*step, np.array(m.alarm_indices_), np.array(m.state()[0]["capital"])))
+        return out
+
+    fused = run()
+    monkeypatch.setattr(GridScoreBag, "run_martingale", lambda self, *a, **k: None)
+    general = run()
+    assert sum(int(rows[4].sum()) for rows in fused) > 0
+    for got, want in zip(fused, general, strict=True):
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -175,3 +175,66 @@ def test_default_detectors_accept_classes_too_small_to_test():
     Pb = rng.dirichlet(np.full(K, 0.3), size=500)
     mon.observe(probs=Pb, ids=list(range(500)), y=rng.integers(0, K, 500))
     assert mon.summary()["n_labelled"].to_list() == [500]
+
+
+def _detector_state(detector):
+    """A detector's state as plain values (its martingale's state(), its betting test's arrays)."""
+    martingale = getattr(detector, "martingale_", None)
+    if martingale is not None:
+        arrays, info = martingale.state()
+        return {k: v.tolist() for k, v in arrays.items()}, info
+    test = getattr(detector, "test_", None)
+    inner = getattr(test, "test_", None)
+    if inner is not None:
+        return inner._log_sr.tolist(), inner.rows_, inner.events_, list(inner.alarms_)
+    return [getattr(test, name).tolist() for name in test._STATE]
+
+
+def test_kept_on_failure_undoes_what_the_block_fed_and_wrote_even_nested():
+    # A block that raises puts back the detectors it fed, the looks it wrote (a nested block's
+    # too, though that one succeeded) and the episodes; the monitor then goes on like a twin
+    # that never saw the block.
+    P_cal, y_cal = softmax_data(3000, K=4, seed=1)
+    mon, twin = (
+        cw.Monitor(
+            calibrators={
+                "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1, mondrian="label"),
+                "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1),
+            }
+        ).calibrate(probs=P_cal, y=y_cal)
+        for _ in range(2)
+    )
+    P, y = softmax_data(2000, K=4, seed=2)
+    for m in (mon, twin):
+        m.observe(probs=P[:1000], ids=range(1000))
+        m.label(range(1000), (y[:1000] + 1) % 4)  # wrong labels: alarms and an open episode
+    watch = mon.shift_watch
+
+    def state():
+        return dict(watch.looks), watch.warning_records(), [_detector_state(d) for d in watch.detectors]
+
+    before = state()
+    assert before[1]  # there are episodes to put back
+    covered = {"lac": np.zeros(1000, bool), "aps": np.zeros(1000, bool)}
+    changed = []
+
+    def feed_then_fail():
+        with watch.kept_on_failure():
+            watch.observe(1, (1000, 1999), P[1000:])
+            with watch.kept_on_failure():
+                watch.labelled(1, (1000, 1999), P[1000:], y[1000:], covered)
+            changed.append(state() != before)
+            raise RuntimeError("late")
+
+    with pytest.raises(RuntimeError, match="late"):
+        feed_then_fail()
+    assert changed == [True]
+    assert state() == before
+    for m in (mon, twin):
+        m.observe(probs=P[1000:], ids=range(1000, 2000))
+        m.label(range(1000, 2000), y[1000:])
+    assert dict(mon.shift_watch.looks) == dict(twin.shift_watch.looks)
+    assert mon.shift_watch.warning_records() == twin.shift_watch.warning_records()
+    assert [_detector_state(d) for d in mon.shift_watch.detectors] == [
+        _detector_state(d) for d in twin.shift_watch.detectors
+    ]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from calwatch.engine._validation import stacked_rows
 from calwatch.guard import guarded
 from calwatch.ids import as_id_list
 from calwatch.kinds import kind_of
@@ -226,8 +227,8 @@ class MonitorLabels(MonitorState):
         self, groups: list[tuple[BatchRecord, IntArray, IntArray]], *, latest: int, rows_seen: int
     ) -> None:
         assert self._shift is not None
-        probs = np.concatenate(
-            [record.rows.probs[rows] for record, rows, _ in groups if record.rows is not None]
+        probs = stacked_rows(
+            [(record.rows.probs, rows) for record, rows, _ in groups if record.rows is not None]
         )
         labels = np.concatenate([labels for _, _, labels in groups])
         covered = {

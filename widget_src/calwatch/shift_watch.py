@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import getpass
 import inspect
 import math
@@ -47,17 +46,18 @@ from calwatch.engine.shift.betting import (
     DEFAULT_SR_THRESHOLD,
     GroupedBetting,
     calibration_null_rates,
+    guarantee_text,
     has_finite_threshold,
 )
 from calwatch.engine.shift.detectors import ConformalTestMartingale
 from calwatch.engine.shift.monitors import (
     DEFAULT_CALIBRATION_DELTA,
-    BettingLook,
     CoverageDrop,
+    DeferredResult,
     EpisodeTracker,
     MonitorResult,
     ShiftWarning,
-    coverage_drop_result,
+    coverage_drop_words,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -172,29 +172,44 @@ class _MartingaleDetector:
         m = self.martingale_
         before = len(m.alarm_indices_)
         step = m.step(scores)
-        values = {"ville": step.log_martingale, "cusum": step.log_cusum, "shiryaev-roberts": step.log_sr}[
-            self.statistic
-        ]
+        statistic_name = self.statistic
+        values = (
+            step.log_cusum
+            if statistic_name == "cusum"
+            else step.log_sr
+            if statistic_name == "shiryaev-roberts"
+            else step.log_martingale
+        )
         new_alarms = tuple(m.alarm_indices_[before:])
         statistic = float(values.max()) / _LN10 if values.size else -math.inf
-        p_mean = float(step.p_value.mean()) if step.p_value.size else math.nan
+        p_values = step.p_value
         limit = m.log10_threshold_
-        return MonitorResult(
+        rule = (statistic_name, m.threshold, getattr(m, "false_alarm", None))
+        threatens, action = self.threatens, self.action
+
+        def words() -> dict[str, Any]:
+            p_mean = float(p_values.mean()) if p_values.size else math.nan
+            return {
+                "guarantee": _martingale_guarantee(*rule),
+                "threatens": threatens,
+                "explanation": (
+                    f"{what} no longer look exchangeable with the calibration data: the test martingale "
+                    f"reached 10^{statistic:.1f} (alarm at 10^{limit:.1f}); "
+                    f"mean conformal p-value of the window {p_mean:.2f} (0.5 when nothing changed)"
+                ),
+                "action": action,
+                "estimate": p_mean,
+                "interval": (math.nan, math.nan),
+            }
+
+        return DeferredResult.later(
             name=self.name,
             statistic=statistic,
             threshold=limit,
             alarm=bool(new_alarms),
-            guarantee=_martingale_guarantee(self.statistic, m.threshold, getattr(m, "false_alarm", None)),
-            threatens=self.threatens,
-            explanation=(
-                f"{what} no longer look exchangeable with the calibration data: the test martingale "
-                f"reached 10^{statistic:.1f} (alarm at 10^{limit:.1f}); "
-                f"mean conformal p-value of the window {p_mean:.2f} (0.5 when nothing changed)"
-            ),
-            action=self.action,
-            estimate=p_mean,
             rows_seen=m.n_seen_,
             alarm_rows=new_alarms,
+            words=words,
         )
 
 
@@ -316,7 +331,10 @@ class LabelMartingale(_MartingaleDetector):
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts the martingale and its scorer's random stream back as they are now."""
         restore_martingale = super().checkpoint()
-        rng = getattr(self._scorer, "_predict_rng", None)
+        # Only a randomised scorer draws from its stream when scoring.
+        rng = (
+            getattr(self._scorer, "_predict_rng", None) if getattr(self._scorer, "randomized", True) else None
+        )
         rng_state = None if rng is None else rng.bit_generator.state
 
         def restore() -> None:
@@ -397,8 +415,7 @@ class CoverageDropDetector:
         """Feed whether each newly labelled row was covered."""
         if self.test_ is None:
             return None
-        result = self.test_.update(covered[self.calibrator])
-        return dataclasses.replace(result, name=self.name)
+        return self.test_.update(covered[self.calibrator], name=self.name)
 
 
 class ClassCoverageDropDetector:
@@ -511,54 +528,66 @@ class ClassCoverageDropDetector:
         if self.test_ is None:
             return None
         hits = covered[self.calibrator]
-        look = self.test_.update(~hits, labels)
+        test = self.test_
+        look = test.update(~hits, labels)
         if look.groups.size == 0:
             return None
-        alarmed = np.isin(look.groups, look.alarm_groups)
-        candidates = np.flatnonzero(alarmed) if alarmed.any() else np.arange(look.groups.size)
-        pick = int(candidates[np.argmax(look.peak[candidates])])  # the first of equal peaks
+        alarm = look.alarm_groups.size > 0
+        if alarm:  # the alarmed class most in doubt
+            candidates = np.flatnonzero(np.isin(look.groups, look.alarm_groups))
+            pick = int(candidates[np.argmax(look.peak[candidates])])  # the first of equal peaks
+        else:  # the class most in doubt
+            pick = int(np.argmax(look.peak))
         c = int(look.groups[pick])
-        test = self.test_
-        window = BettingLook(
-            guarantee=test.guarantee(c),
-            detector=test.detector,
-            log10_statistic=float(look.peak[pick]),
-            log10_threshold=test.log10_threshold(c),
-            window_alarms=tuple(look.alarms_of(c)),
-            alarmed_ever=bool(np.isin(c, test.alarm_groups)),
-            rows_seen=int(test.rows[c]),
-        )
-        worst = coverage_drop_result(
-            window,
-            hits[labels == c],
-            name=self.name,
-            alpha=self.alpha_,
-            null_rate=float(test.null_rates[c]),
-            calibration_delta=DEFAULT_CALIBRATION_DELTA,
+        statistic, limit = float(look.peak[pick]), test.log10_threshold(c)
+        window_alarms = tuple(look.alarms_of(c)) if alarm else ()
+        rows, covered_rows = int(look.rows[pick]), int(look.rows[pick] - look.events[pick])
+        rule = (
+            test.detector,
+            float(test.null_rates[c]),
+            test.threshold,
+            len(test.bet_fractions),
+            test.false_alarm,
         )
         name = self.classes_[c] if c < len(self.classes_) else str(c)
-        return dataclasses.replace(
-            worst,
-            alarm=bool(alarmed.any()),
-            threatens=f"coverage within each class of {self.calibrator}'s prediction sets (class {name!r})",
-            explanation=f"class {name!r}: {worst.explanation}",
-            guarantee=(
-                f"{worst.guarantee}; each of the {test.n_tests} class tests at "
-                + ("δ/K" if test.threshold is None else "threshold K·c")
-            ),
+        alpha, calibrator = self.alpha_, self.calibrator
+        n_tests, each = test.n_tests, "δ/K" if test.threshold is None else "threshold K·c"
+
+        def words() -> dict[str, Any]:
+            out = coverage_drop_words(
+                guarantee=guarantee_text(*rule), rows=rows, covered=covered_rows, alpha=alpha,
+                null_rate=rule[1], calibration_delta=DEFAULT_CALIBRATION_DELTA, log10_statistic=statistic,
+                log10_threshold=limit,
+            )  # fmt: skip
+            out["threatens"] = (
+                f"coverage within each class of {calibrator}'s prediction sets (class {name!r})"
+            )
+            out["explanation"] = f"class {name!r}: {out['explanation']}"
+            out["guarantee"] = f"{out['guarantee']}; each of the {n_tests} class tests at {each}"
+            return out
+
+        return DeferredResult.later(
+            name=self.name,
+            statistic=statistic,
+            threshold=limit,
+            alarm=alarm,
+            rows_seen=int(test.rows[c]),
+            alarm_rows=window_alarms,
+            words=words,
         )
 
 
 @contextlib.contextmanager
 def detectors_kept_on_failure(watch: ShiftWatch | None) -> Iterator[None]:
-    """Run the block; should it raise, put the detectors back as they were (their checkpoints)."""
-    restore = None if watch is None else watch.checkpoint()
-    try:
+    """Run the block; should it raise, put the detectors back as they were.
+
+    :meth:`ShiftWatch.kept_on_failure` (nothing to do without detectors).
+    """
+    if watch is None:
         yield
-    except BaseException:
-        if restore is not None:
-            restore()
-        raise
+        return
+    with watch.kept_on_failure():
+        yield
 
 
 def first_names(names: list[str], shown: int = 5) -> str:
@@ -615,6 +644,22 @@ class Acknowledgement:
     note: str
 
 
+class _Changes:
+    """What a :meth:`ShiftWatch.kept_on_failure` block would undo: checkpoints and looks written."""
+
+    __slots__ = ("looks", "restores")
+
+    def __init__(self) -> None:
+        self.restores: dict[int, Callable[[], None]] = {}  # id(detector) -> its checkpoint
+        self.looks: list[tuple[tuple[str, int], dict[str, Any] | None]] = []  # (key, what it held)
+
+    def adopt(self, inner: _Changes) -> None:
+        """Take over what a nested block that succeeded would undo (this block's checkpoints are older)."""
+        for key, restore in inner.restores.items():
+            self.restores.setdefault(key, restore)
+        self.looks.extend(inner.looks)
+
+
 @dataclass
 class ShiftWatch:
     """The monitor's detectors, their per-batch statistics and the warning log."""
@@ -655,6 +700,50 @@ class ShiftWatch:
 
         return restore
 
+    @contextlib.contextmanager
+    def kept_on_failure(self) -> Iterator[None]:
+        """Run the block; should it raise, put every detector, the looks and the episodes back.
+
+        :meth:`checkpoint` for one block, paying only for what the block changes: a detector's
+        checkpoint is taken when the block first feeds it (:meth:`observe` feeds only the
+        label-free ones), and the looks are not copied (a copy grows with the stream): the block
+        keeps a journal of the looks it writes, with what each held before, and a failure undoes
+        them in reverse order. The warning episodes are copied (one entry per episode). Blocks
+        may nest; an inner block that succeeds hands what it would undo to the outer one.
+        """
+        tracker = self.tracker
+        warnings = list(tracker._warnings)
+        episodes = {name: list(state) for name, state in tracker._open.items()}
+        outer: _Changes | None = self.__dict__.get("_changes")
+        changes = self.__dict__["_changes"] = _Changes()
+        try:
+            yield
+        except BaseException:
+            for undo in changes.restores.values():
+                undo()
+            for key, look in reversed(changes.looks):
+                if look is None:
+                    del self.looks[key]
+                else:
+                    self.looks[key] = look
+            tracker._warnings = warnings
+            tracker._open = episodes
+            raise
+        else:
+            if outer is not None:
+                outer.adopt(changes)
+        finally:
+            if outer is None:
+                del self.__dict__["_changes"]
+            else:
+                self.__dict__["_changes"] = outer
+
+    def _feeding(self, detector: Detector) -> None:
+        """About to feed ``detector``: inside :meth:`kept_on_failure`, take its checkpoint first (once)."""
+        changes: _Changes | None = self.__dict__.get("_changes")
+        if changes is not None and id(detector) not in changes.restores:
+            changes.restores[id(detector)] = detector.checkpoint()
+
     def calibrate(self, data: CalibrationData) -> None:
         """Fit every detector (fresh state: warnings and looks of an earlier calibration stay)."""
         for detector in self.detectors:
@@ -668,6 +757,9 @@ class ShiftWatch:
         calibrator = getattr(detector, "calibrator", None)
         key = (result.name, batch)
         previous = self.looks.get(key)
+        changes: _Changes | None = self.__dict__.get("_changes")
+        if changes is not None:  # inside kept_on_failure(): what the key held, to undo
+            changes.looks.append((key, previous))
         self.looks[key] = {
             "batch": batch,
             "detector": result.name,
@@ -689,6 +781,7 @@ class ShiftWatch:
         for detector in self.detectors:
             if detector.needs_labels:
                 continue
+            self._feeding(detector)
             if getattr(detector, "needs_embeddings", False):
                 result = detector.observe(probs, embeddings)  # type: ignore[call-arg]
             else:
@@ -711,6 +804,7 @@ class ShiftWatch:
             return
         for detector in self.detectors:
             if detector.needs_labels:
+                self._feeding(detector)
                 self._record(detector, detector.labelled(probs, labels, covered), batch, rows)
 
     def acknowledge(self, episode: int, note: str = "", by: str | None = None) -> Acknowledgement:

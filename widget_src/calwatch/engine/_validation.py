@@ -105,6 +105,38 @@ def validated_probabilities(
     return out
 
 
+def stacked_rows(parts: list[tuple[Any, npt.NDArray[np.intp]]]) -> npt.NDArray[np.float64]:
+    """The rows ``rows`` of each probability matrix ``P`` of ``parts``, stacked in order.
+
+    Every row is checked on its own (its range, its sum, its renormalisation), so rows taken
+    from vouched :class:`ValidatedProbs` are as checked as the matrices were: the result stays
+    vouched when every part is (the one exception to "nothing derived keeps the mark"), and the
+    calibrators that score it skip the O(m·K) re-check. One part whose rows are all of its rows,
+    in order, is returned as it is (no copy).
+
+    Examples
+    --------
+    >>> V = validated_probabilities([[0.25, 0.75], [0.5, 0.5], [1.0, 0.0]])
+    >>> W = stacked_rows([(V, np.array([2, 0]))])
+    >>> W.tolist(), W.vouched
+    ([[1.0, 0.0], [0.25, 0.75]], True)
+    >>> stacked_rows([(V, np.arange(3))]) is V
+    True
+    """
+    if len(parts) == 1:
+        P, rows = parts[0]
+        if rows.shape[0] == P.shape[0] and np.array_equal(rows, np.arange(P.shape[0])):
+            out: npt.NDArray[np.float64] = P
+            return out
+    stacked = np.concatenate([np.asarray(P)[rows] for P, rows in parts])
+    if not (stacked.shape[0] and all(isinstance(P, ValidatedProbs) and P._vouched for P, _ in parts)):
+        return stacked
+    stacked.flags.writeable = False
+    vouched = stacked.view(ValidatedProbs)
+    vouched._vouched = True
+    return vouched
+
+
 def _is_vouched(P: Any, n_classes: int | None, tolerance: float) -> bool:
     """A vouched :class:`ValidatedProbs` that needs no re-check at these settings."""
     return (

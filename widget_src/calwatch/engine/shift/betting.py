@@ -49,6 +49,7 @@ top class added). ``ε`` is ``α`` only on average, so ``calibration_delta=δ_c`
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -217,6 +218,37 @@ def thresholds_at(rows: Any, threshold: float | None, false_alarm: float | None)
     return anytime_thresholds(n, false_alarm)
 
 
+#: Epochs in a threshold table: epoch 48 ends past 2^63 rows, beyond any row count.
+TABLE_EPOCHS = 48
+
+
+@functools.lru_cache(maxsize=256)
+def threshold_table(threshold: float | None, false_alarm: float | None) -> tuple[FloatArray, int]:
+    """:func:`thresholds_at` as a table for the compiled loops: ``(c per epoch, B)``.
+
+    Row ``t`` (1-based) alarms at ``table[k]``, ``k`` the 0-based epoch holding ``t``
+    (:func:`calwatch.engine.shift.kernels.epoch_of`); a constant threshold is a table of one
+    entry with ``B = 0``. Each entry is :func:`anytime_threshold` at its epoch, the very number
+    :func:`thresholds_at` gives every row of that epoch.
+    """
+    if threshold is not None or false_alarm is None:
+        table, epoch_rows = np.array([float(threshold or DEFAULT_SR_THRESHOLD)]), 0
+    else:
+        ends = (EPOCH_ROWS * 2.0**k for k in range(TABLE_EPOCHS))
+        table, epoch_rows = np.array([anytime_threshold(n, false_alarm) for n in ends]), EPOCH_ROWS
+    table.flags.writeable = False  # shared by every caller (cached)
+    return table, epoch_rows
+
+
+@functools.lru_cache(maxsize=256)
+def log_threshold_table(threshold: float | None, false_alarm: float | None) -> tuple[FloatArray, int]:
+    """:func:`threshold_table` in natural logs (``np.log`` of the table: the same bits as of each row's)."""
+    table, epoch_rows = threshold_table(threshold, false_alarm)
+    log_table = np.log(table)
+    log_table.flags.writeable = False
+    return log_table, epoch_rows
+
+
 def threshold_now(rows: int, threshold: float | None, false_alarm: float | None) -> float:
     """:func:`thresholds_at` after ``rows`` rows (at least the first), as ``log10 c``."""
     if threshold is not None or false_alarm is None:
@@ -325,6 +357,11 @@ def as_events(events: Any) -> BoolArray:
 
 
 # ------------------------------------------------------------------------ one stream
+_NO_GROUPS = np.empty(0, dtype=np.int64)  # every row in group 0
+_ONE_GROUP = np.ones(1, dtype=np.bool_)  # which is tested
+_NO_TRACE = np.empty(0)  # no per-row trace wanted
+
+
 class BernoulliBetting:
     """Sequential test of ``H0: E[e_t | past] ≤ ε₀`` for 0/1 events, by betting.
 
@@ -405,26 +442,39 @@ class BernoulliBetting:
     def update(self, events: Any) -> FloatArray:
         """Feed the next events in order; return ``log10`` of the statistic after each row."""
         e = as_events(events)
-        m = e.shape[0]
-        if m == 0:
-            return np.empty(0)
+        trace = np.empty(e.shape[0])
+        if e.shape[0]:
+            self.advance(e, trace)
+        return trace
+
+    def advance(self, events: BoolArray, trace: FloatArray | None = None) -> float:
+        """Feed a non-empty boolean array of events; return the highest ``log10`` statistic among them.
+
+        :meth:`update` without the per-row trace unless ``trace`` (shape ``(m,)``) is given to
+        fill: a caller that reports the window's peak (:class:`~calwatch.engine.shift.monitors.CoverageDrop`)
+        needs one logarithm, not one per row.
+        """
+        from calwatch.engine.shift.kernels import betting_batch
+
+        m = events.shape[0]
+        table, epoch_rows = threshold_table(self.threshold, getattr(self, "false_alarm", None))
+        rows = np.array([self.rows_], dtype=np.int64)
+        counts = np.array([self.events_], dtype=np.int64)
+        peak, last, alarm_rows = np.full(1, -math.inf), np.full(1, -math.inf), np.empty(m, dtype=np.int64)
         with np.errstate(divide="ignore"):
             sr = np.exp(self._log_sr)[None, :]  # kept in log form (snapshots), run in linear form
-            rows = np.array([self.rows_], dtype=np.int64)
-            counts = np.array([self.events_], dtype=np.int64)
-            trace, alarm = run_betting(
-                e, np.zeros(m, dtype=np.int64), log_up=self._log_up[None, :], log_down=self._log_down, sr=sr,
-                rows=rows, counts=counts, alarmed=np.array([self.alarmed_]), detector=self.detector,
-                thresholds=thresholds_at(
-                    self.rows_ + np.arange(1, m + 1), self.threshold, getattr(self, "false_alarm", None)
-                ),
+            n_alarms = betting_batch(
+                events, _NO_GROUPS, _ONE_GROUP, self._log_up[None, :], self._log_down, sr, rows, counts,
+                np.array([self.alarmed_]), self.detector == "ville", table, epoch_rows,
+                _NO_TRACE if trace is None else trace, np.zeros(1, dtype=np.int64),
+                np.zeros(1, dtype=np.int64), peak, last, np.empty(m, dtype=np.int64), alarm_rows,
             )  # fmt: skip
             self._log_sr = np.log(sr[0])
-        self.alarms_.extend((self.rows_ + np.flatnonzero(alarm)).tolist())
-        self.rows_ += m
-        self.events_ += int(np.count_nonzero(e))
-        self.log10_statistic_ = float(trace[-1])
-        return trace
+        if n_alarms:
+            self.alarms_.extend(alarm_rows[:n_alarms].tolist())
+        self.rows_, self.events_ = int(rows[0]), int(counts[0])
+        self.log10_statistic_ = float(last[0])
+        return float(peak[0])
 
     @property
     def alarmed_(self) -> bool:
@@ -587,42 +637,41 @@ class GroupedBetting:
         groups : array-like of int, shape (m,)
             The rows' groups, ``0 ≤ group < g``.
         """
+        from calwatch.engine.shift.kernels import betting_batch
+
         e = as_events(events)
-        gid = np.asarray(groups, dtype=np.int64)
+        gid = np.ascontiguousarray(groups, dtype=np.int64)
         if gid.shape != e.shape:
             msg = f"groups must hold one group per event: shape {e.shape}; got {gid.shape}"
             raise ValueError(msg)
-        if gid.size and (gid.min() < 0 or gid.max() >= self.null_rates.size):
-            msg = f"groups must be integers in 0..{self.null_rates.size - 1}"
-            raise ValueError(msg)
-        keep = self.testable[gid]
-        e, gid = e[keep], gid[keep]
-        before = self.rows[gid]  # each row's group's count before the batch
-        order = np.argsort(gid, kind="stable")  # each group's rows together, in arrival order
-        touched, starts, lengths = np.unique(gid[order], return_index=True, return_counts=True)
-        position = np.empty(gid.shape[0], dtype=np.int64)  # each row's place among its group's rows
-        position[order] = np.arange(gid.shape[0]) - np.repeat(starts, lengths)
-        trace, alarm = run_betting(
-            e, gid, log_up=self.log_up, log_down=self.log_down, sr=self.sr, rows=self.rows,
-            counts=self.events, alarmed=self.alarmed, detector=self.detector,
-            thresholds=thresholds_at(before + position + 1, self.threshold, self.false_alarm),
+        g, m = self.null_rates.size, e.shape[0]
+        table, epoch_rows = threshold_table(self.threshold, self.false_alarm)
+        batch_rows, batch_events = np.zeros(g, dtype=np.int64), np.zeros(g, dtype=np.int64)
+        peak, last = np.full(g, -math.inf), np.full(g, -math.inf)
+        alarm_groups, alarm_rows = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+        n_alarms = betting_batch(
+            e, gid, self.testable, self.log_up, self.log_down, self.sr, self.rows, self.events,
+            self.alarmed, self.detector == "ville", table, epoch_rows, _NO_TRACE, batch_rows,
+            batch_events, peak, last, alarm_groups, alarm_rows,
         )  # fmt: skip
+        if n_alarms < 0:
+            msg = f"groups must be integers in 0..{g - 1}"
+            raise ValueError(msg)
+        touched = np.flatnonzero(batch_rows)
         if touched.size == 0:
             empty = np.empty(0, dtype=np.int64)
             return GroupLook(empty, empty, empty, np.empty(0), np.empty(0), empty, empty)
-        ordered_trace = trace[order]
-        peak = np.maximum.reduceat(ordered_trace, starts)
-        last = ordered_trace[starts + lengths - 1]
-        counts = np.add.reduceat(e[order].astype(np.int64), starts)
-        hits = np.flatnonzero(alarm)  # arrival order: within a group, oldest first
-        alarm_groups = gid[hits]
-        alarm_rows = before[hits] + position[hits]
-        by_group = np.argsort(alarm_groups, kind="stable")
-        alarm_groups, alarm_rows = alarm_groups[by_group], alarm_rows[by_group]
+        last = last[touched]
         self.log10_statistic[touched] = last
-        self.alarm_groups = np.concatenate([self.alarm_groups, alarm_groups])
-        self.alarm_rows = np.concatenate([self.alarm_rows, alarm_rows])
-        return GroupLook(touched, lengths.astype(np.int64), counts, peak, last, alarm_groups, alarm_rows)
+        alarm_groups, alarm_rows = alarm_groups[:n_alarms], alarm_rows[:n_alarms]  # arrival order
+        if n_alarms:
+            by_group = np.argsort(alarm_groups, kind="stable")  # by group, oldest first within one
+            alarm_groups, alarm_rows = alarm_groups[by_group], alarm_rows[by_group]
+            self.alarm_groups = np.concatenate([self.alarm_groups, alarm_groups])
+            self.alarm_rows = np.concatenate([self.alarm_rows, alarm_rows])
+        return GroupLook(
+            touched, batch_rows[touched], batch_events[touched], peak[touched], last, alarm_groups, alarm_rows
+        )
 
 
 __all__ = [
@@ -641,7 +690,9 @@ __all__ = [
     "calibration_null_rate",
     "calibration_null_rates",
     "has_finite_threshold",
+    "log_threshold_table",
     "run_betting",
     "threshold_now",
+    "threshold_table",
     "thresholds_at",
 ]

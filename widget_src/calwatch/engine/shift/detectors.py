@@ -52,7 +52,12 @@ import polars as pl
 
 from calwatch.engine._validation import check_alpha
 from calwatch.engine.errors import NotFittedError
-from calwatch.engine.shift.betting import DEFAULT_FALSE_ALARM, threshold_now, thresholds_at
+from calwatch.engine.shift.betting import (
+    DEFAULT_FALSE_ALARM,
+    log_threshold_table,
+    threshold_now,
+    thresholds_at,
+)
 from calwatch.engine.shift.martingale import GridScoreBag, ScoreBag
 
 FloatArray = npt.NDArray[np.float64]
@@ -77,6 +82,12 @@ def _check_number(value: Any, name: str) -> float:
 
 
 def _check_scores(scores: Any, name: str) -> FloatArray:
+    if type(scores) is np.ndarray and scores.dtype == np.float64 and scores.ndim == 1:  # the usual case
+        if np.isnan(scores).any():
+            msg = f"{name} contains NaN (first in row {int(np.flatnonzero(np.isnan(scores))[0])})"
+            raise ValueError(msg)
+        checked: FloatArray = scores
+        return checked
     arr = np.asarray(scores)
     if arr.dtype == object or not (
         np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
@@ -404,16 +415,53 @@ class ConformalTestMartingale:
     def step(self, scores: Any) -> MartingaleStep:
         """:meth:`update` as plain arrays (natural logs), for callers that need no data frame."""
         self._check_fitted()
-        batch = self._grid(_check_scores(scores, "scores"))
-        b = batch.shape[0]
+        raw = _check_scores(scores, "scores")
+        b = raw.shape[0]
         theta: FloatArray = np.asarray(self._rng.random(b), dtype=np.float64)
+        which = STATISTICS.index(self.statistic)
+        state = np.array([self._log_s, self._log_cusum, self._log_sr, self._max_log_s])
+        capital = self._capital.copy()
+        rows = None
+        bag = self._bag
+        if b and self.resolution is not None and isinstance(bag, GridScoreBag):  # the fast case
+            log_table, epoch_rows = log_threshold_table(self.threshold, self._false_alarm)
+            rows = bag.run_martingale(
+                raw, self.resolution, theta, seen=self.n_seen_, jump=self.jump, capital=capital, state=state,
+                log_table=log_table, epoch_rows=epoch_rows, which=which,
+            )  # fmt: skip
+        if rows is None:  # a score off the grid bag's range, or sorted runs
+            rows = self._rows(self._grid(raw), theta, capital, state, which)
+        p, log_s, log_cusum, log_sr, alarms, n_alarms = rows
+        self._capital = capital
+        alarm = alarms[which]
+        start = self.n_seen_
+        if b:
+            self._log_s, self._log_cusum, self._log_sr, self._max_log_s = (float(v) for v in state)
+            self.n_seen_ += b
+            if n_alarms:
+                hits = np.flatnonzero(alarm)
+                if self.statistic == "ville":
+                    hits = hits[:1] if not self.alarmed_ else hits[:0]
+                self.alarm_indices_.extend((hits + start).tolist())
+                if self.first_alarm_index_ is None and self.alarm_indices_:
+                    self.first_alarm_index_ = self.alarm_indices_[0]
+                self.alarmed_ = True
+        return MartingaleStep(p, log_s, log_cusum, log_sr, alarm)
+
+    def _rows(
+        self, batch: FloatArray, theta: FloatArray, capital: FloatArray, state: FloatArray, which: int
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_], int]:
+        """A batch's rows outside the fast case: a grid bag that must grow or give way, or sorted runs.
+
+        The same rows as :meth:`GridScoreBag.run_martingale` (``capital`` and ``state`` updated
+        in place).
+        """
+        b = batch.shape[0]
         bag = self._bag_for(batch)
         log_limits = self.log_thresholds(self.n_seen_ + np.arange(1, b + 1))
-        state = np.array([self._log_s, self._log_cusum, self._log_sr])
-        capital = self._capital.copy()
-        if isinstance(bag, GridScoreBag):  # the fast case: every step in one compiled pass
+        if isinstance(bag, GridScoreBag):  # every step in one compiled pass
             rows, flags = bag.martingale_step(
-                batch, theta, jump=self.jump, capital=capital, state=state, log_thresholds=log_limits
+                batch, theta, jump=self.jump, capital=capital, state=state[:3], log_thresholds=log_limits
             )
         else:  # sorted runs give the p-values; the same compiled rows do the rest
             from calwatch.engine.shift.kernels import martingale_from_p_values
@@ -423,30 +471,12 @@ class ConformalTestMartingale:
                 hi = min(b, lo + MAX_CHUNK)
                 p_runs[lo:hi] = bag.p_values(batch[lo:hi], theta[lo:hi])
             rows, flags = np.empty((b, 4)), np.zeros((b, 2), dtype=np.bool_)
-            martingale_from_p_values(p_runs, float(self.jump), capital, state, log_limits, rows, flags)
-        self._capital = capital
+            martingale_from_p_values(p_runs, float(self.jump), capital, state[:3], log_limits, rows, flags)
         p, log_s, log_cusum, log_sr = (np.ascontiguousarray(rows[:, i]) for i in range(4))
-        cusum_alarm, sr_alarm = flags[:, 0].copy(), flags[:, 1].copy()
-        if self.statistic == "ville":
-            alarm = log_s >= log_limits
-        else:
-            alarm = cusum_alarm if self.statistic == "cusum" else sr_alarm
-        start = self.n_seen_
+        alarms = np.stack([log_s >= log_limits, flags[:, 0], flags[:, 1]])
         if b:
-            self._log_s = float(log_s[-1])
-            self._max_log_s = max(self._max_log_s, float(log_s.max()))
-            self._log_cusum = 0.0 if cusum_alarm[-1] else float(log_cusum[-1])
-            self._log_sr = -math.inf if sr_alarm[-1] else float(log_sr[-1])
-            self.n_seen_ += b
-            hits = np.flatnonzero(alarm)
-            if hits.size:
-                if self.statistic == "ville":
-                    hits = hits[:1] if not self.alarmed_ else hits[:0]
-                self.alarm_indices_.extend((hits + start).tolist())
-                if self.first_alarm_index_ is None:
-                    self.first_alarm_index_ = self.alarm_indices_[0]
-                self.alarmed_ = True
-        return MartingaleStep(p, log_s, log_cusum, log_sr, alarm)
+            state[3] = max(state[3], float(log_s.max()))
+        return p, log_s, log_cusum, log_sr, alarms, int(np.count_nonzero(alarms[which]))
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts the test back exactly as it is now (for all-or-nothing updates).

@@ -295,3 +295,228 @@ def martingale_from_p_values(
     """
     for t in range(p.shape[0]):
         _martingale_row(p[t], jump, capital, state, log_thresholds[t], out[t], alarms[t])
+
+
+@_jit
+def epoch_of(rows: int, epoch_rows: int) -> int:
+    """The epoch ``k`` (0-based) of an anytime threshold that holds row ``rows`` (1-based).
+
+    Epoch ``k`` (1-based) ends at ``N_k = B·2^(k−1)``: the smallest ``k`` with ``rows ≤ N_k``,
+    in integers (``1 + max(0, ⌈log2(rows/B)⌉)`` without rounding). ``epoch_rows = 0``: a constant
+    threshold, epoch 0 always.
+    """
+    if epoch_rows <= 0:
+        return 0
+    k = 0
+    end = epoch_rows
+    while rows > end:
+        end *= 2
+        k += 1
+    return k
+
+
+@_jit
+def martingale_grid(
+    scores: Any,
+    resolution: float,
+    lo: int,
+    hi: int,
+    tree: Any,
+    counts: Any,
+    theta: Any,
+    size: int,
+    seen: int,
+    jump: float,
+    capital: Any,
+    state: Any,
+    log_table: Any,
+    epoch_rows: int,
+    which: int,
+    p_out: Any,
+    s_out: Any,
+    cusum_out: Any,
+    sr_out: Any,
+    alarms: Any,
+) -> int:
+    """A conformal test martingale's whole batch on a grid bag: scores in, statistics out.
+
+    :func:`martingale_rows` with the steps around it: each score is put on the grid
+    (``⌊score / resolution⌋``) and the batch is refused, before anything changes, unless every
+    cell lies in the bag's range ``[lo, hi]`` (an infinite score, or one outside the range:
+    the caller grows the bag or moves to sorted runs, and calls again); row ``seen + t + 1``
+    alarms at ``log_table[epoch_of(seen + t + 1, epoch_rows)]``.
+
+    Parameters
+    ----------
+    scores : float64 (m,)
+        The batch's scores (no NaN: the caller checks).
+    tree, counts, theta, size, jump, capital
+        As for :func:`martingale_rows`.
+    seen : int
+        Stream rows before the batch.
+    state : float64 (4,)
+        ``log S``, ``log γ``, ``log R`` and ``max log S`` before the batch; updated in place.
+    log_table : float64 (epochs,)
+        ``log c`` per epoch (one entry and ``epoch_rows = 0``: a constant threshold).
+    which : int
+        The statistic whose alarms are counted: 0 Ville (``log S ≥ log c``), 1 CUSUM, 2
+        Shiryaev-Roberts.
+    p_out, s_out, cusum_out, sr_out : float64 (m,)
+        Out: each row's p-value, ``log S``, ``log γ`` and ``log R`` (before a restart).
+    alarms : bool (3, m)
+        Out (False in): Ville's, CUSUM's and Shiryaev-Roberts's alarm at each row.
+
+    Returns
+    -------
+    int
+        The rows at which statistic ``which`` alarmed, or ``-1`` when the batch was refused.
+    """
+    m = scores.shape[0]
+    for t in range(m):
+        v = np.floor(scores[t] / resolution)
+        if not (v >= lo and v <= hi):  # also an infinite score
+            return -1
+    n_alarms = 0
+    for t in range(m):
+        cell = int(np.floor(scores[t] / resolution) - lo)
+        size += 1
+        p = _enter(tree, counts, cell, size, theta[t])
+        log_threshold = log_table[epoch_of(seen + t + 1, epoch_rows)]
+        f = _jump(capital, jump, p)
+        state[0] += f
+        state[1] = f + max(0.0, state[1])
+        state[2] = f + _log1p_sr(state[2])
+        state[3] = max(state[3], state[0])
+        p_out[t], s_out[t], cusum_out[t], sr_out[t] = p, state[0], state[1], state[2]
+        if state[0] >= log_threshold:
+            alarms[0, t] = True
+        if state[1] >= log_threshold:
+            alarms[1, t] = True
+            state[1] = 0.0
+        if state[2] >= log_threshold:
+            alarms[2, t] = True
+            state[2] = -np.inf
+        if alarms[which, t]:
+            n_alarms += 1
+    return n_alarms
+
+
+@_jit
+def betting_batch(
+    events: Any,
+    groups: Any,
+    testable: Any,
+    log_up: Any,
+    log_down: Any,
+    sr: Any,
+    rows: Any,
+    counts: Any,
+    alarmed: Any,
+    ville: bool,
+    table: Any,
+    epoch_rows: int,
+    trace: Any,
+    batch_rows: Any,
+    batch_events: Any,
+    peak: Any,
+    last: Any,
+    alarm_groups: Any,
+    alarm_rows: Any,
+) -> int:
+    """:func:`betting_rows` for a batch, with each group's threshold and summary of the batch.
+
+    Row ``t`` goes to group ``groups[t]`` (every row to group 0 when ``groups`` is empty); rows
+    of groups that are not ``testable`` are skipped. The batch is refused, before anything
+    changes, when a group is outside ``0..g−1``. Each row alarms at its group's threshold
+    ``table[epoch_of(rows[g], epoch_rows)]`` (its own row count, this row included).
+
+    Parameters
+    ----------
+    events, log_up, log_down, sr, rows, counts, alarmed, ville
+        As for :func:`betting_rows` (the state updated in place).
+    groups : int64 (m,) or (0,)
+        The rows' groups.
+    testable : bool (g,)
+        The groups with a test.
+    table : float64 (epochs,)
+        The threshold ``c`` per epoch (linear scale; one entry and ``epoch_rows = 0``: constant).
+    trace : float64 (m,) or (0,)
+        Out: ``log10`` of the row's group statistic after the row (untouched for skipped rows);
+        an empty array skips it (Shiryaev-Roberts then takes one logarithm per group, not per
+        row: ``log10`` is increasing, so the peak's logarithm is the logarithms' peak).
+    batch_rows, batch_events : int64 (g,)
+        Out (zeros in): per group, its rows and events in the batch.
+    peak, last : float64 (g,)
+        Out (``-inf`` in): per group, its highest and its last ``log10`` statistic in the batch.
+    alarm_groups, alarm_rows : int64 (m,)
+        Out: the alarms in arrival order, their group and row in the group's own count (from 0).
+
+    Returns
+    -------
+    int
+        The number of alarms, or ``-1 − t`` when row ``t``'s group is outside ``0..g−1``.
+    """
+    m = events.shape[0]
+    g_count = testable.shape[0]
+    grouped = groups.shape[0] > 0
+    record = trace.shape[0] > 0
+    if grouped:
+        for t in range(m):
+            if groups[t] < 0 or groups[t] >= g_count:
+                return -1 - t
+    n_bets = log_down.shape[0]
+    log_bets = math.log(n_bets)
+    up = np.exp(log_up)
+    down = np.exp(log_down)
+    terms = np.empty(n_bets)
+    n_alarms = 0
+    for t in range(m):
+        g = groups[t] if grouped else 0
+        if not testable[g]:
+            continue
+        hit = events[t]
+        rows[g] += 1
+        if hit:
+            counts[g] += 1
+            batch_events[g] += 1
+        batch_rows[g] += 1
+        threshold = table[epoch_of(rows[g], epoch_rows)]
+        alarm = False
+        if ville:
+            top = -np.inf
+            for j in range(n_bets):
+                terms[j] = counts[g] * log_up[g, j] + (rows[g] - counts[g]) * log_down[j]
+                top = max(top, terms[j])
+            total = 0.0
+            for j in range(n_bets):
+                total += math.exp(terms[j] - top)
+            value = (math.log(total) + top - log_bets) / math.log(10.0)  # log10 already
+            if value >= math.log10(threshold) and not alarmed[g]:
+                alarm = True
+                alarmed[g] = True
+        else:
+            total = 0.0
+            for j in range(n_bets):
+                factor = up[g, j] if hit else down[j]
+                sr[g, j] = factor * (1.0 + sr[g, j])
+                total += sr[g, j]
+            value = total / n_bets  # the mean, linear: its log10 below
+            if value >= threshold:
+                alarm = True
+                for j in range(n_bets):
+                    sr[g, j] = 0.0
+        if record:
+            trace[t] = value if ville else math.log10(value)
+        if batch_rows[g] == 1 or value > peak[g]:
+            peak[g] = value
+        last[g] = value
+        if alarm:
+            alarm_groups[n_alarms] = g
+            alarm_rows[n_alarms] = rows[g] - 1
+            n_alarms += 1
+    if not ville:
+        for g in range(g_count):
+            if batch_rows[g] > 0:
+                peak[g] = math.log10(peak[g])
+                last[g] = math.log10(last[g])
+    return n_alarms

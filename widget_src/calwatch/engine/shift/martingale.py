@@ -344,6 +344,46 @@ class GridScoreBag:
         counts[lo - new_lo : lo - new_lo + self._counts.shape[0]] = self._counts
         self.__init__(new_lo, counts)  # type: ignore[misc]
 
+    def run_martingale(
+        self,
+        scores: FloatArray,
+        resolution: float,
+        theta: FloatArray,
+        *,
+        seen: int,
+        jump: float,
+        capital: FloatArray,
+        state: FloatArray,
+        log_table: FloatArray,
+        epoch_rows: int,
+        which: int,
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, BoolArray, int] | None:
+        """A martingale's whole batch from its raw scores, in one compiled call; None if it does not fit.
+
+        :func:`calwatch.engine.shift.kernels.martingale_grid`: the scores go on the grid
+        (``⌊score / resolution⌋``), and unless a cell falls outside the bag's range (then nothing
+        changes and None is returned: the caller grows the bag or moves to sorted runs) each
+        row runs as in :meth:`martingale_step`, its threshold read from ``log_table`` (see
+        :func:`calwatch.engine.shift.betting.threshold_table`). ``capital`` and ``state`` (``log S``,
+        ``log γ``, ``log R``, ``max log S``) are updated in place. Returns each row's p-value,
+        ``log S``, ``log γ``, ``log R``, the ``(3, m)`` alarms (Ville, CUSUM, Shiryaev–Roberts)
+        and how many rows alarmed on statistic ``which`` (that order).
+        """
+        from calwatch.engine.shift.kernels import martingale_grid
+
+        m = scores.shape[0]
+        p, log_s, log_cusum, log_sr = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
+        alarms = np.zeros((3, m), dtype=np.bool_)
+        n_alarms = martingale_grid(
+            scores, float(resolution), self.lo, self.hi, self._tree, self._counts, theta, self.size,
+            int(seen), float(jump), capital, state, log_table, int(epoch_rows), int(which), p, log_s,
+            log_cusum, log_sr, alarms,
+        )  # fmt: skip
+        if n_alarms < 0:
+            return None
+        self.size += m
+        return p, log_s, log_cusum, log_sr, alarms, int(n_alarms)
+
     def martingale_step(
         self,
         scores: FloatArray,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,7 @@ from calwatch.engine.shift.betting import (
     DetectorName,
     alarm_thresholds,
     calibration_null_rate,
+    guarantee_text,
     has_finite_threshold,
 )
 
@@ -108,6 +110,80 @@ class MonitorResult:
     interval: tuple[float, float] = (math.nan, math.nan)
     rows_seen: int = 0
     alarm_rows: tuple[int, ...] = ()
+
+
+#: The fields of a :class:`DeferredResult` written when first read.
+DEFERRED_FIELDS = ("guarantee", "threatens", "explanation", "action", "estimate", "interval")
+
+
+def _deferred_field(name: str) -> Any:
+    """A field of :class:`DeferredResult`: written by its words function on first read."""
+    slot = "_" + name
+
+    def get(self: DeferredResult) -> Any:
+        values = self.__dict__
+        if slot not in values:
+            self._write()
+        return values[slot]
+
+    def put(self: DeferredResult, value: Any) -> None:  # the dataclass __init__ (``replace``)
+        self.__dict__[slot] = value
+
+    return property(get, put, doc=f"``{name}``, written when first read.")
+
+
+class DeferredResult(MonitorResult):
+    """A :class:`MonitorResult` whose words are written when they are first read.
+
+    A detector looks at every batch, but the monitor reads only a look's numbers (``name``,
+    ``statistic``, ``threshold``, ``alarm``) for its chart; the words (``guarantee``,
+    ``threatens``, ``explanation``, ``action``) and the window's ``estimate`` and ``interval``
+    (a Clopper-Pearson interval: two inverse incomplete betas) are read when an alarm opens a
+    warning, or when a caller reads them. They are written then, once, by ``words``: a
+    function of values fixed at the look (never of the detector's later state), so they read
+    exactly as if written at once. Otherwise the same frozen record (equality, ``repr``,
+    ``dataclasses.replace`` and ``asdict`` read every field).
+    """
+
+    guarantee = _deferred_field("guarantee")
+    threatens = _deferred_field("threatens")
+    explanation = _deferred_field("explanation")
+    action = _deferred_field("action")
+    estimate = _deferred_field("estimate")
+    interval = _deferred_field("interval")
+
+    @classmethod
+    def later(
+        cls,
+        *,
+        name: str,
+        statistic: float,
+        threshold: float,
+        alarm: bool,
+        rows_seen: int,
+        alarm_rows: tuple[int, ...],
+        words: Callable[[], dict[str, Any]],
+    ) -> DeferredResult:
+        """A look with its numbers now and ``words()`` (a dict of :data:`DEFERRED_FIELDS`) later."""
+        out = object.__new__(cls)
+        out.__dict__.update(
+            name=name, statistic=statistic, threshold=threshold, alarm=alarm, rows_seen=rows_seen,
+            alarm_rows=alarm_rows, _words=words,
+        )  # fmt: skip
+        return out
+
+    def _write(self) -> None:
+        values = self.__dict__
+        written = values["_words"]()
+        for name in DEFERRED_FIELDS:
+            values["_" + name] = written[name]
+        del values["_words"]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The record with its words written (for ``pickle`` and ``copy``: no function inside)."""
+        if "_words" in self.__dict__:
+            self._write()
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -302,6 +378,18 @@ class BettingLook:
         )
 
 
+def betting_guarantee(guarantee: str, calibration_delta: float | None) -> str:
+    """A betting test's bound in words, with the calibration draw's share and the null it assumes."""
+    if calibration_delta is not None:
+        guarantee += f"; + {calibration_delta:g} for an unlucky calibration draw"
+    return guarantee + " (null: rows i.i.d. like the calibration rows)"
+
+
+def betting_alarm(look: BettingLook) -> bool:
+    """Whether a window of a betting test alarms: an alarm in it, or Ville's sticky one."""
+    return bool(look.window_alarms) or (look.detector == "ville" and look.alarmed_ever)
+
+
 def betting_result(
     look: BettingLook,
     name: str,
@@ -314,16 +402,12 @@ def betting_result(
     action: str,
 ) -> MonitorResult:
     """A :class:`MonitorResult` for one window of a betting test, with its full guarantee."""
-    guarantee = look.guarantee
-    if calibration_delta is not None:
-        guarantee += f"; + {calibration_delta:g} for an unlucky calibration draw"
-    guarantee += " (null: rows i.i.d. like the calibration rows)"
     return MonitorResult(
         name=name,
         statistic=look.log10_statistic,
         threshold=look.log10_threshold,
-        alarm=bool(look.window_alarms) or (look.detector == "ville" and look.alarmed_ever),
-        guarantee=guarantee,
+        alarm=betting_alarm(look),
+        guarantee=betting_guarantee(look.guarantee, calibration_delta),
         threatens=threatens,
         explanation=explanation,
         action=action,
@@ -332,6 +416,39 @@ def betting_result(
         rows_seen=look.rows_seen,
         alarm_rows=look.window_alarms,
     )
+
+
+def coverage_drop_words(
+    *,
+    guarantee: str,
+    rows: int,
+    covered: int,
+    alpha: float,
+    null_rate: float,
+    calibration_delta: float | None,
+    log10_statistic: float,
+    log10_threshold: float,
+) -> dict[str, Any]:
+    """The words, estimate and interval of a coverage-drop look (:data:`DEFERRED_FIELDS`).
+
+    ``rows`` labelled rows in the window, ``covered`` of them inside their sets; ``guarantee``
+    is the betting test's own bound (:meth:`BernoulliBetting.guarantee`).
+    """
+    coverage = covered / rows if rows else math.nan  # = hits.mean(): an exact count over an exact count
+    lo, hi = clopper_pearson([covered], [rows])
+    return {
+        "guarantee": betting_guarantee(guarantee, calibration_delta),
+        "threatens": f"coverage ≥ {1 - alpha:.3g} of the prediction sets",
+        "explanation": (
+            f"labelled rows have fallen outside their sets more often than the calibrator allows "
+            f"({null_rate:.1%}): the betting test's evidence reached 10^{log10_statistic:.1f} "
+            f"(alarm at 10^{log10_threshold:.1f}); in this window "
+            f"{rows - covered} of {rows} missed ({1 - coverage:.1%})"
+        ),
+        "action": "recalibrate on recent labelled data; if it keeps recurring, retrain",
+        "estimate": coverage,
+        "interval": (float(lo[0]), float(hi[0])),
+    }
 
 
 def coverage_drop_result(
@@ -343,25 +460,24 @@ def coverage_drop_result(
     null_rate: float,
     calibration_delta: float | None,
 ) -> MonitorResult:
-    """The result of a coverage-drop test over a window of labelled rows (``hits``: covered or not)."""
-    coverage = float(hits.mean())
-    covered = int(np.count_nonzero(hits))
-    lo, hi = clopper_pearson([covered], [hits.shape[0]])
-    return betting_result(
-        look,
-        name,
-        estimate=coverage,
-        interval=(float(lo[0]), float(hi[0])),
-        calibration_delta=calibration_delta,
-        threatens=f"coverage ≥ {1 - alpha:.3g} of the prediction sets",
-        explanation=(
-            f"labelled rows have fallen outside their sets more often than the calibrator allows "
-            f"({null_rate:.1%}): the betting test's evidence reached 10^{look.log10_statistic:.1f} "
-            f"(alarm at 10^{look.log10_threshold:.1f}); in this window "
-            f"{hits.shape[0] - covered} of {hits.shape[0]} missed ({1 - coverage:.1%})"
+    """The result of a coverage-drop test over a window of labelled rows (``hits``: covered or not).
+
+    A :class:`DeferredResult`: its words and interval are written when first read.
+    """
+    rows, covered = int(hits.shape[0]), int(np.count_nonzero(hits))
+    return DeferredResult.later(
+        name=name,
+        statistic=look.log10_statistic,
+        threshold=look.log10_threshold,
+        alarm=betting_alarm(look),
+        rows_seen=look.rows_seen,
+        alarm_rows=look.window_alarms,
+        words=lambda: coverage_drop_words(
+            guarantee=look.guarantee, rows=rows, covered=covered, alpha=alpha, null_rate=null_rate,
+            calibration_delta=calibration_delta, log10_statistic=look.log10_statistic,
+            log10_threshold=look.log10_threshold,
         ),
-        action="recalibrate on recent labelled data; if it keeps recurring, retrain",
-    )
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------ the monitors
@@ -428,22 +544,47 @@ class CoverageDrop:
         """``ε₀``, the miss rate tested against."""
         return self.test_.null_rate
 
-    def update(self, covered: Any) -> MonitorResult:
-        """Feed whether each newly labelled row was covered (in arrival order)."""
-        hits = _as_1d(covered, "covered", dtype=bool)
-        before = len(self.test_.alarms_)
-        trace = self.test_.update(~hits)
-        peak = float(trace.max()) if trace.size else -math.inf  # the evidence at its highest
-        # The window's highest evidence is reported (the statistic resets after an alarm).
-        look = BettingLook.of(self.test_, self.test_.alarms_[before:], statistic=peak)
-        return coverage_drop_result(
-            look,
-            hits,
-            name=self.name,
-            alpha=self.alpha,
-            null_rate=self.null_rate,
-            calibration_delta=self.calibration_delta,
+    def update(self, covered: Any, *, name: str | None = None) -> MonitorResult:
+        """Feed whether each newly labelled row was covered (in arrival order).
+
+        ``name``: the result's name (default: the monitor's, ``"coverage drop"``).
+        """
+        if (
+            isinstance(covered, np.ndarray)
+            and covered.dtype == np.bool_
+            and covered.ndim == 1
+            and covered.size
+        ):
+            hits = covered  # read, never kept
+        else:
+            hits = _as_1d(covered, "covered", dtype=bool)
+        test = self.test_
+        before, events_before = len(test.alarms_), test.events_
+        peak = test.advance(~hits)  # the evidence at its highest (the statistic resets after an alarm)
+        rows, covered_rows = int(hits.shape[0]), int(hits.shape[0]) - (test.events_ - events_before)
+        window_alarms = tuple(test.alarms_[before:])
+        threshold = test.log10_threshold
+        rule = (
+            test.detector,
+            test.null_rate,
+            test.threshold,
+            len(test.bet_fractions),
+            getattr(test, "false_alarm", None),
         )
+        alpha, null_rate, calibration_delta = self.alpha, self.null_rate, self.calibration_delta
+        return DeferredResult.later(
+            name=self.name if name is None else name,
+            statistic=peak,
+            threshold=threshold,
+            alarm=bool(window_alarms) or (test.detector == "ville" and test.alarmed_),
+            rows_seen=test.rows_,
+            alarm_rows=window_alarms,
+            words=lambda: coverage_drop_words(
+                guarantee=guarantee_text(*rule), rows=rows, covered=covered_rows, alpha=alpha,
+                null_rate=null_rate, calibration_delta=calibration_delta, log10_statistic=peak,
+                log10_threshold=threshold,
+            ),
+        )  # fmt: skip
 
 
 class ReferenceExceedance:
@@ -734,19 +875,24 @@ __all__ = [
     "DEFAULT_PATIENCE",
     "DEFAULT_SR_THRESHOLD",
     "DEFAULT_VILLE_THRESHOLD",
+    "DEFERRED_FIELDS",
     "DETECTOR_NAMES",
     "BernoulliBetting",
     "BettingLook",
     "CoverageDrop",
+    "DeferredResult",
     "EpisodeTracker",
     "MonitorResult",
     "PredictionMix",
     "ReferenceExceedance",
     "RiskJump",
     "ShiftWarning",
+    "betting_alarm",
+    "betting_guarantee",
     "betting_result",
     "calibration_null_rate",
     "chi_square_two_sample",
     "coverage_drop_result",
+    "coverage_drop_words",
     "has_finite_threshold",
 ]
