@@ -12,14 +12,13 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import polars as pl
 import pyarrow as pa
 
 import calwatch as cw
 from calwatch.monitor_labels import LabelReport
-from tests.scale.logs import Task, real_task
+from tests.scale.logs import Task, fitted_task, real_task
 
 
 @functools.cache
@@ -28,25 +27,13 @@ def task_with(K: int) -> Task:
     if K == 2:
         return real_task("breast_cancer")
     from sklearn.datasets import load_digits, load_wine
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
 
     if K == 3:
         X, y = load_wine(return_X_y=True)
     else:
         X, y = load_digits(return_X_y=True)
         X, y = X[y < K], y[y < K]
-    order = np.random.default_rng(11).permutation(len(y))
-    X, y = X[order], y[order]
-    n_fit = len(y) // 3
-    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=0.05)).fit(
-        X[:n_fit], y[:n_fit]
-    )
-    P = model.predict_proba(X[n_fit:])
-    half = P.shape[0] // 2
-    rest = y[n_fit:]
-    return Task(f"K={K}", P[:half], rest[:half], P[half:], rest[half:])
+    return fitted_task(f"K={K}", X, y, seed=11)
 
 
 class Engine:

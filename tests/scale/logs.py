@@ -43,12 +43,18 @@ class Task:
 def real_task(name: str = "digits") -> Task:
     """scikit-learn's bundled ``digits`` (K = 10) or ``breast_cancer`` (K = 2), logistic regression."""
     from sklearn.datasets import load_breast_cancer, load_digits
+
+    X, y = (load_digits if name == "digits" else load_breast_cancer)(return_X_y=True)
+    return fitted_task(name, X, y, seed=7)
+
+
+def fitted_task(name: str, X: Any, y: Any, *, seed: int) -> Task:
+    """A logistic regression fitted on a third of the shuffled rows; the rest halved into calibration and test."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    X, y = (load_digits if name == "digits" else load_breast_cancer)(return_X_y=True)
-    order = np.random.default_rng(7).permutation(len(y))
+    order = np.random.default_rng(seed).permutation(len(y))
     X, y = X[order], y[order]
     n_fit = len(y) // 3
     model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=0.05)).fit(
