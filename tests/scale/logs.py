@@ -49,7 +49,7 @@ def real_task(name: str = "digits") -> Task:
 
 
 def fitted_task(name: str, X: Any, y: Any, *, seed: int) -> Task:
-    """A logistic regression fitted on a third of the shuffled rows; the rest halved into calibration and test."""
+    """A logistic regression fitted on a third of the shuffled rows; the rest halved: calibration, test."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
