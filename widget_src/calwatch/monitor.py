@@ -19,6 +19,7 @@ from calwatch.classes import ClassEncoder, as_1d_array
 from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.errors import NotFittedError
+from calwatch.engine.shift.blocks import block_keys
 from calwatch.guard import Guard, guard_of, guarded
 from calwatch.ids import as_id_list
 from calwatch.kinds import KINDS, kind_of
@@ -344,6 +345,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         embeddings: Any = None,
         categories: Any = None,
         reference: Any = None,
+        blocks: Any = None,
     ) -> Monitor:
         """Fit every calibrator on labelled calibration data.
 
@@ -365,6 +367,12 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
             ``embedding_layer``), or precomputed ``(embeddings, logits, y)``. Selective
             calibrators use only its embeddings (for their outlier features): without
             Venn-ADMIT calibrators, the embeddings array alone will do.
+        blocks : array-like of shape (n,), optional
+            For seasonal streams: each calibration row's block key (its day, say). The default
+            label-free martingales then test whole blocks instead of rows
+            (:mod:`calwatch.engine.shift.blocks`): their promise holds when the stream's
+            blocks are exchangeable with the calibration blocks, however correlated the rows
+            within a block. Every later :meth:`observe` must then pass ``blocks=`` too.
 
         Returns
         -------
@@ -377,6 +385,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         outputs = self._outputs(X, probs, logits, n_classes=None, embeddings=embeddings)
         encoder = self._make_encoder(outputs.n_classes)
         y_idx = encoder.encode(y, "y", n_rows=len(outputs))
+        block_keys_ = self._calibration_blocks(blocks, len(outputs))
         kinds = {key: kind_of(cal) for key, cal in self._calibrators.items()}
         admit_keys = [key for key, kind in kinds.items() if kind.reference == "full"]
         uses_reference = admit_keys or any(kind.reference for kind in kinds.values())
@@ -403,13 +412,17 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         if self._shift_spec is not None:
             if shift is None:
                 detectors: list[Detector] = (
-                    default_detectors(fitted, embeddings=outputs.embeddings is not None)
+                    default_detectors(
+                        fitted, embeddings=outputs.embeddings is not None, blocks=block_keys_ is not None
+                    )
                     if isinstance(self._shift_spec, str)
                     else list(self._shift_spec)
                 )
                 shift = ShiftWatch(detectors)
             names = [str(c) for c in encoder.classes.tolist()]
-            shift.calibrate(CalibrationData(outputs.probs, y_idx, fitted, outputs.embeddings, names))
+            shift.calibrate(
+                CalibrationData(outputs.probs, y_idx, fitted, outputs.embeddings, names, blocks=block_keys_)
+            )
         # Commit only once every calibrator (and detector) fitted.
         self._shift = shift
         # The calibration rows' confidence scores, sorted: tables' buckets are tested against them
@@ -472,6 +485,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         y: Any = None,
         categories: Any = None,
         name: str | None = None,
+        blocks: Any = None,
     ) -> int:
         """Run a batch through the model and every calibrator, and record it.
 
@@ -489,6 +503,11 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
             Mondrian categories (for ``mondrian="category"`` calibrators).
         name : str, optional
             Batch name shown in tables and charts (default: its index).
+        blocks : array-like of shape (m,), optional
+            Each row's block key (its day, say), required when :meth:`calibrate` was given
+            ``blocks=``. The rows of a block arrive together, possibly over several batches: a
+            block is tested once a row with another key arrives, and a complete block's key may
+            not come back.
 
         Returns
         -------
@@ -509,6 +528,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         ):
             msg = "categories must be None: no calibrator was built with mondrian='category'"
             raise ValueError(msg)
+        row_blocks = self._stream_blocks(blocks, m)
         # Randomised calibrators draw from their own seeded streams while computing: a call that
         # fails puts the streams back, so the next call draws what it would have drawn.
         streams = random_streams(self._calibrators.values())
@@ -548,7 +568,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
             with detectors_kept_on_failure(self._shift):
                 if self._shift is not None:
                     self._shift.observe(
-                        index, (first_row, first_row + m - 1), outputs.probs, outputs.embeddings
+                        index, (first_row, first_row + m - 1), outputs.probs, outputs.embeddings, row_blocks
                     )
                 if labels is not None:
                     self._feed_labels([(record, every_row, labels)], latest=index, rows_seen=first_row + m)
@@ -562,6 +582,44 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
             for stream, state in zip(streams, drawn_from, strict=True):
                 stream.bit_generator.state = state
             raise
+
+    def _calibration_blocks(self, blocks: Any, n: int) -> list[str] | None:
+        """``calibrate(blocks=)`` checked: one key per row, a monitor with detectors, used alike each time."""
+        if blocks is None:
+            keys = None
+        elif self._shift_spec is None:
+            msg = "blocks must be None: block keys are for shift detectors, and this monitor runs none"
+            raise ValueError(msg)
+        else:
+            keys = block_keys(blocks, n, "blocks")
+        if (
+            self._shift is not None
+            and isinstance(self._shift_spec, str)
+            and self._shift.uses_blocks != (keys is not None)
+        ):
+            was = "with" if self._shift.uses_blocks else "without"
+            msg = (
+                f"blocks: this monitor's detectors were first calibrated {was} block keys; pass blocks= "
+                "on every calibrate() or on none (or start a new Monitor)"
+            )
+            raise ValueError(msg)
+        return keys
+
+    def _stream_blocks(self, blocks: Any, m: int) -> list[str] | None:
+        """``observe(blocks=)`` checked against the detectors, before anything changes."""
+        uses_blocks = self._shift is not None and self._shift.uses_blocks
+        if blocks is None:
+            if uses_blocks:
+                msg = "blocks is required: calibrate() was given block keys, so every row needs its block key"
+                raise ValueError(msg)
+            return None
+        if not uses_blocks:
+            msg = "blocks must be None: no detector tests blocks (give calibrate() blocks= to use them)"
+            raise ValueError(msg)
+        keys = block_keys(blocks, m, "blocks")
+        assert self._shift is not None
+        self._shift.check_blocks(keys)
+        return keys
 
     def _batch_ids(self, ids: Any, m: int) -> list[Hashable]:
         if ids is None:

@@ -49,6 +49,13 @@ from calwatch.engine.shift.betting import (
     guarantee_text,
     has_finite_threshold,
 )
+from calwatch.engine.shift.blocks import (
+    BlockAccumulator,
+    calibration_blocks,
+    grid_mean,
+    ks_distance,
+    split_blocks,
+)
 from calwatch.engine.shift.detectors import ConformalTestMartingale
 from calwatch.engine.shift.monitors import (
     DEFAULT_CALIBRATION_DELTA,
@@ -81,6 +88,7 @@ class CalibrationData:
     calibrators: dict[str, Any]
     embeddings: npt.NDArray[np.float32] | None = None
     classes: list[str] | None = None  # class names, for explanations
+    blocks: list[str] | None = None  # per-row block keys (calibrate(blocks=)), for block martingales
 
 
 class Detector(Protocol):
@@ -108,22 +116,30 @@ def _nothing_to_restore() -> None:
     """The restore function of a detector that has no state yet."""
 
 
+#: The null hypothesis of the row-level martingales, as the guarantee states it.
+ROW_NULL = "rows exchangeable with calibration"
+
+
 def _martingale_guarantee(
-    statistic: StatisticName, threshold: float | None, false_alarm: float | None
+    statistic: StatisticName,
+    threshold: float | None,
+    false_alarm: float | None,
+    *,
+    unit: str = "rows",
+    null: str = ROW_NULL,
 ) -> str:
     name = "CUSUM" if statistic == "cusum" else "Shiryaev–Roberts"
     if threshold is None:
         return (
             f"P(any false alarm over the whole stream, however long) ≤ δ = {false_alarm:g} ({name}, "
-            "restarted after each alarm, against a threshold growing with the rows seen; "
-            "null: rows exchangeable with calibration)"
+            f"restarted after each alarm, against a threshold growing with the {unit} seen; "
+            f"null: {null})"
         )
     if statistic == "ville":
-        return f"P(any false alarm over the whole stream) ≤ 1/c = {1 / threshold:.2g} (Ville)"
+        return f"P(any false alarm over the whole stream) ≤ 1/c = {1 / threshold:.2g} (Ville; null: {null})"
     return (
-        f"mean rows to a false alarm ≥ c = {threshold:.3g}; P(false alarm within L rows) ≤ L/c "
-        f"({'CUSUM' if statistic == 'cusum' else 'Shiryaev–Roberts'}; "
-        "null: rows exchangeable with calibration)"
+        f"mean {unit} to a false alarm ≥ c = {threshold:.3g}; P(false alarm within L {unit}) ≤ L/c "
+        f"({name}; null: {null})"
     )
 
 
@@ -167,7 +183,9 @@ class _MartingaleDetector:
             seed=self.seed,
         ).fit(scores)
 
-    def _look(self, scores: FloatArray, what: str) -> MonitorResult:
+    def _look(
+        self, scores: FloatArray, what: str, *, unit: str = "rows", null: str = ROW_NULL
+    ) -> MonitorResult:
         assert self.martingale_ is not None  # calibrate() runs before any look
         m = self.martingale_
         before = len(m.alarm_indices_)
@@ -185,15 +203,20 @@ class _MartingaleDetector:
         p_values = step.p_value
         limit = m.log10_threshold_
         rule = (statistic_name, m.threshold, getattr(m, "false_alarm", None))
+        exchangeable = (
+            "exchangeable with the calibration blocks"
+            if unit == "blocks"
+            else "exchangeable with the calibration data"
+        )
         threatens, action = self.threatens, self.action
 
         def words() -> dict[str, Any]:
             p_mean = float(p_values.mean()) if p_values.size else math.nan
             return {
-                "guarantee": _martingale_guarantee(*rule),
+                "guarantee": _martingale_guarantee(*rule, unit=unit, null=null),
                 "threatens": threatens,
                 "explanation": (
-                    f"{what} no longer look exchangeable with the calibration data: the test martingale "
+                    f"{what} no longer look {exchangeable}: the test martingale "
                     f"reached 10^{statistic:.1f} (alarm at 10^{limit:.1f}); "
                     f"mean conformal p-value of the window {p_mean:.2f} (0.5 when nothing changed)"
                 ),
@@ -309,6 +332,203 @@ class ReferenceDistanceMartingale(_MartingaleDetector):
     ) -> MonitorResult | None:
         """Label-free: labels are not used."""
         return None
+
+
+#: Calibration blocks a block martingale needs: half build its reference, half are scored.
+MIN_CALIBRATION_BLOCKS = 4
+#: The null hypothesis of the block martingales, as the guarantee states it.
+BLOCK_NULL = (
+    "blocks (each whole, its rows in any order and however correlated) exchangeable with the "
+    "calibration blocks"
+)
+
+
+class _BlockMartingale(_MartingaleDetector):
+    """Shared part of the block martingales: one conformal p-value per complete block.
+
+    A subclass gives the per-row score in ``[0, 1]`` (:meth:`_row_scores`), the statistic of a
+    block's grid counts (:meth:`_statistic`) and the calibration blocks' statistics
+    (:meth:`_calibration_statistics`). The statistic is one fixed function for calibration and
+    stream blocks alike, so under the block null of :mod:`calwatch.engine.shift.blocks` the
+    p-values are independent and uniform and every bound holds with "rows" read as "blocks".
+
+    The alarm is Ville's by default (``P(any false alarm over the whole stream) ≤ 1/c``, c =
+    100): a stream has far fewer blocks than rows, and the anytime CUSUM threshold, sized for
+    long row streams, would need about twice as many blocks to alarm.
+    """
+
+    needs_labels = False
+    uses_blocks = True
+    what = ""
+
+    def __init__(self, **options: Any) -> None:
+        options.setdefault("resolution", None)  # block statistics are continuous: exact bag
+        options.setdefault("statistic", "ville")
+        super().__init__(**options)
+        self.blocks_ = BlockAccumulator()
+        self.calibration_blocks_ = 0
+
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the martingale and the open block back as they are now."""
+        restore_martingale = super().checkpoint()
+        restore_blocks = self.blocks_.checkpoint()
+
+        def restore() -> None:
+            restore_martingale()
+            restore_blocks()
+
+        return restore
+
+    def _row_scores(self, probs: FloatArray, embeddings: npt.NDArray[np.float32] | None) -> FloatArray | None:
+        raise NotImplementedError
+
+    def _statistic(self, counts: npt.NDArray[np.int64]) -> float:
+        raise NotImplementedError
+
+    def _calibration_statistics(self, data: CalibrationData, keys: list[str]) -> FloatArray:
+        raise NotImplementedError
+
+    def calibrate(self, data: CalibrationData) -> None:
+        """Fit on the calibration blocks (every distinct key of ``data.blocks`` is one block)."""
+        if data.blocks is None:
+            msg = f"the {self.name} needs the calibration rows' block keys: pass blocks= to calibrate()"
+            raise ValueError(msg)
+        n_blocks = len(set(data.blocks))
+        if n_blocks < MIN_CALIBRATION_BLOCKS:
+            msg = (
+                f"blocks: the {self.name} needs at least {MIN_CALIBRATION_BLOCKS} calibration blocks "
+                f"(half build its reference, half are scored against it); blocks= holds {n_blocks}"
+            )
+            raise ValueError(msg)
+        statistics = self._calibration_statistics(data, data.blocks)
+        self.calibration_blocks_ = int(statistics.shape[0])
+        self.blocks_ = BlockAccumulator()
+        self._fit(statistics)
+
+    def check_blocks(self, keys: list[str]) -> None:
+        """Raise ``ValueError`` (changing nothing) if these stream keys would reopen a complete block."""
+        self.blocks_.check(keys)
+
+    def observe(
+        self,
+        probs: FloatArray,
+        embeddings: npt.NDArray[np.float32] | None = None,
+        blocks: list[str] | None = None,
+    ) -> MonitorResult | None:
+        """Add a batch's rows to their blocks; a look when blocks are complete (None otherwise)."""
+        if blocks is None:
+            msg = f"the {self.name} needs each row's block key: pass blocks= to observe()"
+            raise ValueError(msg)
+        scores = self._row_scores(probs, embeddings)
+        if scores is None:
+            return None
+        self.blocks_.check(blocks)
+        _, counts = self.blocks_.feed(scores, blocks)
+        if not counts:
+            return None
+        statistics = np.array([self._statistic(c) for c in counts], dtype=np.float64)
+        return self._look(statistics, self.what, unit="blocks", null=BLOCK_NULL)
+
+    def labelled(
+        self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
+    ) -> MonitorResult | None:
+        """Label-free: labels are not used."""
+        return None
+
+
+class BlockConfidenceMartingale(_BlockMartingale):
+    """Label-free, for seasonal streams: the confidence martingale on whole blocks (e.g. days).
+
+    The calibration blocks are split in two (seeded): one half pools its confidence scores
+    ``1 − max p`` into a reference distribution; each block of the other half, and each
+    complete stream block, is scored by the Kolmogorov–Smirnov distance of its scores to the
+    reference (:func:`~calwatch.engine.shift.blocks.ks_distance`), and those distances feed a
+    fully online conformal test martingale. Its promise holds under the block null
+    (:mod:`calwatch.engine.shift.blocks`), which correlated rows within a day do not break.
+    Added by ``shift="default"`` in place of :class:`ConfidenceMartingale` when ``calibrate()``
+    is given ``blocks=``.
+
+    Parameters
+    ----------
+    **options
+        As :class:`ConfidenceMartingale` (``statistic``, ``threshold``, ``false_alarm``,
+        ``jump``, ``seed``); the statistic defaults to Ville's and ``resolution`` to None.
+    """
+
+    name = "confidence martingale (blocks)"
+    threatens = "every guarantee shown (they assume the stream's blocks are exchangeable with calibration's)"
+    action = "collect labels for the latest blocks to check coverage; recalibrate if it has dropped"
+    what = "the blocks' confidence distributions"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.reference_cdf_: FloatArray = np.zeros(0)
+
+    def _row_scores(self, probs: FloatArray, embeddings: npt.NDArray[np.float32] | None) -> FloatArray:
+        return np.asarray(1.0 - top_probability(probs), dtype=np.float64)
+
+    def _statistic(self, counts: npt.NDArray[np.int64]) -> float:
+        return ks_distance(counts, self.reference_cdf_)
+
+    def _calibration_statistics(self, data: CalibrationData, keys: list[str]) -> FloatArray:
+        _, counts = calibration_blocks(self._row_scores(data.probs, None), keys)
+        reference, scored = split_blocks(counts.shape[0], self.seed)
+        pooled = counts[reference].sum(axis=0)
+        self.reference_cdf_ = np.cumsum(pooled) / pooled.sum()
+        return np.array([self._statistic(counts[i]) for i in scored], dtype=np.float64)
+
+
+class BlockDistanceMartingale(_BlockMartingale):
+    """Label-free, for seasonal streams: the reference distance martingale on whole blocks.
+
+    The calibration *blocks* are split in two (seeded): the rows of one half are the
+    reference, indexed exactly (faiss); each block of the other half, and each complete stream
+    block, is scored by its rows' mean distance to their nearest reference row (mapped by
+    ``d / (d + m)`` onto ``[0, 1)`` as in :class:`ReferenceDistanceMartingale`, then gridded).
+    Added by ``shift="default"`` in place of :class:`ReferenceDistanceMartingale` when
+    ``calibrate()`` is given ``blocks=`` and the model gives embeddings.
+    """
+
+    needs_embeddings = True
+    name = "reference distance martingale (blocks)"
+    threatens = (
+        "every guarantee shown: new blocks lie farther from the calibration data than its own blocks do"
+    )
+    action = "inspect the latest blocks' rows far from the reference; recalibrate on recent data"
+    what = "the blocks' mean distances to the calibration embeddings"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.index_: Any = None
+        self.scale_ = 1.0
+
+    def _row_scores(self, probs: FloatArray, embeddings: npt.NDArray[np.float32] | None) -> FloatArray | None:
+        if embeddings is None:
+            return None
+        distances = self.index_.search(embeddings, 1)[0][:, 0]
+        return np.asarray(distances / (distances + self.scale_), dtype=np.float64)
+
+    def _statistic(self, counts: npt.NDArray[np.int64]) -> float:
+        return grid_mean(counts)
+
+    def _calibration_statistics(self, data: CalibrationData, keys: list[str]) -> FloatArray:
+        from calwatch.engine.knn import KNNIndex
+
+        if data.embeddings is None:
+            msg = f"the {self.name} needs calibration embeddings: pass embeddings="
+            raise ValueError(msg)
+        names = sorted(set(keys))
+        reference_blocks, _ = split_blocks(len(names), self.seed)
+        reference = {names[i] for i in reference_blocks}
+        in_reference = np.fromiter((k in reference for k in keys), dtype=np.bool_, count=len(keys))
+        self.index_ = KNNIndex(kind="flat", seed=self.seed).fit(data.embeddings[in_reference])
+        held_out = np.flatnonzero(~in_reference)
+        distances = self.index_.search(data.embeddings[held_out], 1)[0][:, 0]
+        median = float(np.median(distances))
+        self.scale_ = median if median > 0 else 1.0
+        scores = np.asarray(distances / (distances + self.scale_), dtype=np.float64)
+        _, counts = calibration_blocks(scores, [keys[int(i)] for i in held_out])
+        return np.array([self._statistic(c) for c in counts], dtype=np.float64)
 
 
 class LabelMartingale(_MartingaleDetector):
@@ -615,14 +835,19 @@ def smallest_testable_count(alpha: float) -> int:
     return n
 
 
-def default_detectors(calibrators: dict[str, Any], *, embeddings: bool = False) -> list[Detector]:
+def default_detectors(
+    calibrators: dict[str, Any], *, embeddings: bool = False, blocks: bool = False
+) -> list[Detector]:
     """The detectors ``Monitor(shift="default")`` runs for these calibrators.
 
     ``embeddings``: whether the model gives embeddings (adds the reference distance martingale).
+    ``blocks``: whether ``calibrate()`` was given block keys; the label-free martingales then
+    test whole blocks (:class:`BlockConfidenceMartingale`, :class:`BlockDistanceMartingale`),
+    for streams whose rows are exchangeable only block by block (days, hours).
     """
-    detectors: list[Detector] = [ConfidenceMartingale()]
+    detectors: list[Detector] = [BlockConfidenceMartingale() if blocks else ConfidenceMartingale()]
     if embeddings:
-        detectors.append(ReferenceDistanceMartingale())
+        detectors.append(BlockDistanceMartingale() if blocks else ReferenceDistanceMartingale())
     for key, cal in calibrators.items():
         if getattr(cal, "kind", None) == "risk":
             continue
@@ -776,17 +1001,32 @@ class ShiftWatch:
         rows: tuple[int, int],
         probs: FloatArray,
         embeddings: npt.NDArray[np.float32] | None = None,
+        blocks: list[str] | None = None,
     ) -> None:
-        """Feed a newly observed batch to the label-free detectors."""
+        """Feed a newly observed batch to the label-free detectors (``blocks``: per-row block keys)."""
         for detector in self.detectors:
             if detector.needs_labels:
                 continue
             self._feeding(detector)
-            if getattr(detector, "needs_embeddings", False):
+            if getattr(detector, "uses_blocks", False):
+                result = detector.observe(probs, embeddings, blocks)  # type: ignore[call-arg]
+            elif getattr(detector, "needs_embeddings", False):
                 result = detector.observe(probs, embeddings)  # type: ignore[call-arg]
             else:
                 result = detector.observe(probs)
             self._record(detector, result, batch, rows)
+
+    @property
+    def uses_blocks(self) -> bool:
+        """Whether a detector tests whole blocks (then ``observe`` needs each row's block key)."""
+        return any(getattr(d, "uses_blocks", False) for d in self.detectors)
+
+    def check_blocks(self, blocks: list[str]) -> None:
+        """Raise ``ValueError`` (changing nothing) if a block detector would refuse these keys."""
+        for detector in self.detectors:
+            check = getattr(detector, "check_blocks", None)
+            if check is not None:
+                check(blocks)
 
     def labelled(
         self,
