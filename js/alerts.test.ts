@@ -180,6 +180,23 @@ describe("createAlerts", () => {
     expect(errors.every((e) => e === "")).toBe(true);
   });
 
+  it("shows each warning as one line (what, since when) that expands to the full text and actions", () => {
+    const { banner } = setup([warning(1, { name: "lac: coverage drop", first_batch: 6, last_batch: 9 })]);
+    const b = banner(1).el;
+    const line = b.querySelector<HTMLButtonElement>("button.calwatch-warning-line");
+    const body = b.querySelector<HTMLElement>(".calwatch-warning-body");
+    expect(line?.textContent).toBe("lac: coverage drop" + "since batch 6" + "▸");
+    expect(line?.getAttribute("aria-expanded")).toBe("false");
+    expect(body?.hidden).toBe(true);
+    expect(body?.contains(banner(1).ack)).toBe(true); // the actions are in the expanded part
+    line?.querySelector("strong")?.click(); // a click anywhere on the line
+    expect(banner(1).el.querySelector<HTMLElement>(".calwatch-warning-body")?.hidden).toBe(false);
+    expect(line?.getAttribute("aria-expanded")).toBe("true");
+    expect(banner(1).el.classList.contains("calwatch-warning-open")).toBe(true);
+    line?.click();
+    expect(body?.hidden).toBe(true);
+  });
+
   it("banners only open and unacknowledged warnings, most recent first, with their content", () => {
     const { el, episodes, banner } = setup([
       warning(1, { first_batch: 3, last_batch: 9 }),

@@ -1,11 +1,13 @@
-// Shift warnings under the header: one banner per open, unacknowledged warning (most recent
-// first, two at most unless expanded), an inline acknowledge form, and a log of every warning.
+// Shift warnings under the header: one line per open, unacknowledged warning (most recent first,
+// two at most unless expanded): what broke and since when, a button that expands it to the full
+// text (explanation, what it threatens, the suggested action, details) and the acknowledge form;
+// and a log of every warning.
 //
 // Kernel-synced state read here: _warnings (validated by parseWarnings; a missing trait is an
 // empty list). Sent to the kernel: {kind: "acknowledge", episode, note}.
 // Browser-only UI state kept here: whether the banner list is expanded and the log open, and per
-// banner the acknowledge form (open, typed note), "acknowledgement sent" and the details
-// disclosure. Banners are kept by episode across updates of the trait, so that state survives
+// banner whether its full text is shown, the acknowledge form (open, typed note), "acknowledgement
+// sent" and the details disclosure. Banners are kept by episode across updates of the trait, so that state survives
 // the kernel rewriting the list (the statistic of an open warning changes every batch).
 
 import type { AnyModel } from "@anywidget/types";
@@ -112,6 +114,8 @@ export function createAlerts(
   const banners = new Map<number, Banner>();
   /** Episodes whose acknowledgement was sent and not yet reflected in _warnings. */
   const sent = new Set<number>();
+  /** Episodes whose banner shows its full text (the rest show one line). */
+  const expandedBanners = new Set<number>();
 
   const part = (className: string, tag = "div") => {
     const e = doc.createElement(tag);
@@ -122,10 +126,17 @@ export function createAlerts(
   const newBanner = (episode: number): Banner => {
     const b = part("calwatch-warning");
     b.dataset.episode = String(episode);
-    const head = part("calwatch-warning-head");
+    // The one line: a button that shows or hides the rest.
+    const head = part("calwatch-warning-head calwatch-warning-line", "button") as HTMLButtonElement;
+    head.type = "button";
     const name = part("calwatch-warning-name", "strong");
     const batches = part("calwatch-warning-batches", "span");
-    head.append(name, batches);
+    const more = part("calwatch-warning-expand", "span");
+    more.setAttribute("aria-hidden", "true");
+    head.append(name, batches, more);
+    const body = part("calwatch-warning-body");
+    body.id = `calwatch-warning-body-${Math.random().toString(36).slice(2)}`;
+    head.setAttribute("aria-controls", body.id);
     const explanation = part("calwatch-warning-explanation");
     const threatens = part("calwatch-warning-threatens");
     const action = part("calwatch-warning-action");
@@ -154,13 +165,20 @@ export function createAlerts(
     cancel.textContent = "Cancel";
     form.append(note, ok, cancel);
     actions.append(ack, form);
-    b.append(head, explanation, threatens, action, details, actions);
+    body.append(explanation, threatens, action, details, actions);
+    b.append(head, body);
 
     return {
       el: b,
       update(w) {
         name.textContent = w.name;
         batches.textContent = formatBatches(w);
+        const open = expandedBanners.has(w.episode);
+        body.hidden = !open;
+        b.classList.toggle("calwatch-warning-open", open);
+        head.setAttribute("aria-expanded", String(open));
+        head.title = open ? "Hide the details" : `${w.explanation} (click for the details and actions)`;
+        more.textContent = open ? "▾" : "▸";
         explanation.textContent = w.explanation;
         threatens.textContent = `threatens: ${w.threatens}`;
         action.textContent = `suggested: ${w.action}`;
@@ -180,6 +198,7 @@ export function createAlerts(
     const shown = bannered(warnings);
     const keep = new Set(shown.map((w) => w.episode));
     for (const episode of banners.keys()) if (!keep.has(episode)) banners.delete(episode);
+    for (const episode of expandedBanners) if (!keep.has(episode)) expandedBanners.delete(episode);
     const visible = expanded ? shown : shown.slice(0, MAX_BANNERS);
     const els = visible.map((w) => {
       let banner = banners.get(w.episode);
@@ -288,6 +307,15 @@ export function createAlerts(
     if (target === toggle) {
       logOpen = !logOpen;
       drawLog();
+      return;
+    }
+    const line = target instanceof Element ? target.closest<HTMLButtonElement>("button.calwatch-warning-line") : null;
+    const lineOf = line?.closest<HTMLElement>("div.calwatch-warning[data-episode]");
+    if (line && lineOf && list.contains(lineOf)) {
+      const episode = Number(lineOf.dataset.episode);
+      if (expandedBanners.has(episode)) expandedBanners.delete(episode);
+      else expandedBanners.add(episode);
+      drawBanners();
       return;
     }
     if (!(target instanceof HTMLButtonElement)) return;

@@ -76,15 +76,29 @@ export function cardStatus(row: KeyedRow): string {
   return num(row, "coverage") !== null || num(row, "observed_error") !== null ? "ok" : "";
 }
 
-/** Draws the cards of `rows` (in the calibrators' order) into `el`. */
-export function drawCards(el: HTMLElement, rows: readonly KeyedRow[], order: readonly string[], doc: Document): void {
+/** A card's status from the calibrator's health state (the strip's rule, decided in the kernel). */
+const STATUS_OF_STATE: Record<string, string> = { holding: "ok", "at risk": "warn", broken: "below", waiting: "" };
+
+/**
+ * Draws the cards of `rows` (in the calibrators' order) into `el`. `states` (calibrator -> health
+ * state) colours each card as the health strip does; a calibrator without one (an older kernel)
+ * falls back to cardStatus.
+ */
+export function drawCards(
+  el: HTMLElement,
+  rows: readonly KeyedRow[],
+  order: readonly string[],
+  doc: Document,
+  states: ReadonlyMap<string, string> = new Map(),
+): void {
   const rank = new Map(order.map((name, i) => [name, i]));
   const sorted = [...rows].sort((a, b) => (rank.get(a.key) ?? 1e9) - (rank.get(b.key) ?? 1e9));
   const cards = sorted.map((row) => {
     const card = doc.createElement("div");
     card.className = "calwatch-card";
     card.dataset.calibrator = String(row.calibrator ?? row.key);
-    const status = cardStatus(row);
+    const state = states.get(String(row.calibrator ?? row.key));
+    const status = state !== undefined ? (STATUS_OF_STATE[state] ?? "") : cardStatus(row);
     if (status !== "") card.dataset.status = status;
     const title = doc.createElement("div");
     title.className = "calwatch-card-title";

@@ -167,11 +167,49 @@ export interface ClassCoverageRow extends KeyedRow {
   n_covered: number;
 }
 
+/** A calibrator's state in the health strip (the rule: `calwatch.health.health`). */
+export type HealthState = "holding" | "waiting" | "at risk" | "broken";
+
+export const HEALTH_STATES: readonly HealthState[] = ["holding", "waiting", "at risk", "broken"];
+
+/** One sparkline point: [batch, value (coverage, or observed error; null without labels), reference]. */
+export type SparkPoint = [number, number | null, number | null];
+
+/**
+ * `health`: one row per calibrator (key = its name), computed in the kernel from the last batches
+ * and the open warnings; the front end only draws it.
+ */
+export interface HealthRow extends KeyedRow {
+  calibrator: string;
+  kind: string;
+  /** The promise in words: "90% coverage", "risk ≤ 0.120 (top-1)". */
+  promise: string;
+  state: HealthState;
+  /** Why, in one line. */
+  reason: string;
+  /** Pooled recent coverage (or error rate) and its 95% band; null without labels. */
+  value: number | null;
+  lo: number | null;
+  hi: number | null;
+  /** What `value` is judged against: the coverage floor, or the estimated error. */
+  reference: number | null;
+  /** The promised coverage (null for kinds without one). */
+  target: number | null;
+  n_labelled: number;
+  n_batches: number;
+  first_batch: number | null;
+  last_batch: number | null;
+  /** Open warnings naming the calibrator (episodes). */
+  episodes: number[];
+  spark: SparkPoint[];
+}
+
 /** The datasets the kernel knows today, by name. */
 export interface DatasetRows {
   batches: BatchRow;
   set_sizes: SetSizeRow;
   class_coverage: ClassCoverageRow;
+  health: HealthRow;
 }
 
 export type DatasetName = keyof DatasetRows;
@@ -339,6 +377,61 @@ export function parseKernelMessage(msg: unknown): KernelMessage | null {
     throw new ProtocolError(`replay ${seq} without a string "view"`);
   }
   return { kind, view: msg.view, seq, data };
+}
+
+function finiteOrNull(v: unknown): number | null {
+  return typeof v === "number" && Number.isFinite(v) ? v : null;
+}
+
+/**
+ * Validates `health` rows (in the kernel's order). A row without a string calibrator or a known
+ * state is dropped; other fields of the wrong type get neutral defaults (null, "", []); sparkline
+ * points that are not [integer, number|null, number|null] are dropped. Every deviation is listed
+ * in `problems`, for the widget's error box.
+ */
+export function parseHealth(raw: readonly KeyedRow[]): { rows: HealthRow[]; problems: string[] } {
+  const rows: HealthRow[] = [];
+  const problems: string[] = [];
+  for (const row of raw) {
+    const state = row.state;
+    if (typeof row.calibrator !== "string" || !HEALTH_STATES.includes(state as HealthState)) {
+      problems.push(`health row "${row.key}": no calibrator or an unknown state`);
+      continue;
+    }
+    const str = (k: string) => (typeof row[k] === "string" ? (row[k] as string) : "");
+    const int = (k: string) => {
+      const v = row[k];
+      return typeof v === "number" && Number.isInteger(v) ? v : null;
+    };
+    const spark: SparkPoint[] = [];
+    let badPoints = 0;
+    for (const p of Array.isArray(row.spark) ? row.spark : []) {
+      if (Array.isArray(p) && p.length === 3 && typeof p[0] === "number" && Number.isInteger(p[0])) {
+        spark.push([p[0], finiteOrNull(p[1]), finiteOrNull(p[2])]);
+      } else badPoints++;
+    }
+    if (badPoints > 0) problems.push(`health row "${row.key}": ${badPoints} bad sparkline point(s)`);
+    rows.push({
+      key: row.key,
+      calibrator: row.calibrator,
+      kind: str("kind"),
+      promise: str("promise"),
+      state: state as HealthState,
+      reason: str("reason"),
+      value: finiteOrNull(row.value),
+      lo: finiteOrNull(row.lo),
+      hi: finiteOrNull(row.hi),
+      reference: finiteOrNull(row.reference),
+      target: finiteOrNull(row.target),
+      n_labelled: int("n_labelled") ?? 0,
+      n_batches: int("n_batches") ?? 0,
+      first_batch: int("first_batch"),
+      last_batch: int("last_batch"),
+      episodes: Array.isArray(row.episodes) ? row.episodes.filter((e): e is number => Number.isInteger(e)) : [],
+      spark,
+    });
+  }
+  return { rows, problems };
 }
 
 const WARNING_STRINGS = ["name", "threatens", "explanation", "action", "false_alarm_control"] as const;

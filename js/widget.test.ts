@@ -303,14 +303,15 @@ describe("renderView", () => {
     expect(box()).toBe("");
   });
 
-  it("puts the shift warnings under the header, and their protocol errors in the error box", () => {
+  it("puts the health strip and the shift warnings under the header, and their protocol errors in the error box", () => {
     const model = newModel(); // no _warnings: a kernel without warnings
     const { root } = mount(model);
     const alerts = root.querySelector<HTMLElement>(".calwatch-alerts");
     expect([...root.children].map((c) => c.className)).toEqual([
       "calwatch-controls",
-      "calwatch-dash-controls",
+      "calwatch-health",
       "calwatch-alerts",
+      "calwatch-dash-controls",
       "calwatch-timeline",
       "calwatch-rows",
       "calwatch-notes",

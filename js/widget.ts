@@ -26,6 +26,7 @@ import { drawCards } from "./cards";
 import { Chart, isDarkTheme, type Renderer } from "./charts";
 import { createControls } from "./controls";
 import { createDashControls } from "./dashcontrols";
+import { createHealth } from "./health";
 import {
   type KeyedRow,
   parseKernelMessage,
@@ -160,6 +161,8 @@ export function renderView(
   const dash = createDashControls(model, doc);
   // Shift warnings under the header; they follow change:_warnings themselves.
   const alerts = createAlerts(model, doc, { onError: (m) => controls.setLocalError("warnings", m) });
+  // The health strip: a chip per calibrator (promise, state, sparkline), from the `health` dataset.
+  const health = createHealth(doc);
   const timelineEl = doc.createElement("div");
   timelineEl.className = "calwatch-timeline";
   const timelineCaption = doc.createElement("div");
@@ -178,7 +181,8 @@ export function renderView(
   const cards = doc.createElement("div");
   cards.className = "calwatch-cards";
   cards.dataset.section = OVERVIEW;
-  root.append(controls.el, dash.el, alerts.el, timelineEl, rowTable.el, notes.el, tabs, chartsEl);
+  // At a glance first: header, health strip, one line per warning; then the controls and panels.
+  root.append(controls.el, health.el, alerts.el, dash.el, timelineEl, rowTable.el, notes.el, tabs, chartsEl);
   el.append(root);
 
   const stream = new StreamBuffer(viewId, { paused: Boolean(model.get("_paused")) });
@@ -222,9 +226,31 @@ export function renderView(
     for (const [name, n] of Object.entries(update.counts)) root.setAttribute(`data-rows-${name}`, String(n));
   };
 
-  /** Cards, notes and empty states follow the store after every applied update. */
+  /**
+   * Panels that need an action before they show anything: the what-if α panel, hidden until the
+   * α slider is used (or what-if rows exist), and always in a report (it needs a kernel).
+   */
+  const waitsForAction = (item: Item): boolean =>
+    item.name === "what_if" &&
+    (Boolean(model.get("_readonly")) || ((model.get("_alpha") ?? null) === null && store.count("what_if") === 0));
+
+  /** Shows the items of the active section (but those waiting for an action); activates them. */
+  const showItems = () => {
+    for (const item of items) {
+      const shown = item.section === activeSection && !waitsForAction(item);
+      if (item.el.hidden === !shown && item.el.dataset.shown !== undefined) continue;
+      item.el.hidden = !shown;
+      item.el.dataset.shown = String(shown);
+      if (shown) void item.chart.activate();
+      else item.chart.deactivate();
+    }
+  };
+
+  /** Cards, the health strip, notes and empty states follow the store after every applied update. */
   const drawDerived = () => {
-    drawCards(cards, store.rows("overview"), model.get("_calibrators") ?? [], doc);
+    controls.setLocalError("health", health.draw(store.rows("health"), model.get("_calibrators") ?? []));
+    drawCards(cards, store.rows("overview"), model.get("_calibrators") ?? [], doc, health.states());
+    showItems();
     cards.hidden = activeSection !== OVERVIEW || cards.childElementCount === 0;
     notes.draw(store.rows("notes"));
     const rules = model.get("_empty_states") ?? {};
@@ -249,14 +275,8 @@ export function renderView(
       button.tabIndex = selected ? 0 : -1;
     }
     cards.hidden = name !== OVERVIEW || cards.childElementCount === 0;
-    const readonly = Boolean(model.get("_readonly"));
-    for (const item of items) {
-      // The what-if panel needs a kernel to recompute: a report leaves it out.
-      const shown = item.section === name && !(readonly && item.name === "what_if");
-      item.el.hidden = !shown;
-      if (shown) void item.chart.activate();
-      else item.chart.deactivate();
-    }
+    for (const item of items) delete item.el.dataset.shown;
+    showItems();
   };
 
   const openRows = (batch: number) => rowTable.open(batch);
@@ -476,6 +496,7 @@ export function renderView(
     ["change:_chart_order", scheduleRebuild],
     ["change:_sections", scheduleRebuild],
     ["change:_calibrators", drawDerived],
+    ["change:_alpha", showItems],
     ["change:_empty_states", drawDerived],
   ];
   for (const [event, fn] of listeners) model.on(event, fn);

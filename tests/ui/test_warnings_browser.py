@@ -2,9 +2,10 @@
 
 Runs a private copy of notebooks/00-widget-smoke.ipynb (its drifting synthetic stream raises
 warnings) with Run All, acknowledges the first banner with a note through the DOM hooks of
-docs/widget-protocol.md (``div.calwatch-warning[data-episode=N]``, ``button.calwatch-ack``,
-``input.calwatch-ack-note``, ``button.calwatch-ack-ok``, ``div.calwatch-warning-log``), and
-checks the kernel's log, both views' banners and the warning log. Saves
+docs/widget-protocol.md (``div.calwatch-warning[data-episode=N]``, its one line
+``button.calwatch-warning-line`` that expands it, ``button.calwatch-ack``,
+``input.calwatch-ack-note``, ``button.calwatch-ack-ok``, ``div.calwatch-warning-log``), and checks
+the kernel's log, both views' banners and the warning log. Saves
 test-artifacts/widget-warnings.png (the inline widget's header and banners).
 """
 
@@ -92,7 +93,9 @@ def test_acknowledge_warning_in_jupyterlab(
     }
     page.screenshot(path=str(artifacts_dir / "widget-warnings.png"), clip=clip)
 
-    # ---- acknowledge: button -> inline note -> OK
+    # ---- acknowledge: the warning's line -> its full text and actions -> button -> inline note -> OK
+    assert banner.locator("button.calwatch-ack").is_hidden()  # one line until expanded
+    banner.locator("button.calwatch-warning-line").click()
     banner.locator("button.calwatch-ack").click()
     note = banner.locator("input.calwatch-ack-note")
     note.wait_for(state="visible")

@@ -66,6 +66,7 @@ from calwatch.engine.shift.monitors import (
     ShiftWarning,
     coverage_drop_words,
 )
+from calwatch.looks import LookStore
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -893,7 +894,7 @@ class ShiftWatch:
     patience: int = 3
     tracker: EpisodeTracker = field(init=False)
     acknowledgements: dict[int, Acknowledgement] = field(default_factory=dict)
-    looks: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # (detector, batch) -> look
+    looks: LookStore = field(default_factory=LookStore)  # (detector, batch) -> look, as columns
 
     def __post_init__(self) -> None:
         names = [d.name for d in self.detectors]
@@ -901,6 +902,11 @@ class ShiftWatch:
             msg = f"shift detectors must have distinct names; got {names}"
             raise ValueError(msg)
         self.tracker = EpisodeTracker(patience=self.patience)
+
+    def _after_decode(self) -> None:
+        """A snapshot written before :class:`~calwatch.looks.LookStore` kept the looks as a dict."""
+        if not isinstance(self.looks, LookStore):
+            self.looks = LookStore(self.looks)
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts every detector, the looks and the warning episodes back as they are now.
@@ -911,7 +917,7 @@ class ShiftWatch:
         the size of its state, never the data it has seen).
         """
         restores = [detector.checkpoint() for detector in self.detectors]
-        looks = dict(self.looks)
+        looks = self.looks.copy()
         tracker = self.tracker
         warnings = list(tracker._warnings)
         episodes = {name: list(state) for name, state in tracker._open.items()}
@@ -919,7 +925,7 @@ class ShiftWatch:
         def restore() -> None:
             for undo in restores:
                 undo()
-            self.looks = dict(looks)
+            self.looks = looks.copy()
             tracker._warnings = list(warnings)
             tracker._open = {name: list(state) for name, state in episodes.items()}
 

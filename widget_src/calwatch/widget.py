@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
-from calwatch import charts, dashboard
+from calwatch import charts, dashboard, health
 from calwatch.cards import CardTotals, ExactIntervals
 from calwatch.live import LiveDatasets, bucketed_names
 from calwatch.resolution import Resolution, bucket_width
@@ -153,17 +153,40 @@ def view_datasets(
 def dashboard_datasets(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
     """The dashboard's datasets at the monitor's own settings (no α, whole window, no brush).
 
-    ``overview`` (cards), ``notes``, and the window panels ``reliability`` and ``set_by_class``;
-    ``what_if`` is empty (it needs the α slider of a live widget).
+    ``overview`` (cards), ``health`` (the strip), ``notes``, and the window panels ``reliability``
+    and ``set_by_class``; ``what_if`` is empty (it needs the α slider of a live widget).
     """
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in dashboard.DATASETS}
     out["notes"] = _json_rows_from_dicts(dashboard.note_rows(monitor))
     out["overview"] = _json_rows(dashboard.overview(monitor))
     out["timeline"] = _json_rows(dashboard.timeline(monitor))
+    out["health"] = health_rows(monitor)
     if monitor.calibration_ is not None and monitor.n_batches > 0:
         out["reliability"] = _json_rows(dashboard.reliability(monitor))
         out["set_by_class"] = _json_rows(dashboard.set_by_class(monitor))
     return out
+
+
+def health_rows(
+    monitor: Monitor, rows: Any = None, *, promises: tuple[dict[str, str], dict[str, float]] | None = None
+) -> list[dict[str, Any]]:
+    """The health strip's rows (:func:`calwatch.health.health`): from ``rows``, else ``summary()``.
+
+    ``rows`` are per-batch summary rows holding at least the last
+    :data:`~calwatch.health.SPARK_BATCHES` batches; ``promises`` the monitor's
+    :func:`~calwatch.health.qualifiers` and :func:`~calwatch.health.floors` (computed when not
+    given; they change only with calibrate).
+    """
+    if monitor.calibration_ is None:
+        return []
+    if rows is None:
+        n = monitor.n_batches
+        rows = monitor.summary(tuple(range(max(0, n - health.SPARK_BATCHES), n))) if n else []
+    quals, lows = promises if promises is not None else (health.qualifiers(monitor), health.floors(monitor))
+    out = health.health(
+        rows, warning_rows(monitor), calibrators=list(monitor.calibrators), qualifiers=quals, floors=lows
+    )
+    return _json_rows_from_dicts(out)
 
 
 class MonitorWidget(anywidget.AnyWidget):
@@ -234,6 +257,8 @@ class MonitorWidget(anywidget.AnyWidget):
         #: the same over the brushed range (built when a range is brushed).
         self._card_totals = self._new_card_totals()
         self._range_totals: tuple[tuple[int, int], CardTotals] | None = None
+        #: The health strip's qualifiers and floors (recomputed after calibrate).
+        self._promises: tuple[dict[str, str], dict[str, float]] | None = None
         #: Resolution of the per-batch datasets as sent (the brushed range or the whole stream) and
         #: the timeline's bucket width.
         self._detail = Resolution()
@@ -348,6 +373,7 @@ class MonitorWidget(anywidget.AnyWidget):
             self._card_totals = self._new_card_totals()
             self._card_totals.update(self._live_data.card_rows(None))
             self._range_totals = None
+            self._promises = None  # the health strip's qualifiers and floors: calibrate changes them
             self._row_cache = dashboard.RowCache()
             data = self._resend_buckets(force=True) | self._kind_windows()
             data |= self._derived(window=self._live, notes=self._live)
@@ -515,6 +541,25 @@ class MonitorWidget(anywidget.AnyWidget):
             self._range_totals = (brushed, totals)
         return _json_rows_from_dicts(self._range_totals[1].cards(warnings))
 
+    def _health(self) -> list[dict[str, Any]]:
+        """The health strip's rows that changed: from the last batches' rows the cards keep.
+
+        Always the latest batches (the strip says how things stand now, whatever is brushed);
+        one row per calibrator, sent only when it changed.
+        """
+        mon = self._monitor
+        held = self._card_totals.rows
+        n = mon.n_batches
+        rows = [
+            row
+            for b in range(max(0, n - health.SPARK_BATCHES), n)
+            for key in mon.calibrators
+            if (row := held.get(f"{b}|{key}")) is not None
+        ]
+        if self._promises is None:
+            self._promises = (health.qualifiers(mon), health.floors(mon))
+        return self._diff("health", health_rows(mon, rows, promises=self._promises), whole=True)
+
     def _window_data(self) -> dict[str, list[dict[str, Any]]]:
         """The window datasets at the current controls, with tombstones for keys that went away."""
         mon = self._monitor
@@ -564,7 +609,7 @@ class MonitorWidget(anywidget.AnyWidget):
         with ``window``.
         """
         cards = self._diff("overview", self._overview(), whole=True)
-        data: dict[str, list[dict[str, Any]]] = {"overview": cards}
+        data: dict[str, list[dict[str, Any]]] = {"overview": cards, "health": self._health()}
         if notes:
             added = dashboard.note_rows(self._monitor, self._notes_sent)
             if added:

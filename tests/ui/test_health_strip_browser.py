@@ -1,0 +1,172 @@
+"""The health strip in a real JupyterLab + Chromium, inline and in the ~250 px sidecar.
+
+A monitor with a calibrator that holds its promise and one that breaks it
+(tests/health_scenario.py) is shown inline and in the sidebar. Each view's chips
+(``div.calwatch-chip[data-calibrator][data-state]``) must match :func:`calwatch.health.health`
+on the kernel's ``summary()`` and ``warnings()``; the strip sits above the controls and tabs and
+fits the sidebar without overflowing. A shifted batch then opens a coverage-drop warning: both
+views follow (the broken calibrator's reason names it), and the warning shows as one line (what,
+since when) that expands to its full text and actions. The what-if panel stays hidden until the α
+slider is used. Screenshots: test-artifacts/health-strip-{inline,sidebar}.png.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..health_scenario import SOURCE
+from .helpers import (
+    INLINE,
+    SIDEBAR,
+    TIMEOUT_MS,
+    Kernel,
+    browser_errors,
+    no_widget_error,
+    open_notebook,
+    run_all,
+    wait_seq,
+    write_notebook,
+)
+
+pytestmark = pytest.mark.ui
+
+NOTEBOOK = "health-strip.ipynb"
+EXPECTED = (
+    "[(c['key'], c['state'], c['promise']) for c in __import__('calwatch.health').health.health("
+    "mon.summary(), mon.warnings(), qualifiers=__import__('calwatch.health').health.qualifiers(mon), "
+    "floors=__import__('calwatch.health').health.floors(mon))]"
+)
+SHIFT = """
+_shift_rng = np.random.default_rng(1)
+P = _shift_rng.dirichlet(np.ones(4) * 0.3, size=300)
+ids = [f"s-{i}" for i in range(300)]
+mon.observe(probs=P, ids=ids)
+mon.label(ids, list(_shift_rng.choice(HEALTH_CLASSES, size=300)))
+"""
+
+CHIPS_JS = """
+(root) => [...document.querySelectorAll(root + ' .calwatch-health .calwatch-chip')].map((c) => [
+  c.dataset.calibrator, c.dataset.state, c.querySelector('.calwatch-chip-promise').textContent,
+])
+"""
+# Layout of one view: the strip's place and whether any chip overflows its box or the view.
+LAYOUT_JS = """
+(root) => {
+  const view = document.querySelector(root);
+  const box = (sel) => view.querySelector(sel).getBoundingClientRect();
+  const right = view.getBoundingClientRect().right;
+  const chips = [...view.querySelectorAll('.calwatch-chip')];
+  return {
+    width: view.getBoundingClientRect().width,
+    strip_top: box('.calwatch-health').top - box('.calwatch-controls').bottom,
+    above_controls: box('.calwatch-health').bottom <= box('.calwatch-dash-controls').top + 1,
+    above_tabs: box('.calwatch-health').bottom <= box('.calwatch-tabs').top + 1,
+    overflow: chips
+      .filter((c) => c.scrollWidth > c.clientWidth + 1 || c.getBoundingClientRect().right > right + 1)
+      .map((c) => c.dataset.calibrator),
+    sparklines: chips.map((c) => c.querySelectorAll('svg path.calwatch-spark-line').length),
+  };
+}
+"""
+
+
+def _chips(page: Any, root: str) -> list[tuple[str, str, str]]:
+    return [tuple(c) for c in page.evaluate(CHIPS_JS, root)]
+
+
+def _wait_chips(page: Any, root: str, expected: list[tuple[str, str, str]]) -> None:
+    page.wait_for_function(
+        f"([root, want]) => JSON.stringify(({CHIPS_JS})(root)) === JSON.stringify(want)",
+        arg=[root, [list(e) for e in expected]],
+        timeout=TIMEOUT_MS,
+    )
+
+
+def _expected(kernel: Kernel) -> list[tuple[str, str, str]]:
+    return [tuple(c) for c in kernel.eval(EXPECTED)]
+
+
+def _updates_done(page: Any, kernel: Kernel) -> None:
+    seq = kernel.eval("mon.widget().seq")
+    for root in (INLINE, SIDEBAR):
+        wait_seq(page, root, seq)
+
+
+def _screenshots(page: Any, artifacts_dir: Path, tag: str) -> None:
+    out = Path(os.environ.get("CALWATCH_HEALTH_SHOTS", artifacts_dir))
+    out.mkdir(parents=True, exist_ok=True)
+    view = page.locator(INLINE).first
+    box = view.bounding_box()
+    assert box is not None
+    clip = {"x": box["x"], "y": box["y"], "width": box["width"], "height": min(box["height"], 520)}
+    page.screenshot(path=str(out / f"{tag}-inline.png"), clip=clip)
+    page.locator(".jupyterlab-sidecar").screenshot(path=str(out / f"{tag}-sidebar.png"))
+
+
+def test_health_strip_matches_summary_and_warnings(lab_server: Any, page: Any, artifacts_dir: Path) -> None:
+    write_notebook(lab_server.root / NOTEBOOK, [SOURCE + "\nmon.show()", "mon.show(sidebar=True)"])
+    kernel = open_notebook(page, lab_server, NOTEBOOK)
+    run_all(page, NOTEBOOK, timeout_s=120)
+    _updates_done(page, kernel)
+
+    # ---- the states of summary() and warnings(): one holding, one broken
+    expected = _expected(kernel)
+    assert [(k, s) for k, s, _ in expected] == [("lac", "holding"), ("softmax-risk", "broken")], expected
+    assert expected[0][2] == "90% coverage" and expected[1][2].startswith("risk ≤ ")
+    for root in (INLINE, SIDEBAR):
+        _wait_chips(page, root, expected)
+
+    # ---- at a glance: under the header, above the controls and tabs; nothing overflows at ~250 px
+    inline, sidebar = page.evaluate(LAYOUT_JS, INLINE), page.evaluate(LAYOUT_JS, SIDEBAR)
+    assert sidebar["width"] < 400 < inline["width"], (inline, sidebar)
+    for layout in (inline, sidebar):
+        assert layout["above_controls"] and layout["above_tabs"] and layout["strip_top"] < 12, layout
+        assert layout["overflow"] == [] and layout["sparklines"] == [1, 1], layout
+    _screenshots(page, artifacts_dir, "health-strip")
+
+    # ---- the what-if panel waits for the α slider
+    what_if = f'{INLINE} div.calwatch-panel[data-panel="what_if"]'
+    page.locator(f'{INLINE} button.calwatch-tab[data-section="Coverage"]').click()
+    assert page.locator(what_if).is_hidden()
+    page.locator(f"{INLINE} input.calwatch-alpha").fill("0.2")
+    page.locator(what_if).wait_for(state="visible", timeout=TIMEOUT_MS)
+
+    # ---- a shifted batch opens a coverage-drop warning: both views follow the kernel
+    kernel.run(SHIFT)
+    _updates_done(page, kernel)
+    expected = _expected(kernel)
+    assert [(k, s) for k, s, _ in expected] == [("lac", "broken"), ("softmax-risk", "broken")], expected
+    warnings = kernel.eval(
+        "[(w['episode'], w['name'], w['first_batch']) for w in mon.warnings().to_dicts() if w['open']]"
+    )
+    assert any(name == "lac: coverage drop" for _, name, _ in warnings), warnings
+    for root in (INLINE, SIDEBAR):
+        _wait_chips(page, root, expected)
+        reason = page.locator(
+            f'{root} .calwatch-chip[data-calibrator="lac"] .calwatch-chip-reason'
+        ).inner_text()
+        assert "lac: coverage drop since batch 8" in reason, reason
+
+    # ---- each warning is one line (what, since when); a click shows the full text and actions
+    episode, name, first = next(w for w in warnings if w[1] == "lac: coverage drop")
+    line = page.locator(
+        f'{SIDEBAR} div.calwatch-warning[data-episode="{episode}"] button.calwatch-warning-line'
+    )
+    line.wait_for(state="visible", timeout=TIMEOUT_MS)
+    assert line.inner_text().replace("\n", " ").startswith(f"{name} since batch {first}")
+    assert line.bounding_box()["height"] < 24  # one line, even at sidebar width
+    body = page.locator(f'{SIDEBAR} div.calwatch-warning[data-episode="{episode}"] .calwatch-warning-body')
+    assert body.is_hidden()
+    line.click()
+    body.wait_for(state="visible", timeout=TIMEOUT_MS)
+    assert "suggested:" in body.inner_text() and body.locator("button.calwatch-ack").is_visible()
+    _screenshots(page, artifacts_dir, "health-strip-warning")
+
+    for root in (INLINE, SIDEBAR):
+        no_widget_error(page, root)
+    errors = [e for e in browser_errors(page) if "calwatch" in e.lower() or "vega" in e.lower()]
+    assert not errors, errors
