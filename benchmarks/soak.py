@@ -26,6 +26,9 @@ also on Ctrl-C, SIGTERM or an error.
 Run: ``make soak [SOAK_ARGS="--minutes 12"]`` or ``python benchmarks/soak.py [--minutes 60]
 [--batches 100000] [--sample-seconds 10] [--rate 0] [--tab Coverage] [--prelude FILE]``
 (``--prelude``: Python code run in the kernel before the monitor is built, to try a patch).
+``--interact`` does what a user would while it runs: at each sample it moves the α slider (on the
+Coverage tab) and adds a note pinned to the latest batch through the page, and records the
+milliseconds until the kernel holds each (``alpha_ms``, ``note_ms``).
 """
 
 from __future__ import annotations
@@ -186,7 +189,12 @@ FIELDS = [
     "latency_ms_p95",
     "widget_seq",
     "loadavg_1m",
+    "alpha_ms",
+    "note_ms",
 ]
+
+#: The α values ``--interact`` moves the slider through, one a sample.
+ALPHAS = (0.05, 0.2, 0.1, 0.3)
 
 
 def start_lab(base: Path) -> LabServer:
@@ -287,6 +295,29 @@ def take_sample(
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
     return sample, state
+
+
+def interact(page: Any, kernel: Kernel, step: int, batch: int) -> dict[str, float]:
+    """Move the α slider and add a note pinned to ``batch`` through the page, as a user would.
+
+    Returns the milliseconds from the input until the kernel holds it (the widget's ``alpha``;
+    the monitor's note count): the slider's and the note's round trips while the producer runs.
+    """
+    alpha = ALPHAS[step % len(ALPHAS)]
+    start = time.monotonic()
+    page.locator(f"{INLINE} input.calwatch-alpha").fill(str(alpha))
+    kernel.wait_for("mon.widget().alpha", alpha, timeout_s=60.0)
+    alpha_ms = 1e3 * (time.monotonic() - start)
+    notes = int(kernel.eval("len(mon.notes())"))
+    page.eval_on_selector(f"{INLINE} details.calwatch-notes", "(el) => { el.open = true; }")
+    page.locator(f"{INLINE} select.calwatch-note-target").select_option("batch")
+    page.locator(f"{INLINE} input.calwatch-note-batch").fill(str(max(0, batch - 1)))
+    page.locator(f"{INLINE} input.calwatch-note-author").fill("soak")
+    page.locator(f"{INLINE} textarea.calwatch-note-text").fill(f"soak note {step}: batch {batch - 1}")
+    start = time.monotonic()
+    page.locator(f"{INLINE} button.calwatch-note-add").click()
+    kernel.wait_for("len(mon.notes())", notes + 1, timeout_s=60.0)
+    return {"alpha_ms": round(alpha_ms, 1), "note_ms": round(1e3 * (time.monotonic() - start), 1)}
 
 
 def _round(x: float | None, digits: int = 2) -> float | None:
@@ -395,6 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tab", default=None, help="dashboard tab to show (default: the one it opens on)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder of soak.csv and soak.png")
     parser.add_argument(
+        "--interact",
+        action="store_true",
+        help="at each sample move the α slider and add a note through the page (opens the Coverage tab)",
+    )
+    parser.add_argument(
         "--prelude",
         type=Path,
         default=None,
@@ -452,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         run_all(page, NOTEBOOK, timeout_s=300)
         t0 = time.monotonic()
         wait_attr(page, INLINE, "data-replay-seq")
+        if args.interact and not args.tab:
+            args.tab = "Coverage"  # where the α slider is
         if args.tab:
             page.locator(f'{INLINE} button.calwatch-tab[data-section="{args.tab}"]').click()
             wait_attr(page, INLINE, "data-section", args.tab)
@@ -465,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
         started = False
         while True:
             sample, state = take_sample(t0, page, kernel, kernel_pid, server, profile, args.rows)
+            if args.interact and started and not state["done"]:
+                sample |= interact(page, kernel, len(samples), int(state["batches"]))
             samples.append(sample)
             write_csv(samples, args.out / "soak.csv")  # as it goes: an interrupted run keeps its samples
             print(
@@ -547,6 +587,13 @@ def summarise(
     for label, key in (("kernel per update", "kernel_ms_p95"), ("kernel -> pixels", "latency_ms_p95")):
         start, end = edge_median(samples, key, end=False), edge_median(samples, key, end=True)
         print(f"{label} p95 ms (median over the first / last 10% of samples): {start} -> {end}")
+    for label, key in (("α slider -> kernel", "alpha_ms"), ("note -> monitor", "note_ms")):
+        done = sorted(s[key] for s in samples if s.get(key) is not None)
+        if done:
+            print(
+                f"{label} ms over {len(done)} interactions: median {statistics.median(done):.0f}, "
+                f"max {done[-1]:.0f}"
+            )
     print(
         f"every update applied in the browser (last seq {final['seq']}); "
         f"browser errors: {len(final['browser_errors'])}"

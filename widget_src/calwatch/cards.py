@@ -13,10 +13,11 @@ rows in one go (a brushed range, a report).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from calwatch.engine.metrics.intervals import clopper_pearson
 
@@ -77,6 +78,202 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+#: The fields of a per-batch row that the cards read (:func:`_contribution` and ``CardTotals._add``).
+CARD_FIELDS = ("n_rows", "n_labelled", "n_covered", "mean_set_size", "estimated_error", "observed_error",
+               "admitted_share", "target")  # fmt: skip
+_INT_FIELDS = frozenset({"n_rows", "n_labelled", "n_covered"})
+_FIRST_CAPACITY = 64
+
+
+class _CardColumns:
+    """One calibrator's settled per-batch rows: batch (increasing), kind, order and the card fields.
+
+    A field that is None in the row is marked in its mask (its value column then holds 0), so a
+    row read back gives :func:`_contribution` exactly what the row it came from gave.
+    """
+
+    __slots__ = ("arrays", "n")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.arrays: dict[str, npt.NDArray[Any]] = {
+            "batch": np.empty(_FIRST_CAPACITY, np.int64),
+            "order": np.empty(_FIRST_CAPACITY, np.int64),
+            "kind": np.empty(_FIRST_CAPACITY, np.int32),
+        }
+        for name in CARD_FIELDS:
+            self.arrays[name] = np.empty(_FIRST_CAPACITY, np.int64 if name in _INT_FIELDS else np.float64)
+            self.arrays[f"{name}?"] = np.empty(_FIRST_CAPACITY, np.bool_)  # None in the row
+
+    def find(self, batch: int) -> int:
+        """The row of ``batch``, or -1."""
+        batches = self.arrays["batch"][: self.n]
+        i = int(np.searchsorted(batches, batch))
+        return i if i < self.n and batches[i] == batch else -1
+
+    def put(self, batch: int, values: dict[str, Any]) -> None:
+        """Write ``batch``'s row: in place if it is held, else at its place (grown by doubling)."""
+        i = self.find(batch)
+        if i < 0:
+            n = self.n
+            if n == self.arrays["batch"].shape[0]:
+                for name, old in self.arrays.items():
+                    grown = np.empty(2 * n, old.dtype)
+                    grown[:n] = old
+                    self.arrays[name] = grown
+            i = int(np.searchsorted(self.arrays["batch"][:n], batch))
+            if i < n:  # an older batch than the last held: shift the later rows up
+                for column in self.arrays.values():
+                    column[i + 1 : n + 1] = column[i:n]
+            self.arrays["batch"][i] = batch
+            self.n = n + 1
+        for name, value in values.items():
+            self.arrays[name][i] = value
+
+
+class HeldRows(Mapping[str, Mapping[str, Any]]):
+    """The per-batch rows behind the cards, by key, compact once their batch is settled.
+
+    A live view keeps a row per batch and calibrator for the whole stream (a brushed range is
+    summed from them, and a relabelled batch takes its old row out). A row dict cost ~1.4 kB;
+    here the rows of the latest ``keep`` batches stay as they are (the health strip reads them
+    whole) and older ones keep only what the cards read, as numpy columns per calibrator (~120
+    bytes a row, no Python object per row). Reading an older row gives a dict of those fields
+    (``key``, ``batch``, ``calibrator``, ``kind`` and :data:`CARD_FIELDS`), equal to the row's
+    own; items come in the order keys were first written, as a dict's would.
+
+    Examples
+    --------
+    >>> held = HeldRows(keep=1)
+    >>> for b in range(3):
+    ...     held[f"{b}|a"] = {"key": f"{b}|a", "batch": b, "calibrator": "a", "kind": "sets",
+    ...                       "n_rows": 10, "n_labelled": b, "n_covered": None, "extra": "x"}
+    >>> held["0|a"]["n_labelled"], held["0|a"]["n_covered"], "extra" in held["0|a"], "extra" in held["2|a"]
+    (0, None, False, True)
+    >>> list(held)
+    ['0|a', '1|a', '2|a']
+    """
+
+    def __init__(self, keep: int = 64) -> None:
+        self.keep = keep
+        self._recent: dict[str, tuple[int, Mapping[str, Any]]] = {}  # key -> (order, row)
+        self._columns: dict[str, _CardColumns] = {}
+        self._kinds: list[Any] = []
+        self._kind_codes: dict[Any, int] = {}
+        self._written = 0
+        self._len = 0
+        self._newest = -1  # the newest batch seen
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, key: str) -> Mapping[str, Any]:
+        held = self._recent.get(key)
+        if held is not None:
+            return held[1]
+        found = self._locate(key)
+        if found is None:
+            raise KeyError(key)
+        return self._row(key, *found)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and (key in self._recent or self._locate(key) is not None)
+
+    def __iter__(self) -> Iterator[str]:
+        for key, _ in self.items():
+            yield key
+
+    def items(self) -> Iterator[tuple[str, Mapping[str, Any]]]:  # type: ignore[override]
+        """Every ``(key, row)`` in the order the keys were first written."""
+        orders = [np.fromiter((order for order, _ in self._recent.values()), np.int64, len(self._recent))]
+        where: list[tuple[str | None, int]] = [(None, len(self._recent))]
+        for calibrator, columns in self._columns.items():
+            orders.append(columns.arrays["order"][: columns.n])
+            where.append((calibrator, columns.n))
+        every = np.concatenate(orders)
+        source = np.repeat(np.arange(len(where)), [n for _, n in where])
+        position = np.concatenate([np.arange(n) for _, n in where])
+        recent = list(self._recent.items())
+        for k in np.argsort(every, kind="stable").tolist():
+            j, i = int(source[k]), int(position[k])
+            if j == 0:
+                yield recent[i][0], recent[i][1][1]
+            else:
+                name = where[j][0]
+                assert name is not None
+                columns = self._columns[name]
+                batch = int(columns.arrays["batch"][i])
+                yield f"{batch}|{name}", self._row(f"{batch}|{name}", name, columns, i)
+
+    def __setitem__(self, key: str, row: Mapping[str, Any]) -> None:
+        held = self._recent.get(key)
+        if held is not None:
+            self._recent[key] = (held[0], row)
+            return
+        found = self._locate(key)
+        if found is not None:  # a settled batch relabelled: its columns, in place
+            _, columns, i = found
+            columns.put(int(columns.arrays["batch"][i]), self._values(row, int(columns.arrays["order"][i])))
+            return
+        self._recent[key] = (self._written, row)
+        self._written += 1
+        self._len += 1
+        batch = row.get("batch")
+        if isinstance(batch, int) and batch > self._newest:
+            self._newest = batch
+            self._settle()
+
+    def _settle(self) -> None:
+        """Move the rows of batches older than the latest ``keep`` into columns."""
+        oldest = self._newest - self.keep
+        for key, (order, row) in list(self._recent.items()):
+            batch, calibrator = row.get("batch"), row.get("calibrator")
+            if not (isinstance(batch, int) and batch < oldest and isinstance(calibrator, str)):
+                continue  # recent, or a row the columns cannot key (kept whole)
+            if key != f"{batch}|{calibrator}":
+                continue
+            columns = self._columns.get(calibrator)
+            if columns is None:
+                columns = self._columns[calibrator] = _CardColumns()
+            columns.put(batch, self._values(row, order))
+            del self._recent[key]
+
+    def _values(self, row: Mapping[str, Any], order: int) -> dict[str, Any]:
+        kind = row.get("kind")
+        code = self._kind_codes.get(kind)
+        if code is None:
+            code = self._kind_codes[kind] = len(self._kinds)
+            self._kinds.append(kind)
+        values: dict[str, Any] = {"order": order, "kind": code}
+        for name in CARD_FIELDS:
+            value = row.get(name)
+            values[f"{name}?"] = value is None
+            values[name] = 0 if value is None else value
+        return values
+
+    def _locate(self, key: str) -> tuple[str, _CardColumns, int] | None:
+        batch, _, calibrator = key.partition("|")
+        columns = self._columns.get(calibrator)
+        if columns is None or not batch.isdigit():
+            return None
+        i = columns.find(int(batch))
+        return None if i < 0 else (calibrator, columns, i)
+
+    def _row(self, key: str, calibrator: str, columns: _CardColumns, i: int) -> dict[str, Any]:
+        arrays = columns.arrays
+        row: dict[str, Any] = {
+            "key": key, "batch": int(arrays["batch"][i]), "calibrator": calibrator,
+            "kind": self._kinds[int(arrays["kind"][i])],
+        }  # fmt: skip
+        for name in CARD_FIELDS:
+            row[name] = None if arrays[f"{name}?"][i] else arrays[name][i].item()
+        return row
+
+    def python_objects(self) -> int:
+        """Python objects held beyond the recent rows' (per calibrator one column set), for memory tests."""
+        return 6 + sum(2 + len(c.arrays) for c in self._columns.values()) + len(self._kinds)
+
+
 class CardTotals:
     """Per-calibrator sums of per-batch summary rows, kept current as rows arrive or change.
 
@@ -108,7 +305,7 @@ class CardTotals:
     def __init__(
         self, calibrators: Sequence[str], labels: Mapping[str, str], intervals: ExactIntervals | None = None
     ) -> None:
-        self.rows: dict[str, Mapping[str, Any]] = {}
+        self.rows = HeldRows()  # every batch's row by key; settled ones as columns
         self._intervals = intervals
         self._cards: dict[str, dict[str, Any]] = {
             name: {"key": name, "label": labels.get(name, name), "kind": None, "target": None,

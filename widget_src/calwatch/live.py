@@ -281,7 +281,7 @@ class LiveDatasets:
         self._looks: dict[Resolution, dict[int, tuple[int, dict[str, Row]]]] = {}
         watch = monitor.shift_watch
         if watch is not None:
-            self._detectors = dict.fromkeys(name for name, _ in watch.looks)
+            self._detectors = dict.fromkeys(watch.looks.detectors())
 
     # ------------------------------------------------------------------ bookkeeping
     @property
@@ -510,7 +510,7 @@ class LiveDatasets:
             starts.add(res.start_of(latest))
         looks = watch.looks
         if touched is None:  # a whole rebuild: every detector that ever looked
-            self._detectors |= dict.fromkeys(name for name, _ in looks)
+            self._detectors |= dict.fromkeys(looks.detectors())
         self._detectors |= dict.fromkeys(d.name for d in watch.detectors)
         names = list(self._detectors)
         folded = self._looks.setdefault(res, {})

@@ -905,8 +905,9 @@ class ShiftWatch:
 
     def _after_decode(self) -> None:
         """A snapshot written before :class:`~calwatch.looks.LookStore` kept the looks as a dict."""
-        if not isinstance(self.looks, LookStore):
-            self.looks = LookStore(self.looks)
+        looks = self.__dict__.get("looks")
+        if isinstance(looks, dict):
+            self.looks = LookStore(looks)
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts every detector, the looks and the warning episodes back as they are now.
