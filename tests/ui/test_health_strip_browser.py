@@ -7,7 +7,8 @@ on the kernel's ``summary()`` and ``warnings()``; the strip sits above the contr
 fits the sidebar without overflowing. A shifted batch then opens a coverage-drop warning: both
 views follow (the broken calibrator's reason names it), and the warning shows as one line (what,
 since when) that expands to its full text and actions. The what-if panel stays hidden until the α
-slider is used. Screenshots: test-artifacts/health-strip-{inline,sidebar}.png.
+slider is used, and the HTML report draws the same strip. Screenshots:
+test-artifacts/health-strip*-{inline,sidebar}.png (or $CALWATCH_HEALTH_SHOTS).
 """
 
 from __future__ import annotations
@@ -153,20 +154,29 @@ def test_health_strip_matches_summary_and_warnings(lab_server: Any, page: Any, a
 
     # ---- each warning is one line (what, since when); a click shows the full text and actions
     episode, name, first = next(w for w in warnings if w[1] == "lac: coverage drop")
+    lines = page.locator(f"{SIDEBAR} button.calwatch-warning-line")
+    lines.first.wait_for(state="visible", timeout=TIMEOUT_MS)
+    assert all(box["height"] < 24 for box in (line.bounding_box() for line in lines.all()))  # one line each
+    _screenshots(page, artifacts_dir, "health-strip-warning")
     line = page.locator(
         f'{SIDEBAR} div.calwatch-warning[data-episode="{episode}"] button.calwatch-warning-line'
     )
-    line.wait_for(state="visible", timeout=TIMEOUT_MS)
     assert line.inner_text().replace("\n", " ").startswith(f"{name} since batch {first}")
-    assert line.bounding_box()["height"] < 24  # one line, even at sidebar width
     body = page.locator(f'{SIDEBAR} div.calwatch-warning[data-episode="{episode}"] .calwatch-warning-body')
     assert body.is_hidden()
     line.click()
     body.wait_for(state="visible", timeout=TIMEOUT_MS)
     assert "suggested:" in body.inner_text() and body.locator("button.calwatch-ack").is_visible()
-    _screenshots(page, artifacts_dir, "health-strip-warning")
+    _screenshots(page, artifacts_dir, "health-strip-warning-expanded")
 
     for root in (INLINE, SIDEBAR):
         no_widget_error(page, root)
     errors = [e for e in browser_errors(page) if "calwatch" in e.lower() or "vega" in e.lower()]
     assert not errors, errors
+
+    # ---- the report (the same bundle, from saved state) draws the same strip
+    report = lab_server.root / "health-report.html"
+    kernel.run(f"mon.report({str(report)!r})")
+    page.goto(report.as_uri())
+    page.wait_for_selector("body[data-rendered=true]", timeout=TIMEOUT_MS)
+    _wait_chips(page, "body", expected)
