@@ -3,7 +3,7 @@
 #   make test   lint, then every test: vitest, pytest (engine, monitor, scale incl. Spark and Dask, widget,
 #               validity, notebooks, browser)
 #   make bench  speed and memory benchmarks against the alternatives
-#   make bench-shift  shift detectors vs NannyML / Evidently / alibi-detect (own venv)
+#   make bench-shift  shift detectors vs NannyML / Evidently / alibi-detect (own venv), also on seasonal streams
 #   make soak   dashboard in headless Chromium while 10^5 batches stream from a thread (1 h; not in CI)
 #   make lint   ruff, mypy --strict, import-linter (layers, no circles), tsc
 SHELL := /bin/bash
@@ -34,6 +34,7 @@ bench: $(VENV)/.stamp-bench
 bench-shift: $(VENV)/.stamp-bench
 	bash benchmarks/drift_env.sh
 	$(PY) benchmarks/shift_table.py
+	$(PY) benchmarks/seasonal_table.py
 
 # Soak run (not in CI): JupyterLab + headless Chromium with the dashboard open while a background
 # thread streams 10^5 batches of 1,000 rows (or 60 min); RSS and latency sampled every 10 s, written to
