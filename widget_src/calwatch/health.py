@@ -8,6 +8,7 @@ The front end only draws what it gets (``js/health.ts``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,8 @@ def _rows(table: pl.DataFrame | Iterable[Mapping[str, Any]]) -> list[Mapping[str
 
 def _num(row: Mapping[str, Any], field: str) -> float | None:
     value = row.get(field)
+    if type(value) is float:  # the common case first: this runs for every row of every update
+        return value if math.isfinite(value) else None
     if value is None or isinstance(value, bool):
         return None
     value = float(value)
@@ -45,8 +48,11 @@ def _num(row: Mapping[str, Any], field: str) -> float | None:
 
 
 def _count(row: Mapping[str, Any], field: str) -> int:
-    value = _num(row, field)
-    return 0 if value is None else round(value)
+    value = row.get(field)
+    if type(value) is int:
+        return value
+    number = _num(row, field)
+    return 0 if number is None else round(number)
 
 
 def _pct(level: float) -> str:
@@ -57,7 +63,9 @@ def _f(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
+@functools.lru_cache(maxsize=4096)
 def _band(k: int, n: int) -> tuple[float | None, float | None]:
+    """The 95% Clopper-Pearson band of ``k / n`` (remembered: a live view asks for the same counts)."""
     lo, hi = clopper_pearson([k], [n])
     return (
         float(lo[0]) if math.isfinite(lo[0]) else None,
@@ -266,7 +274,8 @@ def _chip(
     if floor is None or target is None:
         floor = target
     risk = kind == "risk"
-    labelled = [r for r in rows if _count(r, "n_labelled") > 0]
+    n_labelled = [_count(r, "n_labelled") for r in rows]
+    labelled = [r for r, m in zip(rows, n_labelled, strict=True) if m > 0]
     pooled = labelled[-recent:]
     n = sum(_count(r, "n_labelled") for r in pooled)
 
@@ -333,8 +342,7 @@ def _chip(
         state, reason = "holding", f"{band} reaches {ref_text} {over}"
 
     spark_points: list[list[Any]] = []
-    for r in rows:
-        m = _count(r, "n_labelled")
+    for r, m in zip(rows, n_labelled, strict=True):
         if coverage:
             v = _count(r, "n_covered") / m if m else None
             spark_points.append([r["batch"], v, target])
