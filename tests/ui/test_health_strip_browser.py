@@ -14,6 +14,7 @@ test-artifacts/health-strip*-{inline,sidebar}.png (or $CALWATCH_HEALTH_SHOTS).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,7 @@ def test_health_strip_matches_summary_and_warnings(lab_server: Any, page: Any, a
     # ---- the states of summary() and warnings(): one holding, one broken
     expected = _expected(kernel)
     assert [(k, s) for k, s, _ in expected] == [("lac", "holding"), ("softmax-risk", "broken")], expected
-    assert expected[0][2] == "90% coverage" and expected[1][2].startswith("risk ≤ ")
+    assert expected[0][2] == "90% coverage" and re.fullmatch(r"risk [≤≈] 0\.\d{3} \(top-1\)", expected[1][2])
     for root in (INLINE, SIDEBAR):
         _wait_chips(page, root, expected)
 

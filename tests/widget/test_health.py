@@ -3,6 +3,7 @@ summary() and warnings(), and the live widget's incremental rows."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,12 @@ def test_risk_and_other_kinds_by_hand():
     chip = health.health([_risk(b, 100, 0.28, 0.30) for b in range(5)], [], qualifiers={"risk": "top-1"})[0]
     assert (chip["state"], chip["promise"], chip["reference"]) == ("holding", "risk ≤ 0.300 (top-1)", 0.30)
     assert _state([_risk(b, 0, None, 0.30) for b in range(5)]) == "waiting"
+    # an upper estimate breaks one way only; an estimate of the error itself both ways
+    low = [_risk(b, 100, 0.10, 0.30) for b in range(5)]
+    assert _state([r | {"estimate_promise": "upper estimate (conservative)"} for r in low]) == "holding"
+    chip = health.health([r | {"estimate_promise": "calibrated estimate"} for r in low], [])[0]
+    assert (chip["state"], chip["promise"]) == ("broken", "risk ≈ 0.300")
+    assert "error 0.100 [0.075, 0.130] below its estimate 0.300" in chip["reason"]
     # a kind that states no number: the warnings alone
     selective = [{"batch": 0, "calibrator": "sel", "kind": "selective", "n_rows": 10, "n_labelled": 5}]
     assert _state(selective) == "holding"
@@ -154,7 +161,7 @@ def test_against_summary_and_warnings_of_a_real_monitor():
     # the report's dataset is the same rule on the same summary
     report = view_datasets(mon, dashboard_data=True)["health"]
     assert [(r["key"], r["state"]) for r in report] == [("lac", "holding"), ("softmax-risk", "broken")]
-    assert report[1]["promise"].startswith("risk ≤ ") and report[1]["promise"].endswith("(top-1)")
+    assert re.fullmatch(r"risk [≤≈] 0\.\d{3} \(top-1\)", report[1]["promise"]), report[1]["promise"]
 
 
 def test_pets_states_follow_its_warnings():

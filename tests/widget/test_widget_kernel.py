@@ -99,10 +99,12 @@ def test_replay_before_any_batch_is_empty(mon, sent):
     widget._on_custom_message(widget, {"kind": "replay-request", "view": "v1"}, [])
     data = messages[-1]["data"]
     assert set(data) == {*charts.DATASETS, *dashboard.DATASETS}
-    assert all(rows == [] for name, rows in data.items() if name != "overview")
-    # one card per calibrator, saying there is nothing yet
+    assert all(rows == [] for name, rows in data.items() if name not in ("overview", "health"))
+    # one card per calibrator, saying there is nothing yet; one health chip each, waiting
     cards = [(c["key"], c["n_batches"], c["coverage"]) for c in data["overview"]]
     assert cards == [("aps", 0, None), ("lac", 0, None)]
+    chips = [(c["key"], c["state"], c["reason"], c["spark"]) for c in data["health"]]
+    assert chips == [("aps", "waiting", "no batches yet", []), ("lac", "waiting", "no batches yet", [])]
 
 
 def test_closed_widget_stops_following(mon, sent):

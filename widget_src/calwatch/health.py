@@ -165,7 +165,9 @@ def health(
        false-alarm bound; acknowledged or not, since acknowledging does not mend coverage), or
        its recent band lies wholly on the wrong side of its promise (coverage: upper bound <
        its floor, the target less the slack its calibration draw allows, see :func:`floors`;
-       risk: the error's lower bound > the estimate on the same labelled rows);
+       risk: the error's lower bound > the estimate on the same labelled rows, or, for an
+       estimate of the error itself rather than an upper one (``estimate_promise`` without
+       "upper"), its upper bound < the estimate);
     2. **at risk**: another open warning names it (its conformity martingale: the scores behind
        the promise changed, which may or may not cost coverage), the latest labelled batch's own
        band lies wholly on the wrong side, or an open warning names no calibrator (a label-free
@@ -274,6 +276,9 @@ def _chip(
     if floor is None or target is None:
         floor = target
     risk = kind == "risk"
+    # A risk estimate promises an upper bound (InvCP: "upper estimate (conservative)") or the
+    # error itself (a calibration map): the first breaks one way, the second both ways.
+    upper = not risk or not rows or "upper" in str(rows[-1].get("estimate_promise") or "upper")
     n_labelled = [_count(r, "n_labelled") for r in rows]
     labelled = [r for r, m in zip(rows, n_labelled, strict=True) if m > 0]
     pooled = labelled[-recent:]
@@ -304,7 +309,8 @@ def _chip(
             return False
         if coverage:
             return hi is not None and hi < ref
-        return lo is not None and lo > ref  # risk: the error is surely above its estimate
+        above = lo is not None and lo > ref  # risk: the error is surely above its estimate
+        return above or (not upper and hi is not None and hi < ref)
 
     value, lo, hi, ref = judged(pooled)
     latest = judged(labelled[-1:])
@@ -321,10 +327,14 @@ def _chip(
     if drops:
         state, reason = "broken", "open warning: " + "; ".join(_since(w) for w in drops)
     elif wrong_side(value, lo, hi, ref):
-        side = "below" if coverage else "above"
+        side = "below" if coverage or (hi is not None and ref is not None and hi < ref) else "above"
         state, reason = "broken", f"{band} {side} {ref_text} {over}"
     elif wrong_side(*latest):
-        side = "below" if coverage else "above"
+        side = (
+            "below"
+            if coverage or (latest[2] is not None and latest[3] is not None and latest[2] < latest[3])
+            else "above"
+        )
         b = labelled[-1]["batch"]
         state = "at risk"
         reason = f"batch {b}: {what} {_f(latest[0])} [{_f(latest[1])}, {_f(latest[2])}] {side} {ref_text}"
@@ -356,7 +366,7 @@ def _chip(
         "key": key,
         "calibrator": key,
         "kind": kind,
-        "promise": _promise(kind, target, rows, recent, qualifier),
+        "promise": _promise(kind, target, rows, recent, qualifier, upper),
         "state": state,
         "reason": reason,
         "value": value,
@@ -374,16 +384,20 @@ def _chip(
 
 
 def _promise(
-    kind: str, target: float | None, rows: list[Mapping[str, Any]], recent: int, qualifier: str
+    kind: str, target: float | None, rows: list[Mapping[str, Any]], recent: int, qualifier: str, upper: bool
 ) -> str:
-    """The promise in words: "90% coverage", "risk ≤ 0.12", with the qualifier in parentheses."""
+    """The promise in words: "90% coverage", "risk ≤ 0.12" or "risk ≈ 0.12", with the qualifier.
+
+    A risk estimator's sign says whether its estimate is an upper bound (≤) or the error itself (≈).
+    """
     if kind in _COVERAGE_KINDS and target is not None:
         text = f"{_pct(target)} coverage"
     elif kind == "risk":
         part = rows[-recent:]
         n = sum(_count(r, "n_rows") for r in part)
         est = sum((_num(r, "estimated_error") or 0.0) * _count(r, "n_rows") for r in part) / n if n else None
-        text = "risk ≤ estimate" if est is None else f"risk ≤ {est:.3f}"
+        sign = "≤" if upper else "≈"
+        text = f"risk {sign} estimate" if est is None else f"risk {sign} {est:.3f}"
     elif kind == "selective":
         text = "calibrated kept rows"
     else:
