@@ -134,6 +134,8 @@ def _reference_sets(clf, P, categories, rng):
         thresholds = np.array([[clf.quantiles_.get(c, np.inf)] for c in categories.tolist()])
     u = rng.uniform(size=m) if clf.randomized else None
     full_scores = class_scores(P, clf.score, u=u, raps_lambda=clf.raps_lambda_, raps_k_reg=clf.raps_k_reg_)
+    if clf.top_class == "calibrated" and not clf.allow_empty:  # the top class scores 0
+        full_scores[np.arange(m), P.argmax(axis=1)] = 0.0
     sets = full_scores <= thresholds
     if not clf.allow_empty:
         top = P.argmax(axis=1)
@@ -181,6 +183,8 @@ def test_calibrator_equals_the_full_sort_and_draws_alike(problem, alpha, mondria
             P_cal, clf.score, u=u_cal, raps_lambda=clf.raps_lambda_, raps_k_reg=clf.raps_k_reg_
         )
         s_cal = scores_cal[np.arange(n_cal), y_cal]
+        if clf.top_class == "calibrated" and not allow_empty:  # the default for randomised scores
+            s_cal = np.where(y_cal == P_cal.argmax(axis=1), 0.0, s_cal)
         if mondrian is None:
             assert clf.quantiles_ == conformal_quantile(s_cal, alpha)
         for key, sorted_scores in clf._sorted_scores.items():

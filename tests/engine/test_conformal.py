@@ -28,7 +28,7 @@ def test_lac_hand_computed():
 
 def test_aps_hand_computed():
     # APS (u = 1) scores of the true labels: .7, .9, .5, .6 -> q̂ = third smallest = .7
-    c = SplitConformalClassifier(score="aps", alpha=0.4).fit(P_CAL, Y_CAL)
+    c = SplitConformalClassifier(score="aps", alpha=0.4, randomized=False).fit(P_CAL, Y_CAL)
     assert c.quantiles_ == pytest.approx(0.7)
     sets = c.predict_sets(np.array([[0.6, 0.1, 0.3], [0.3, 0.3, 0.4]]))
     # row 1: cumulative .6 (0), .9 (2), 1.0 (1) -> {0}; row 2: .4 (2), .7 (0), 1.0 (1) -> {2, 0}
@@ -37,7 +37,7 @@ def test_aps_hand_computed():
 
 def test_raps_hand_computed():
     # RAPS λ = .2, k_reg = 1: true-label scores .7, .9 + .2, .5, .6 -> q̂ = .7
-    c = SplitConformalClassifier(score="raps", alpha=0.4, raps_lambda=0.2, raps_k_reg=1)
+    c = SplitConformalClassifier(score="raps", alpha=0.4, raps_lambda=0.2, raps_k_reg=1, randomized=False)
     c.fit(P_CAL, Y_CAL)
     assert c.quantiles_ == pytest.approx(0.7)
     # [.45, .35, .2]: scores .45, .8 + .2, 1 + .4 -> only the top class
@@ -95,7 +95,7 @@ def test_sets_always_contain_top_class_and_randomised_is_reproducible():
 @pytest.mark.parametrize("score", ["lac", "aps", "raps"])
 def test_p_value_above_alpha_iff_in_set(score, mondrian):
     P, y = softmax_data(2000, 5, seed=2)
-    c = SplitConformalClassifier(score=score, alpha=0.1, mondrian=mondrian).fit(P, y)
+    c = SplitConformalClassifier(score=score, alpha=0.1, mondrian=mondrian, randomized=False).fit(P, y)
     Pt, _ = softmax_data(1000, 5, seed=3)
     sets, pv = c.predict_sets(Pt), c.p_values(Pt)
     assert pv.dtype == np.float64 and pv.shape == Pt.shape
@@ -187,3 +187,33 @@ def test_allow_empty_returns_the_plain_conformal_set():
         [True, False, False],
     ]
     assert "allow_empty=True" in repr(c)
+
+
+def test_top_class_calibrated_hand_computed():
+    # Deterministic APS with the top class's score counted as 0: rows 0, 2, 3 are right (score 0),
+    # row 1 scores .5 + .4 = .9. Sorted 0, 0, 0, .9: α = .4 takes s_(3) = 0 (only the top class);
+    # α = .2 takes s_(⌈5 · .8⌉) = s_(4) = .9.
+    P = np.array([[0.6, 0.1, 0.3], [0.3, 0.3, 0.4]])
+    tight = SplitConformalClassifier(score="aps", alpha=0.4, randomized=False, top_class="calibrated")
+    assert tight.fit(P_CAL, Y_CAL).quantiles_ == 0.0
+    assert tight.predict_sets(P).tolist() == [[True, False, False], [False, False, True]]
+    assert tight.label_scores(P_CAL, Y_CAL).tolist() == [0.0, pytest.approx(0.9), 0.0, 0.0]
+    wide = SplitConformalClassifier(score="aps", alpha=0.2, randomized=False, top_class="calibrated")
+    assert wide.fit(P_CAL, Y_CAL).quantiles_ == pytest.approx(0.9)
+    # row 0: top class 0 (score 0), class 2 at .9 ≤ .9, class 1 at 1.0; row 1: top 2, class 0 at .7
+    assert wide.predict_sets(P).tolist() == [[True, False, True], [True, False, True]]
+    assert wide.class_scores(P)[:, [0, 2]].tolist() == [[0.0, pytest.approx(0.9)], [pytest.approx(0.7), 0.0]]
+
+
+def test_defaults_randomise_aps_and_raps_with_the_top_class_calibrated():
+    aps, raps, lac = (SplitConformalClassifier(score=s) for s in ("aps", "raps", "lac"))
+    assert (aps.randomized, aps.top_class) == (True, "calibrated")
+    assert (raps.randomized, raps.top_class) == (True, "calibrated")
+    assert (lac.randomized, lac.top_class) == (False, "added")
+    assert repr(aps) == "SplitConformalClassifier(score='aps', alpha=0.1)"
+    det = SplitConformalClassifier(score="aps", randomized=False)
+    assert det.top_class == "added" and "randomized=False" in repr(det)
+    with pytest.raises(ValueError, match="top_class must be None with allow_empty=True"):
+        SplitConformalClassifier(score="aps", top_class="added", allow_empty=True)
+    with pytest.raises(ValueError, match="top_class must be None, 'calibrated' or 'added'"):
+        SplitConformalClassifier(score="aps", top_class="always")  # type: ignore[arg-type]

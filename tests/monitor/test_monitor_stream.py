@@ -19,7 +19,7 @@ def test_summary_counts_match_direct_engine_computation(monitor):
     summary = monitor.summary()
     assert summary.height == 2 and summary["name"].to_list() == ["first", "first"]
     for key, cal in monitor.calibrators.items():
-        sets = cal.predict_sets(P)
+        sets = cal.predict_sets(P, ids=ids)  # the monitor keys randomised draws by row id
         row = summary.filter(pl.col("calibrator") == key).row(0, named=True)
         assert row["n_rows"] == 1000 and row["n_labelled"] == 600 and row["n_pending"] == 400
         assert row["n_covered"] == int(sets[np.arange(600), y[:600]].sum())
@@ -55,7 +55,7 @@ def test_late_labels_update_the_batch_they_belong_to(monitor):
     cal = monitor.calibrators["aps"]
     for b in (0, 1):
         P, y = batches[b]
-        expected = int(cal.predict_sets(P)[np.arange(300), y].sum())
+        expected = int(cal.predict_sets(P, ids=ids[b])[np.arange(300), y].sum())
         assert s["n_covered"][b] == expected
 
 
@@ -66,7 +66,7 @@ def test_relabelling_replaces_the_old_label(monitor):
     report = monitor.label(list(range(100)), wrong)
     assert report.relabelled == 100
     row = monitor.summary().filter(pl.col("calibrator") == "aps").row(0, named=True)
-    sets = monitor.calibrators["aps"].predict_sets(P)
+    sets = monitor.calibrators["aps"].predict_sets(P, ids=list(range(100)))
     assert row["n_labelled"] == 100
     assert row["n_covered"] == int(sets[np.arange(100), wrong].sum())
     assert monitor.status()["rows_labelled"] == 100
@@ -126,7 +126,7 @@ def test_rows_frame(monitor):
     assert rows["id"].to_list() == ["a", "b", "c", "d", "e"]
     assert rows["prediction"].to_list() == P.argmax(axis=1).tolist()
     assert rows["label"].to_list() == [None, int(y[1]), None, None, None]
-    sets = monitor.calibrators["aps"].predict_sets(P)
+    sets = monitor.calibrators["aps"].predict_sets(P, ids=["a", "b", "c", "d", "e"])
     assert rows["set_aps"].to_list() == [np.flatnonzero(s).tolist() for s in sets]
     assert rows["covered_aps"].to_list()[1] == bool(sets[1, y[1]])
     assert rows["covered_aps"].null_count() == 4

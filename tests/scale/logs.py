@@ -67,9 +67,11 @@ def fitted_task(name: str, X: Any, y: Any, *, seed: int) -> Task:
 
 
 def calibrators(*, category: bool = True) -> dict[str, Any]:
-    """Every calibrator a table takes: LAC, APS by label, LAC by category, a risk estimator."""
+    """Every calibrator a table takes: LAC, APS (the default: randomised, ``u`` keyed by row id)
+    marginal and by label, LAC by category, a risk estimator."""
     out: dict[str, Any] = {
         "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
+        "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1),
         "aps-by-label": cw.SplitConformalClassifier(score="aps", alpha=0.2, mondrian="label"),
         "risk": cw.RiskEstimator(method="temperature"),
     }

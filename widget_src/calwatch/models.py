@@ -7,7 +7,7 @@ callable returning probabilities or logits, and precomputed arrays (no model at 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -36,11 +36,16 @@ class ModelOutputs:
         with ``predict_proba`` these are log-probabilities, which are valid logits.
     embeddings : ndarray of shape (m, d), float32, or None
         Representations from a named layer, when asked for.
+    ids : sequence of hashables, or None
+        The rows' ids, where the outputs belong to identified rows (a monitor's batch, a
+        logged table's rows): randomised calibrators key their per-row draws by them
+        (:func:`~calwatch.engine.conformal.row_draws.row_uniforms`).
     """
 
     probs: FloatArray
     logits: FloatArray | None = None
     embeddings: npt.NDArray[np.float32] | None = None
+    ids: Sequence[Hashable] | npt.NDArray[Any] | None = None
 
     def __len__(self) -> int:
         return int(self.probs.shape[0])

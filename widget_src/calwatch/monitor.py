@@ -7,7 +7,7 @@ import getpass
 import os
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -537,9 +537,10 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
             K = len(encoder)
             results: dict[str, Any] = {}
             stats: dict[str, BatchStats] = {}
+            identified = replace(outputs, ids=row_ids)
             for key, cal in self._calibrators.items():
                 kind = kind_of(cal)
-                results[key] = kind.apply(key, cal, outputs, cats)
+                results[key] = kind.apply(key, cal, identified, cats)
                 stats[key] = kind.observed(results[key], K)
             # Everything is validated and computed: commit.
             index = len(self._stream.batches)

@@ -171,6 +171,14 @@ class CalibratorKind(ABC, Generic[R, S]):
     def after_labels(self, calibrator: Any, results: R, labels: IntArray) -> None:
         """React to newly labelled rows (adaptive calibrators move their level); default: nothing."""
 
+    def calibrator_columns(self, calibrator: Any) -> dict[str, Any]:
+        """Summary columns that describe the calibrator, the same in each of its rows; default: none.
+
+        Listed in :attr:`summary_columns` with the batch columns; the risk kind states here what
+        its estimate promises.
+        """
+        return {}
+
     def target(self, calibrator: Any) -> float | None:
         """The coverage the calibrator promises (``1 − ε`` or ``1 − α``), None when it promises none."""
         level = getattr(calibrator, "epsilon", None)
@@ -185,10 +193,17 @@ class CalibratorKind(ABC, Generic[R, S]):
 
 
 def calibrator_inputs(calibrator: Any, outputs: ModelOutputs, categories: Any) -> tuple[Any, dict[str, Any]]:
-    """The array a calibrator reads (probabilities, or logits) and its keyword arguments."""
+    """The array a calibrator reads (probabilities, or logits) and its keyword arguments.
+
+    A calibrator whose randomised draws are keyed by row id (``draws_by_row_id``) gets the
+    rows' ids, so every path that scores a row (the monitor, a table's chunks, Spark or Dask
+    partitions, a late label's recount) draws the same ``u`` for it.
+    """
     kwargs: dict[str, Any] = {}
     if getattr(calibrator, "mondrian", None) == "category":
         kwargs["categories"] = categories
+    if outputs.ids is not None and getattr(calibrator, "draws_by_row_id", False):
+        kwargs["ids"] = outputs.ids
     if getattr(calibrator, "input_kind", "probs") == "logits":
         return outputs.logits_or_log_probs(), kwargs
     return outputs.probs, kwargs

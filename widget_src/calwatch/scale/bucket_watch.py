@@ -167,7 +167,7 @@ def _promises(monitor: Any) -> dict[str, tuple[float, float]]:
         n_cal = getattr(cal, "n_calibration_", None)
         if getattr(cal, "mode_", None) != "marginal" or alpha is None or n_cal is None:
             continue
-        if getattr(cal, "randomized", False) or not has_finite_threshold(float(alpha), int(n_cal)):
+        if not has_finite_threshold(float(alpha), int(n_cal)):
             continue
         out[key] = (float(alpha), calibration_null_rate(float(alpha), int(n_cal), DEFAULT_CALIBRATION_DELTA))
     return out

@@ -121,8 +121,11 @@ def freeze(monitor: Monitor) -> FrozenMonitor:
         If the monitor is not calibrated.
     TypeError
         If a calibrator's kind cannot run on a table (Venn-ADMIT, ACI, selective), or it
-        randomises its sets (its draws come from one sequential stream, so a split of the table
-        would draw other values than the monitor): the message names the calibrator.
+        randomises its sets from one sequential stream (a calibrator fitted before draws were
+        keyed by row id: a split of the table would draw other values than the monitor). A
+        randomised calibrator fitted now draws each row's ``u`` from its id
+        (:func:`~calwatch.engine.conformal.row_draws.row_uniforms`), so every path draws the
+        same. The message names the calibrator.
     """
     classes = monitor.classes_  # raises NotFittedError before calibrate()
     for key, cal in monitor.calibrators.items():
@@ -134,10 +137,11 @@ def freeze(monitor: Monitor) -> FrozenMonitor:
                 "rows in memory with observe()"
             )
             raise TypeError(msg)
-        if getattr(cal, "randomized", False):
+        if getattr(cal, "randomized", False) and not getattr(cal, "draws_by_row_id", False):
             msg = (
-                f"calibrator {key!r} randomises its sets from one sequential random stream, which a "
-                "split table cannot reproduce: use randomized=False on table sources"
+                f"calibrator {key!r} randomises its sets from one sequential random stream (it was "
+                "fitted by an older calwatch), which a split table cannot reproduce: calibrate it again, "
+                "so that each row's draw is keyed by its id, or use randomized=False"
             )
             raise TypeError(msg)
     reference = monitor.__dict__.get("_reference_confidence")

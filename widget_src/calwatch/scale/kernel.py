@@ -30,6 +30,7 @@ replaces the first label), as :meth:`Monitor.label <calwatch.monitor.Monitor.lab
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -198,8 +199,11 @@ def partial_statistics(
     if check_ids:
         _check_distinct_ids(batch, columns)
     name = f"probs column {columns.probs!r}" if isinstance(columns.probs, str) else "probs columns"
-    outputs = ModelOutputs.from_arrays(
-        probabilities(batch, columns, K), name=name, n_classes=K, tolerance=frozen.tolerance
+    outputs = replace(
+        ModelOutputs.from_arrays(
+            probabilities(batch, columns, K), name=name, n_classes=K, tolerance=frozen.tolerance
+        ),
+        ids=values(batch, columns.id),
     )
     cats = None
     if columns.category is not None:

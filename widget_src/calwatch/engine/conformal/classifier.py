@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from calwatch.engine._validation import check_alpha, check_labels, check_probabilities
 from calwatch.engine.conformal.quantiles import conformal_quantile, p_values_against
+from calwatch.engine.conformal.row_draws import row_uniforms
 from calwatch.engine.conformal.scores import (
     SCORE_NAMES,
     ScoreName,
@@ -32,6 +33,7 @@ BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.intp]
 MondrianName = Literal["label", "category"]
 TuneName = Literal["size", "adapt"]
+TopClassName = Literal["calibrated", "added"]
 
 #: λ grid searched by ``tune=`` for RAPS (Angelopoulos et al. 2021, §3).
 RAPS_LAMBDA_GRID: tuple[float, ...] = (0.001, 0.01, 0.05, 0.1, 0.2, 0.5)
@@ -56,9 +58,15 @@ class SplitConformalClassifier:
         true class (class-conditional coverage). ``"category"``: one threshold per category of
         the array passed as ``categories`` to ``fit`` and ``predict_sets`` (passing
         ``categories`` with ``mondrian=None`` also selects this).
-    randomized : bool
+    randomized : bool, optional
         Randomise APS/RAPS scores with ``u ~ U(0, 1)`` per row (and break p-value ties at
         random) for exact rather than conservative coverage. ``False`` uses ``u = 1``.
+        Default (None): ``True`` for APS and RAPS, ``False`` for LAC (whose score has no ``u``).
+        Given the rows' ids (``ids=``, as the monitor and its table paths pass them), each
+        test row's ``u`` is a keyed hash of the calibrator's seed and the row's id
+        (:func:`~calwatch.engine.conformal.row_draws.row_uniforms`), so any split of a table,
+        on any machine, draws the same ``u`` for the same row; without ids it comes from the
+        calibrator's seeded stream.
     raps_lambda, raps_k_reg : float, int
         RAPS regularisation; ignored by LAC and APS.
     tune : {None, "size", "adapt"}
@@ -66,12 +74,25 @@ class SplitConformalClassifier:
         smallest sets ("size") or the most even coverage across set sizes ("adapt").
     kappa : int
         Mondrian guard: a category with fewer than ``kappa`` calibration rows gets the full set.
+    top_class : {"calibrated", "added"}, optional
+        How the top class ``ŷ`` joins every set (the convention of every paper calwatch
+        implements: no empty sets). ``"calibrated"``: the conformal score of ``ŷ`` counts as 0,
+        ``s'(x, y) = s(x, y)·1{y ≠ ŷ(x)}``, *both* in calibration and in the sets, so the
+        threshold ``q̂`` is the conformal quantile of ``s'``: ``ŷ`` is always in, and the set
+        ``{y : s'(x, y) ≤ q̂}`` covers ``≥ 1 − α`` by the ordinary split conformal argument,
+        at most ``1 − α + 1/(n+1)`` with continuous scores (randomised APS/RAPS) whenever the
+        top-1 accuracy is below ``1 − α`` (above it, ``{ŷ}`` alone covers more than asked and
+        no non-empty set can do less). ``"added"``: ``q̂`` from the plain scores, ``ŷ`` added
+        afterwards, which only adds coverage: deterministic APS with ``ŷ`` added covered 0.98
+        against 0.90 on a weak 4-class task, and every binary pool task fully (sets of 2);
+        randomised APS with ``ŷ`` added over-covers by 1–4 points
+        (``benchmarks/results/defaults_table.txt``). Default (None): ``"calibrated"`` for
+        randomised scores, ``"added"`` otherwise (LAC and deterministic APS keep the sets they
+        always had).
     allow_empty : bool
-        ``False`` (default, the convention of every paper calwatch implements): the top class is
-        always in the set, which can only add coverage. ``True``: the plain conformal set
-        ``{c : s(x, c) ≤ q̂}``, possibly empty, whose mean coverage is exactly
-        ``1 − ⌊(n+1)α⌋/(n+1)`` for continuous scores (deterministic APS over-covers by ~2
-        points on real data with the top class added; randomised APS by ~1.4).
+        ``True``: the plain conformal set ``{c : s(x, c) ≤ q̂}``, possibly empty, whose mean
+        coverage is exactly ``1 − ⌊(n+1)α⌋/(n+1)`` for continuous scores (MAPIE's and TorchCP's
+        sets); ``top_class`` does not apply.
     seed : int
         Seed for randomisation and the tuning split.
 
@@ -95,17 +116,23 @@ class SplitConformalClassifier:
     [[True, False, False]]
     """
 
+    #: A calibrator restored from a snapshot written before ``top_class`` and id-keyed draws
+    #: existed has neither attribute: these class defaults give it the sets it always had.
+    top_class: TopClassName = "added"
+    _u_from_ids: bool = False
+
     def __init__(
         self,
         *,
         score: ScoreName = "lac",
         alpha: float = 0.1,
         mondrian: MondrianName | None = None,
-        randomized: bool = False,
+        randomized: bool | None = None,
         raps_lambda: float = 0.01,
         raps_k_reg: int = 1,
         tune: TuneName | None = None,
         kappa: int = 0,
+        top_class: TopClassName | None = None,
         allow_empty: bool = False,
         seed: int = 0,
     ) -> None:
@@ -130,10 +157,19 @@ class SplitConformalClassifier:
         if int(kappa) != kappa or kappa < 0:
             msg = f"kappa must be an integer ≥ 0; got {kappa!r}"
             raise ValueError(msg)
+        if top_class not in (None, "calibrated", "added"):
+            msg = f"top_class must be None, 'calibrated' or 'added'; got {top_class!r}"
+            raise ValueError(msg)
+        if top_class is not None and allow_empty:
+            msg = "top_class must be None with allow_empty=True (the top class is not forced in)"
+            raise ValueError(msg)
         self.score: ScoreName = score
         self.alpha = check_alpha(alpha)
         self.mondrian = mondrian
-        self.randomized = bool(randomized)
+        self.randomized = score != "lac" if randomized is None else bool(randomized)
+        self.top_class: TopClassName = (
+            ("calibrated" if self.randomized else "added") if top_class is None else top_class
+        )
         self.raps_lambda = float(raps_lambda)
         self.raps_k_reg = int(raps_k_reg)
         self.tune = tune
@@ -145,8 +181,10 @@ class SplitConformalClassifier:
         options = [f"score={self.score!r}", f"alpha={self.alpha!r}"]
         if self.mondrian is not None:
             options.append(f"mondrian={self.mondrian!r}")
-        if self.randomized:
-            options.append("randomized=True")
+        if self.randomized != (self.score != "lac"):
+            options.append(f"randomized={self.randomized!r}")
+        if self.top_class != ("calibrated" if self.randomized else "added") and not self.allow_empty:
+            options.append(f"top_class={self.top_class!r}")
         if self.score == "raps":
             options += [f"raps_lambda={self.raps_lambda!r}", f"raps_k_reg={self.raps_k_reg!r}"]
         if self.tune is not None:
@@ -190,6 +228,9 @@ class SplitConformalClassifier:
         self.raps_k_reg_ = k_reg
         u = np.asarray(rng.uniform(size=P.shape[0]), dtype=np.float64) if self.randomized else None
         scores = label_scores(P, y, self.score, u=u, raps_lambda=lam, raps_k_reg=k_reg)
+        self._u_from_ids = True
+        if self._top_calibrated:
+            scores[y == P.argmax(axis=1)] = 0.0
         self.n_classes_ = K
         self.n_calibration_ = int(P.shape[0])
         self.mode_: Literal["marginal", "label", "category"] = mode
@@ -285,25 +326,56 @@ class SplitConformalClassifier:
             msg = "this SplitConformalClassifier is not fitted yet: call fit(P_cal, y_cal) first"
             raise NotFittedError(msg)
 
-    def _draw_u(self, m: int) -> FloatArray | None:
-        """Fresh ``u ~ U(0, 1)`` per row from the calibrator's seeded stream (None unless randomised)."""
-        return np.asarray(self._predict_rng.uniform(size=m)) if self.randomized else None
+    @property
+    def _top_calibrated(self) -> bool:
+        """Whether the top class's score counts as 0 (``top_class="calibrated"``, not ``allow_empty``)."""
+        return self.top_class == "calibrated" and not self.allow_empty
 
-    def class_scores(self, P: Any, *, _validated: bool = False) -> FloatArray:
+    @property
+    def draws_by_row_id(self) -> bool:
+        """Whether ``ids=`` keys its randomised draws (randomised, and fitted by this version).
+
+        The monitor passes row ids only to calibrators that say so; a randomised calibrator
+        restored from an older snapshot keeps drawing from its seeded stream, as it did.
+        """
+        return self.randomized and self._u_from_ids
+
+    def _draw_u(self, m: int, ids: Any = None, stream: int = 0, columns: int = 1) -> FloatArray | None:
+        """``u ~ U(0, 1)`` per row (``columns`` per row): keyed by row id when given, else from the stream.
+
+        None unless randomised. Stream 0 is the scores' ``u``, stream 1 the p-values' tie-breaks.
+        """
+        if not self.randomized:
+            return None
+        if ids is not None and self._u_from_ids:
+            if len(ids) != m:
+                msg = f"ids has {len(ids)} values but P has {m} rows"
+                raise ValueError(msg)
+            return row_uniforms(self.seed, ids, stream=stream, columns=columns)
+        size = m if columns == 1 else (m, columns)
+        return np.asarray(self._predict_rng.uniform(size=size))
+
+    def class_scores(self, P: Any, *, ids: Any = None, _validated: bool = False) -> FloatArray:
         """Nonconformity score of every class for each row, shape ``(m, K)``.
 
-        Randomised scores draw fresh ``u`` from the calibrator's seeded stream.
+        Randomised scores draw ``u`` keyed by ``ids`` when given, else fresh from the
+        calibrator's seeded stream. With ``top_class="calibrated"`` the top class scores 0.
         """
         self._check_fitted()
         Pv = P if _validated else check_probabilities(P, "P", n_classes=self.n_classes_, copy=False)
-        u = self._draw_u(Pv.shape[0])
-        return class_scores(Pv, self.score, u=u, raps_lambda=self.raps_lambda_, raps_k_reg=self.raps_k_reg_)
+        u = self._draw_u(Pv.shape[0], ids)
+        S = class_scores(Pv, self.score, u=u, raps_lambda=self.raps_lambda_, raps_k_reg=self.raps_k_reg_)
+        if self._top_calibrated:
+            S[np.arange(Pv.shape[0]), Pv.argmax(axis=1)] = 0.0
+        return S
 
-    def label_scores(self, P: Any, y: Any, *, same_bits_as_sets: bool = True) -> FloatArray:
+    def label_scores(self, P: Any, y: Any, *, ids: Any = None, same_bits_as_sets: bool = True) -> FloatArray:
         """Nonconformity score ``s(x, y)`` of the given labels, shape ``(m,)``.
 
         Bit for bit ``class_scores(P)[rows, y]`` (the same draws of ``u``), without the score
-        matrix where there are many classes. ``same_bits_as_sets=False`` sums the classes ranked
+        matrix where there are many classes: the scores whose conformal quantile is the
+        threshold (0 for the top class with ``top_class="calibrated"``).
+        ``same_bits_as_sets=False`` sums the classes ranked
         before ``y`` in another order, in ``O(K)`` per row without sorting
         (:func:`~calwatch.engine.conformal.scores.rank_sum_label_scores`): the same score to
         the last bits, for uses that compare these scores only among themselves (the monitor's
@@ -312,24 +384,34 @@ class SplitConformalClassifier:
         self._check_fitted()
         Pv = check_probabilities(P, "P", n_classes=self.n_classes_, copy=False)
         yv = check_labels(y, self.n_classes_, "y", n_rows=Pv.shape[0])
-        u = self._draw_u(Pv.shape[0])
+        u = self._draw_u(Pv.shape[0], ids)
         scores = label_scores if same_bits_as_sets else rank_sum_label_scores
-        return scores(Pv, yv, self.score, u=u, raps_lambda=self.raps_lambda_, raps_k_reg=self.raps_k_reg_)
+        out = scores(Pv, yv, self.score, u=u, raps_lambda=self.raps_lambda_, raps_k_reg=self.raps_k_reg_)
+        if self._top_calibrated:
+            out[yv == Pv.argmax(axis=1)] = 0.0
+        return out
 
-    def sets_within(self, P: Any, thresholds: Any, *, _validated: bool = False) -> BoolArray:
+    def sets_within(self, P: Any, thresholds: Any, *, ids: Any = None, _validated: bool = False) -> BoolArray:
         """``class_scores(P) <= thresholds``, bit for bit, without the score matrix where it can.
 
         ``thresholds`` is a scalar, ``(m, 1)`` or ``(1, K)`` (see
         :func:`~calwatch.engine.conformal.scores.prediction_sets`); randomised scores draw
-        fresh ``u`` from the calibrator's seeded stream exactly as :meth:`class_scores` does.
-        No top class is added.
+        ``u`` exactly as :meth:`class_scores` does. The top class is in wherever its threshold
+        is ``≥ 0`` when ``top_class="calibrated"`` (its score is 0); otherwise no top class is
+        added.
         """
         self._check_fitted()
         Pv = P if _validated else check_probabilities(P, "P", n_classes=self.n_classes_, copy=False)
-        u = self._draw_u(Pv.shape[0])
-        return prediction_sets(
+        m = Pv.shape[0]
+        u = self._draw_u(m, ids)
+        sets = prediction_sets(
             Pv, self.score, thresholds, u=u, raps_lambda=self.raps_lambda_, raps_k_reg=self.raps_k_reg_
         )
+        if self._top_calibrated and m:
+            rows, top = np.arange(m), Pv.argmax(axis=1)
+            limits = np.broadcast_to(np.asarray(thresholds, dtype=np.float64), (m, Pv.shape[1]))
+            sets[rows, top] |= limits[rows, top] >= 0.0
+        return sets
 
     def _row_thresholds(self, m: int, categories: Any) -> FloatArray:
         """Threshold per row and class, broadcastable to ``(m, K)``."""
@@ -344,7 +426,7 @@ class SplitConformalClassifier:
         thresholds[known] = self._category_thresholds[index[known]]
         return thresholds[:, None]
 
-    def predict_sets(self, P: Any, categories: Any = None) -> BoolArray:
+    def predict_sets(self, P: Any, categories: Any = None, *, ids: Any = None) -> BoolArray:
         """Prediction sets as a boolean matrix, the top class always included (no empty sets).
 
         ``out[i, c]`` is True when class ``c`` is in row ``i``'s set. With ``allow_empty=True``
@@ -357,11 +439,14 @@ class SplitConformalClassifier:
         categories : array-like of shape (m,), optional
             Mondrian categories (required when fitted with categories). A category never seen
             at fit time gets the full set.
+        ids : sequence of hashables, optional
+            Row ids: a randomised calibrator draws each row's ``u`` from its id (the same sets
+            for the same row whenever and wherever it is predicted).
         """
         self._check_fitted()
         Pv = check_probabilities(P, "P", n_classes=self.n_classes_, copy=False)
         thresholds = self._row_thresholds(Pv.shape[0], categories)
-        sets = self.sets_within(Pv, thresholds, _validated=True)
+        sets = self.sets_within(Pv, thresholds, ids=ids, _validated=True)
         if self.allow_empty:
             return sets
         if self.mode_ == "label":
@@ -376,19 +461,24 @@ class SplitConformalClassifier:
             sets[empty, Pv[empty].argmax(axis=1)] = True
         return sets
 
-    def p_values(self, P: Any, categories: Any = None) -> FloatArray:
+    def p_values(self, P: Any, categories: Any = None, *, ids: Any = None) -> FloatArray:
         """Conformal p-value of every class for each row, shape ``(m, K)``, float64.
 
         ``(1 + #{j : s_j ≥ s(x, c)}) / (n + 1)`` against the calibration scores of the row's
         category (of class ``c`` for ``mondrian="label"``); randomised tie-breaking when
         ``randomized=True``. Without randomisation, ``p > α`` exactly when ``c`` is in the set
         before the top class is added. A category with no calibration rows gets p-value 1.
+        ``ids`` key the randomised draws as in :meth:`predict_sets`.
         """
         self._check_fitted()
         Pv = check_probabilities(P, "P", n_classes=self.n_classes_, copy=False)
         m, K = Pv.shape
-        S = self.class_scores(Pv, _validated=True)
-        theta = self._predict_rng.uniform(size=S.shape) if self.randomized else None
+        S = self.class_scores(Pv, ids=ids, _validated=True)
+        theta = None
+        if self.randomized:
+            drawn = self._draw_u(m, ids, stream=1, columns=K)
+            assert drawn is not None
+            theta = drawn.reshape(m, K)
         mode = self._mondrian_mode(categories, fitting=False)
         if mode == "marginal":
             return p_values_against(self._sorted_scores[None], S, theta)
