@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from calwatch.cards import CARD_FIELDS, CardTotals, HeldRows
+from calwatch.cards import CARD_FIELDS, TEXT_FIELDS, CardTotals, HeldRows
 
 
 def _row(batch: int, calibrator: str, rng: random.Random) -> dict[str, object]:
@@ -28,12 +28,13 @@ def _row(batch: int, calibrator: str, rng: random.Random) -> dict[str, object]:
         "estimated_error": None if sets else rng.uniform(0, 1),
         "observed_error": None if sets or not n_labelled else rng.random(),
         "admitted_share": None, "coverage": 0.5, "label": "shown whole while recent",
+        "estimate_promise": None if sets else rng.choice(["upper bound", "estimate"]),
     }  # fmt: skip
 
 
 def _card_view(row: object) -> dict[str, object]:
     assert isinstance(row, dict)
-    return {name: row.get(name) for name in ("key", "batch", "calibrator", "kind", *CARD_FIELDS)}
+    return {name: row.get(name) for name in ("key", "batch", "calibrator", *TEXT_FIELDS, *CARD_FIELDS)}
 
 
 def test_held_rows_read_like_the_dict_they_replace_and_give_the_same_cards():

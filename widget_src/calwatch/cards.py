@@ -81,12 +81,14 @@ def _finite(value: float) -> float | None:
 #: The fields of a per-batch row that the cards read (:func:`_contribution` and ``CardTotals._add``).
 CARD_FIELDS = ("n_rows", "n_labelled", "n_covered", "mean_set_size", "estimated_error", "observed_error",
                "admitted_share", "target")  # fmt: skip
+#: The text fields the cards read, kept as codes into one list of the texts seen.
+TEXT_FIELDS = ("kind", "estimate_promise")
 _INT_FIELDS = frozenset({"n_rows", "n_labelled", "n_covered"})
 _FIRST_CAPACITY = 64
 
 
 class _CardColumns:
-    """One calibrator's settled per-batch rows: batch (increasing), kind, order and the card fields.
+    """One calibrator's settled per-batch rows: batch (increasing), order, texts and the card fields.
 
     A field that is None in the row is marked in its mask (its value column then holds 0), so a
     row read back gives :func:`_contribution` exactly what the row it came from gave.
@@ -99,8 +101,9 @@ class _CardColumns:
         self.arrays: dict[str, npt.NDArray[Any]] = {
             "batch": np.empty(_FIRST_CAPACITY, np.int64),
             "order": np.empty(_FIRST_CAPACITY, np.int64),
-            "kind": np.empty(_FIRST_CAPACITY, np.int32),
         }
+        for name in TEXT_FIELDS:
+            self.arrays[name] = np.empty(_FIRST_CAPACITY, np.int32)  # index into HeldRows._texts
         for name in CARD_FIELDS:
             self.arrays[name] = np.empty(_FIRST_CAPACITY, np.int64 if name in _INT_FIELDS else np.float64)
             self.arrays[f"{name}?"] = np.empty(_FIRST_CAPACITY, np.bool_)  # None in the row
@@ -139,7 +142,7 @@ class HeldRows(Mapping[str, Mapping[str, Any]]):
     here the rows of the latest ``keep`` batches stay as they are (the health strip reads them
     whole) and older ones keep only what the cards read, as numpy columns per calibrator (~120
     bytes a row, no Python object per row). Reading an older row gives a dict of those fields
-    (``key``, ``batch``, ``calibrator``, ``kind`` and :data:`CARD_FIELDS`), equal to the row's
+    (``key``, ``batch``, ``calibrator``, :data:`TEXT_FIELDS` and :data:`CARD_FIELDS`), equal to the row's
     own; items come in the order keys were first written, as a dict's would.
 
     Examples
@@ -158,8 +161,8 @@ class HeldRows(Mapping[str, Mapping[str, Any]]):
         self.keep = keep
         self._recent: dict[str, tuple[int, Mapping[str, Any]]] = {}  # key -> (order, row)
         self._columns: dict[str, _CardColumns] = {}
-        self._kinds: list[Any] = []
-        self._kind_codes: dict[Any, int] = {}
+        self._texts: list[Any] = []
+        self._text_codes: dict[Any, int] = {}
         self._written = 0
         self._len = 0
         self._newest = -1  # the newest batch seen
@@ -239,12 +242,14 @@ class HeldRows(Mapping[str, Mapping[str, Any]]):
             del self._recent[key]
 
     def _values(self, row: Mapping[str, Any], order: int) -> dict[str, Any]:
-        kind = row.get("kind")
-        code = self._kind_codes.get(kind)
-        if code is None:
-            code = self._kind_codes[kind] = len(self._kinds)
-            self._kinds.append(kind)
-        values: dict[str, Any] = {"order": order, "kind": code}
+        values: dict[str, Any] = {"order": order}
+        for name in TEXT_FIELDS:
+            text = row.get(name)
+            code = self._text_codes.get(text)
+            if code is None:
+                code = self._text_codes[text] = len(self._texts)
+                self._texts.append(text)
+            values[name] = code
         for name in CARD_FIELDS:
             value = row.get(name)
             values[f"{name}?"] = value is None
@@ -261,17 +266,16 @@ class HeldRows(Mapping[str, Mapping[str, Any]]):
 
     def _row(self, key: str, calibrator: str, columns: _CardColumns, i: int) -> dict[str, Any]:
         arrays = columns.arrays
-        row: dict[str, Any] = {
-            "key": key, "batch": int(arrays["batch"][i]), "calibrator": calibrator,
-            "kind": self._kinds[int(arrays["kind"][i])],
-        }  # fmt: skip
+        row: dict[str, Any] = {"key": key, "batch": int(arrays["batch"][i]), "calibrator": calibrator}
+        for name in TEXT_FIELDS:
+            row[name] = self._texts[int(arrays[name][i])]
         for name in CARD_FIELDS:
             row[name] = None if arrays[f"{name}?"][i] else arrays[name][i].item()
         return row
 
     def python_objects(self) -> int:
         """Python objects held beyond the recent rows' (per calibrator one column set), for memory tests."""
-        return 6 + sum(2 + len(c.arrays) for c in self._columns.values()) + len(self._kinds)
+        return 6 + sum(2 + len(c.arrays) for c in self._columns.values()) + len(self._texts)
 
 
 class CardTotals:
