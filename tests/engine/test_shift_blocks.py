@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -121,7 +123,7 @@ def test_any_cut_into_batches_gives_the_same_blocks(sizes: list[int], cuts: list
     got_keys: list[str] = []
     got_counts: list[np.ndarray] = []
     bounds = sorted({0, len(keys), *(c for c in cuts if c < len(keys))})
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+    for lo, hi in itertools.pairwise(bounds):
         parts.check(keys[lo:hi])
         k, c = parts.feed(scores[lo:hi], keys[lo:hi])
         got_keys += k

@@ -154,7 +154,9 @@ def test_monitor_with_blocks_feeds_the_detector_exactly(days: ScoredDays) -> Non
         mon.observe(probs=probs[part], blocks=[dates[i] for i in part])
     # The twin is fed one whole day at a time.
     stream_dates = [dates[i] for i in stream]
-    bounds = np.flatnonzero(np.concatenate([[True], np.array(stream_dates[1:]) != np.array(stream_dates[:-1])]))
+    bounds = np.flatnonzero(
+        np.concatenate([[True], np.array(stream_dates[1:]) != np.array(stream_dates[:-1])])
+    )
     for lo, hi in zip(bounds, np.append(bounds[1:], len(stream)), strict=True):
         twin.observe(probs[stream[lo:hi]], None, stream_dates[lo:hi])
     a, b = block_detector.martingale_, twin.martingale_
