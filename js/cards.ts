@@ -46,11 +46,13 @@ export function cardLines(row: KeyedRow): [string, string][] {
   } else if (kind === "risk") {
     const est = num(row, "estimated_error");
     const obs = num(row, "observed_error");
+    // What the estimate promises: "upper estimate (conservative)" for InvCP, "calibrated estimate".
+    const promise = typeof row.estimate_promise === "string" ? `error, ${row.estimate_promise}` : "estimated error";
     lines.push([
       "calwatch-card-error",
       obs === null
-        ? `estimated error ${f3(est)}; observed: no labels yet`
-        : `estimated error ${f3(est)} vs observed ${f3(obs)}`,
+        ? `${promise} ${f3(est)}; observed: no labels yet`
+        : `${promise} ${f3(est)} vs observed ${f3(obs)}`,
     ]);
   }
   const admitted = num(row, "admitted_share");

@@ -87,6 +87,11 @@ describe("escaping and formatting", () => {
       "calwatch-card-error",
       "estimated error 0.200; observed: no labels yet",
     ]);
+    const invcp = { key: "r", kind: "risk", n_batches: 1, n_rows: 10, n_labelled: 5, estimated_error: 0.2, observed_error: 0.1 };
+    expect(cardLines({ ...invcp, estimate_promise: "upper estimate (conservative)" })[0]).toEqual([
+      "calwatch-card-error",
+      "error, upper estimate (conservative) 0.200 vs observed 0.100",
+    ]);
   });
 });
 

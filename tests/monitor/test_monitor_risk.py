@@ -171,3 +171,36 @@ def test_every_risk_method_runs_in_the_monitor_like_the_engine(method):
     missed = (order != yt[:, None]).all(axis=1)
     row = mon.summary().row(0, named=True)
     assert row["observed_error"] == pytest.approx(missed.mean())
+
+
+def test_each_risk_estimate_is_labelled_by_what_it_promises(tmp_path):
+    # InvCP bounds the miss rate from above (paper 004: conservative); the calibration maps
+    # estimate it; a custom estimator without ``promise`` gets no label rather than a wrong one.
+    P, y = softmax_data(1500, seed=21)
+    mon = cw.Monitor(
+        calibrators={
+            "invcp": cw.RiskEstimator(method="invcp"),
+            "iso": cw.RiskEstimator(method="isotonic"),
+            "smx": SoftmaxRisk(),
+            "lac": cw.SplitConformalClassifier(),
+        },
+        shift=None,
+    )
+    mon.calibrate(probs=P[:1000], y=y[:1000])
+    mon.observe(probs=P[1000:], y=y[1000:])
+    promise = dict(mon.summary().select("calibrator", "estimate_promise").iter_rows())
+    assert promise == {
+        "invcp": "upper estimate (conservative)",
+        "iso": "calibrated estimate",
+        "smx": None,
+        "lac": None,
+    }
+    from calwatch.charts import calibrator_labels
+
+    labels = calibrator_labels(mon)
+    assert labels["invcp"] == "invcp: invcp, top-1, upper estimate (conservative)"
+    assert labels["iso"] == "iso: isotonic, top-1, calibrated estimate"
+    assert labels["smx"] == "smx: softmax, top-1"
+    mon.report(tmp_path / "report.html")
+    html = (tmp_path / "report.html").read_text()
+    assert "upper estimate (conservative)" in html and "calibrated estimate" in html

@@ -147,7 +147,7 @@ def test_dashboard_in_jupyterlab(lab_server: Any, page: Any, artifacts_dir: Path
         _tab(page, SIDEBAR, section)
     _tab(page, INLINE, "Overview")
     cards = _texts(page, f"{INLINE} .calwatch-card .calwatch-card-title")
-    assert cards == ["lac: 1−α=0.9", "aps: 1−α=0.9", "risk: temperature, top-1"]
+    assert cards == ["lac: 1−α=0.9", "aps: 1−α=0.9", "risk: temperature, top-1, calibrated estimate"]
     lac_card = page.locator(f'{INLINE} .calwatch-card[data-calibrator="lac"]').inner_text()
     overview = kernel.eval(
         "cw.dashboard.overview(mon).filter(cw.dashboard.pl.col('key') == 'lac').to_dicts()[0]"

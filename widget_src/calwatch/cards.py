@@ -313,7 +313,7 @@ class CardTotals:
         self._intervals = intervals
         self._cards: dict[str, dict[str, Any]] = {
             name: {"key": name, "label": labels.get(name, name), "kind": None, "target": None,
-                   "_described_by": -math.inf, "first_batch": None, "last_batch": None}
+                   "promise": None, "_described_by": -math.inf, "first_batch": None, "last_batch": None}
             | dict.fromkeys(_SUMS, 0)
             for name in calibrators
         }  # fmt: skip
@@ -343,6 +343,8 @@ class CardTotals:
             card["kind"] = row.get("kind") or card["kind"]
             if row.get("target") is not None:
                 card["target"] = row["target"]
+            if row.get("estimate_promise") is not None:  # what a risk estimate promises
+                card["promise"] = row["estimate_promise"]
 
     def cards(self, warnings: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
         """One card per calibrator that has rows of a known kind, or no rows yet."""
@@ -377,6 +379,7 @@ def _card(c: Mapping[str, Any], band: Any, open_warnings: int, model_warnings: i
         "coverage_hi": band[1] if band is not None else None,
         "mean_set_size": c["_size"] / n_rows if sets and n_rows else None,
         "estimated_error": c["_est"] / n_rows if risk and n_rows else None,
+        "estimate_promise": c["promise"] if risk else None,
         "observed_error": c["_obs"] / n_lab if risk and n_lab else None,
         "admitted_share": c["_adm"] / c["_adm_rows"] if c["_adm_rows"] else None,
         "open_warnings": open_warnings,

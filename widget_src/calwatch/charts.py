@@ -272,7 +272,10 @@ def calibrator_labels(monitor: Monitor) -> dict[str, str]:
         epsilon, delta = getattr(cal, "epsilon", None), getattr(cal, "delta", None)
         alpha = getattr(cal, "alpha", None)
         if getattr(cal, "kind", None) == "risk":
-            out[key] = f"{key}: {getattr(cal, 'method', 'risk')}, top-{getattr(cal, 'top_k', 1)}"
+            promise = getattr(cal, "promise", None)  # "upper estimate (conservative)" for InvCP
+            out[key] = f"{key}: {getattr(cal, 'method', 'risk')}, top-{getattr(cal, 'top_k', 1)}" + (
+                f", {promise}" if promise else ""
+            )
         elif epsilon is not None and delta is not None:
             out[key] = f"{key}: PAC ε={epsilon:g}, δ={delta:g}"
         elif alpha is not None:

@@ -399,6 +399,8 @@ class LiveDatasets:
     ) -> list[Row]:
         """``batches`` rows: :meth:`Monitor.summary_of` with labels, spans and keys."""
         labels = charts.calibrator_labels(self._monitor)
+        calibrators = self._monitor.calibrators
+        described = {key: kinds[key].calibrator_columns(cal) for key, cal in calibrators.items()}
         schema = dict(_BASE_SUMMARY)
         for kind in kinds.values():
             schema |= kind.summary_columns
@@ -413,7 +415,7 @@ class LiveDatasets:
                     "batch": record.index, "name": record.name, "calibrator": key, "kind": kind.summary_kind,
                     "target": targets.get(key), "n_rows": record.n_rows, "n_labelled": stats.n_labelled,
                     "in_window": record.rows is not None,
-                } | kind.summary_row(stats, record.n_rows)  # fmt: skip
+                } | kind.summary_row(stats, record.n_rows) | described[key]  # fmt: skip
                 row = blank | {name: c(values.get(name)) for name, c in cast.items()}
                 row |= where
                 row["key"] = _key(row["batch"], row["calibrator"])

@@ -40,8 +40,8 @@ SUMMARY_ORDER = (
     "batch", "name", "calibrator", "kind", "target", "n_rows", "n_labelled", "n_pending",
     "n_covered", "coverage", "coverage_lo", "coverage_hi", "mean_set_size", "singleton_share",
     "full_share", "estimated_error", "observed_error", "error_gap", "estimated_error_labelled",
-    "alpha_level", "admitted_share", "n_admitted_labelled", "admitted_accuracy", "kept_share",
-    "threshold", "n_kept_labelled", "kept_accuracy", "accuracy", "in_window", "observed_at",
+    "estimate_promise", "alpha_level", "admitted_share", "n_admitted_labelled", "admitted_accuracy",
+    "kept_share", "threshold", "n_kept_labelled", "kept_accuracy", "accuracy", "in_window", "observed_at",
 )  # fmt: skip
 _BASE_SUMMARY: dict[str, Any] = {
     "batch": pl.Int64, "name": pl.String, "calibrator": pl.String, "kind": pl.String,
@@ -336,7 +336,7 @@ class MonitorReads(MonitorState):
         Columns: ``batch, name, calibrator, kind, target, n_rows, n_labelled, n_pending,
         n_covered, coverage, coverage_lo, coverage_hi, mean_set_size, singleton_share,
         full_share, estimated_error, observed_error, error_gap, estimated_error_labelled,
-        alpha_level, admitted_share, n_admitted_labelled, admitted_accuracy, in_window,
+        estimate_promise, alpha_level, admitted_share, n_admitted_labelled, admitted_accuracy, in_window,
         observed_at``. ``alpha_level`` is the level at which a set calibrator's sets were taken
         (its ``α``; for ``cw.Adaptive``, the ACI level ``α_t``). The ``admitted_*`` columns are
         Venn-ADMIT's: the share of rows whose prediction it admits, and the accuracy of the
@@ -349,7 +349,9 @@ class MonitorReads(MonitorState):
         interval) or ``"risk"`` (a label-free estimate of the top-k error rate, known as soon
         as the batch is observed, next to the observed error rate of its labelled rows;
         ``error_gap`` is the estimate on the labelled rows minus the observed rate, paper 004's
-        δ: ≥ 0 means conservative). Columns of the other kind are null, as are labelled
+        δ: ≥ 0 means conservative; ``estimate_promise`` says what the estimate promises:
+        ``"upper estimate (conservative)"`` for InvCP, ``"calibrated estimate"`` for the
+        calibration maps). Columns of the other kind are null, as are labelled
         metrics until a row of the batch is labelled.
         """
         return self.summary_of(self._records(batches))
@@ -365,6 +367,7 @@ class MonitorReads(MonitorState):
         """
         targets = self.targets()
         kinds = {key: kind_of(cal) for key, cal in self._calibrators.items()}
+        described = {key: kinds[key].calibrator_columns(cal) for key, cal in self._calibrators.items()}
         rows: list[dict[str, Any]] = []
         for record in records:
             for key, stats in record.stats.items():
@@ -382,6 +385,7 @@ class MonitorReads(MonitorState):
                         "observed_at": record.observed_at,
                     }
                     | kind.summary_row(stats, record.n_rows)
+                    | described[key]
                 )
         schema = dict(_BASE_SUMMARY)
         for present in kinds.values():

@@ -215,7 +215,11 @@ def _coverage_table(monitor: Monitor) -> str:
     risk = summary.filter(pl.col("kind") == "risk")
     parts = [_table(table, empty="No set calibrators.")]
     if not risk.is_empty():
+        promise = (
+            pl.col("estimate_promise") if "estimate_promise" in risk.columns else pl.lit(None, pl.String)
+        )
         risk_table = risk.group_by("calibrator", maintain_order=True).agg(
+            promise.first().alias("estimate"),  # "upper estimate (conservative)" for InvCP
             pl.col("n_rows").sum().alias("rows"),
             pl.col("n_labelled").sum().alias("labelled"),
             (pl.col("estimated_error") * pl.col("n_rows")).sum().alias("_est"),

@@ -155,9 +155,17 @@ class RiskKind(CalibratorKind[RiskRows, RiskBatchStats]):
     stats_type = RiskBatchStats
     summary_columns: ClassVar[dict[str, Any]] = {
         "estimated_error": pl.Float64, "observed_error": pl.Float64, "error_gap": pl.Float64,
-        "estimated_error_labelled": pl.Float64,
+        "estimated_error_labelled": pl.Float64, "estimate_promise": pl.String,
     }  # fmt: skip
     panels = ("risk", "risk_gap")
+
+    def calibrator_columns(self, calibrator: Any) -> dict[str, Any]:
+        """``estimate_promise``: what the estimate promises (``RiskEstimator.promise``).
+
+        ``"upper estimate (conservative)"`` for InvCP, ``"calibrated estimate"`` for the
+        calibration maps, so no view calls an upper bound an estimate like the others.
+        """
+        return {"estimate_promise": getattr(calibrator, "promise", None)}
 
     def claims(self, calibrator: Any) -> bool:
         """Calibrators whose ``kind`` is ``"risk"``."""
