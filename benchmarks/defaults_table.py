@@ -2,7 +2,9 @@
 
 Run: ``.venv/bin/python benchmarks/defaults_table.py [--repeats 5] [--out PATH]`` (default
 ``benchmarks/results/defaults_table.csv``)
-(needs the ``bench`` and ``data`` extras: ``pip install -e '.[torch,data,bench]'``).
+(needs the ``bench`` and ``data`` extras: ``pip install -e '.[torch,data,bench]'``). On a loaded
+machine run it with ``OMP_NUM_THREADS=1``: the gradient-boosting fits of the two new tasks
+oversubscribe otherwise (2 s and 35 s with it at load 15 on 2 cores, minutes without).
 
 At α = 0.1, on every task, ``--repeats`` seeded random halves of the task's pooled labelled rows
 (calibration / test, at most 10,000 rows each), the same rows for every method:
@@ -170,12 +172,12 @@ TASKS: dict[str, Callable[[], tuple[FloatArray, IntArray]]] = {
     "pool flights-late": lambda: _pool("flights-late"),
     "pool tv16-trump": lambda: _pool("tv16-trump"),
     "diamonds cut task": _diamonds_cut,
-    "flights demo (April)": _flights_april,
     "rotten tomatoes MLP": _rotten,
     "MNIST CNN": _digits,
     "flights MLP": _flights_mlp,
     "nass-injury (new)": _nass_injury,
     "diamonds-color (new)": _diamonds_color,
+    "flights demo (April)": _flights_april,
 }
 
 
@@ -338,6 +340,17 @@ def check(rows: list[Row], sizes: dict[str, FloatArray]) -> str:
     return f"{'pass' if ok else 'FAIL'} (size − {tightest}: {diff.mean():+.4f}, 2 se {noise:.4f})"
 
 
+def _write(out: Path, rows: list[Row], lines: list[str]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as handle:
+        handle.write(f"# {COMMAND}\n")
+        writer = csv.DictWriter(handle, fieldnames=list(Row.__dataclass_fields__))
+        writer.writeheader()
+        for r in rows:
+            writer.writerow(r.__dict__)
+    out.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -371,14 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"size {r.mean_size:.4f} ± {r.size_se:.4f}   empty {r.empty_share:.4f}"
             )
         print("\n".join(lines[-len(rows) - 1 :]), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as handle:
-        handle.write(f"# {COMMAND}\n")
-        writer = csv.DictWriter(handle, fieldnames=list(Row.__dataclass_fields__))
-        writer.writeheader()
-        for r in all_rows:
-            writer.writerow(r.__dict__)
-    args.out.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+        _write(args.out, all_rows, lines)  # after every task: a run cut short keeps what it measured
     print(f"wrote {args.out} and {args.out.with_suffix('.txt')}; {failures} task(s) failed the check")
     return 0 if failures == 0 else 1
 
