@@ -207,11 +207,15 @@ class MonitorSharing(MonitorState):
         """An Altair chart of the stream so far.
 
         ``kind`` is one of ``"coverage"``, ``"class_coverage"``, ``"set_size"``,
-        ``"set_shares"``, ``"set_sizes"``, ``"labels"``.
+        ``"set_shares"``, ``"set_sizes"``, ``"labels"``. In a notebook it shows as an SVG (and a
+        PNG) drawn in the kernel, so an executed notebook keeps it wherever it is read, offline
+        and untrusted included (:func:`calwatch.notebook_output.offline_chart`); Altair's own
+        renderer is left alone.
         """
         from calwatch import charts
+        from calwatch.notebook_output import offline_chart
 
-        return charts.build(kind, self._as_monitor())
+        return offline_chart(charts.build(kind, self._as_monitor()))
 
     def widget(self) -> MonitorWidget:
         """The live widget of this monitor (one per monitor; display it as often as you like)."""
@@ -222,8 +226,17 @@ class MonitorSharing(MonitorState):
         return self._widget
 
     def show(self, *, sidebar: bool = False, title: str | None = None) -> None:
-        """Display the live widget inline, or in a JupyterLab side panel (``sidebar=True``)."""
+        """Display the live widget inline, or in a JupyterLab side panel (``sidebar=True``).
+
+        Inline, a static copy of the dashboard follows the widget as a second output
+        (:mod:`calwatch.notebook_output`): hidden while the live view is drawn next to it,
+        refreshed when a cell that changed the stream ends, and what an exported, shared or
+        untrusted notebook shows in the widget's place. A side panel is not part of the notebook,
+        so it gets none.
+        """
         from IPython.display import display
+
+        from calwatch.notebook_output import static_for
 
         widget = self.widget()
         if sidebar:
@@ -235,3 +248,4 @@ class MonitorSharing(MonitorState):
             widget.keep_panel(panel)
         else:
             display(widget)  # type: ignore[no-untyped-call]
+            static_for(widget).display()

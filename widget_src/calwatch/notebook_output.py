@@ -1,0 +1,288 @@
+"""Static renderings in notebook outputs: the dashboard and charts survive sharing, offline.
+
+A live widget only draws where a widget manager runs with its kernel. An executed notebook that
+is exported by nbconvert, shown on GitHub or nbviewer, or opened in a JupyterLab that does not
+trust it, shows none: nbconvert's HTML picks the widget view whenever its model is in the
+stored widget state and then loads the widget manager from a CDN (blank offline), and untrusted
+JupyterLab renders no widget view at all. So :meth:`Monitor.show` displays, after the widget, a
+second output of its own (:class:`StaticDashboard`): a ``text/html`` output that carries
+
+* the report's dashboard (:mod:`calwatch.report`: the same bundle, ``renderStatic``, inlined once
+  per output) with the widget's current state, drawn by its script wherever scripts run (an
+  nbconvert page, a trusted notebook without a kernel);
+* a fallback that needs no script and survives JupyterLab's sanitiser for untrusted outputs
+  (which keeps ``<img>`` with a ``data:`` source but strips every ``<svg>`` tag and script):
+  the headline numbers as an escaped table and the coverage chart as an SVG image;
+* a guard script that hides the whole output while a live view of the dashboard is drawn in the
+  same output area, so a live JupyterLab shows the dashboard once.
+
+The output is refreshed (``update_display``) when a cell that changed the stream ends (IPython's
+``post_run_cell``): once per cell, not per batch, because it carries the 1.4 MB bundle.
+
+:func:`offline_chart` does the same for ``Monitor.chart``: its output is an SVG (and a PNG for
+untrusted JupyterLab) drawn in the kernel by vl-convert, with no script and no widget.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import html
+import itertools
+import weakref
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import altair as alt
+
+from calwatch import charts
+from calwatch.report import report_parts
+from calwatch.widget import _bundle
+
+if TYPE_CHECKING:
+    from calwatch.monitor import Monitor
+    from calwatch.widget import MonitorWidget
+
+#: The MIME type of the dashboard's static output (plain HTML: every exporter knows it).
+HTML = "text/html"
+#: How long (ms) a static output in a live JupyterLab waits for the widget's view to draw before
+#: it shows itself (the widget renders asynchronously, after the output that follows it).
+LIVE_WAIT_MS = 3000
+
+_ids = itertools.count()
+
+
+@functools.cache
+def _bundle_base64() -> str:
+    """The widget's bundle, base64 (read and encoded once per process)."""
+    return base64.b64encode(_bundle().read_bytes()).decode("ascii")
+
+
+def _esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _svg_image(spec: dict[str, Any], alt_text: str) -> str:
+    """An ``<img>`` of a Vega-Lite spec drawn as SVG in the kernel ("" if it cannot be drawn).
+
+    An image, not inline SVG: JupyterLab's sanitiser drops ``<svg>`` but keeps ``<img>`` with a
+    ``data:`` source, and an SVG in an image runs no script.
+    """
+    import vl_convert as vlc
+
+    try:
+        svg = vlc.vegalite_to_svg(spec)
+    except Exception:  # an empty stream has nothing to draw; the table still shows
+        return ""
+    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    src = f"data:image/svg+xml;base64,{data}"
+    return f'<img class="calwatch-static-image" alt="{_esc(alt_text)}" src="{src}">'
+
+
+def _headline(monitor: Monitor) -> str:
+    """The key numbers as escaped HTML: counters, each calibrator's health and coverage."""
+    status = monitor.status()
+    facts = (
+        f"{status['batches']:,} batches, {status['rows_seen']:,} rows, {status['rows_labelled']:,} labelled"
+    )
+    from calwatch.widget import health_rows
+
+    chips = "".join(
+        f"<li><b>{_esc(row.get('calibrator'))}</b>: {_esc(row.get('promise'))}: {_esc(row.get('state'))}</li>"
+        for row in health_rows(monitor)
+    )
+    return f"<p>{_esc(facts)}</p><ul>{chips}</ul>" if chips else f"<p>{_esc(facts)}</p>"
+
+
+def dashboard_html(monitor: Monitor, uid: str) -> str:
+    """The dashboard's static output: the frozen dashboard, its script-free fallback and the guard.
+
+    Parameters
+    ----------
+    monitor : Monitor
+        The monitor shown.
+    uid : str
+        The output's id (one per :class:`StaticDashboard`): the elements of two outputs on one
+        page do not mix.
+    """
+    from calwatch.report import _coverage_table, _script_json
+
+    parts = report_parts(monitor)
+    image = ""
+    if monitor.calibration_ is not None and monitor.n_batches and "coverage" in charts.chart_kinds(monitor):
+        image = _svg_image(charts.build("coverage", monitor).to_dict(), f"coverage of {monitor.name}")
+    fallback = (
+        f"<h3>{_esc(parts.title)}</h3>{_headline(monitor)}{image}{_coverage_table(monitor)}"
+        f'<p class="calwatch-static-note">{_esc(parts.generated)}; a static copy of the live '
+        "dashboard.</p>"
+    )
+    return _OUTPUT.format(
+        uid=_esc(uid),
+        fallback=fallback,
+        payload=_script_json(parts.payload),
+        bundle=_script_json(_bundle_base64()),
+        wait=LIVE_WAIT_MS,
+    )
+
+
+class StaticDashboard:
+    """The static output that follows a widget's live view in a notebook (see the module).
+
+    Created by :func:`static_for`, one per widget; every ``display`` of it is one output with the
+    same display id, so a refresh updates them all.
+    """
+
+    def __init__(self, widget: MonitorWidget) -> None:
+        self._widget = weakref.ref(widget)
+        self.uid = f"calwatch-static-{next(_ids)}"
+        self.display_id = self.uid
+        self.shown_seq: int | None = None
+        self.shown = False
+
+    def bundle(self) -> dict[str, str]:
+        """The output's mimebundle at the widget's current state."""
+        widget = self._widget()
+        if widget is None:
+            return {}
+        self.shown_seq = widget.seq
+        monitor = widget.monitor
+        text = f"<calwatch dashboard: {monitor.name}>"
+        return {HTML: dashboard_html(monitor, self.uid), "text/plain": text}
+
+    def display(self) -> None:
+        """Display the output (after the widget's view) and refresh it when a cell ends."""
+        from IPython.display import display
+
+        display(self.bundle(), raw=True, display_id=self.display_id)  # type: ignore[no-untyped-call]
+        self.shown = True
+        _watch(self)
+
+    def refresh(self, *, force: bool = False) -> bool:
+        """Redraw every display of the output if the stream changed since it was drawn.
+
+        Returns whether it was redrawn.
+        """
+        from IPython.display import update_display
+
+        widget = self._widget()
+        if widget is None or not self.shown or (not force and widget.seq == self.shown_seq):
+            return False
+        update_display(self.bundle(), raw=True, display_id=self.display_id)  # type: ignore[no-untyped-call]
+        return True
+
+
+_STATIC: weakref.WeakKeyDictionary[Any, StaticDashboard] = weakref.WeakKeyDictionary()
+_WATCHED: weakref.WeakSet[StaticDashboard] = weakref.WeakSet()
+_HOOKED: list[Any] = []
+
+
+def static_for(widget: MonitorWidget) -> StaticDashboard:
+    """The static output of ``widget`` (one per widget, made on first use)."""
+    found = _STATIC.get(widget)
+    if found is None:
+        found = _STATIC[widget] = StaticDashboard(widget)
+    return found
+
+
+def _watch(static: StaticDashboard) -> None:
+    """Refresh ``static`` when each cell ends (IPython's ``post_run_cell``; nothing outside IPython)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    _WATCHED.add(static)
+    if shell is None or any(hooked is shell for hooked in _HOOKED):
+        return
+    shell.events.register("post_run_cell", _refresh_all)
+    _HOOKED.append(shell)
+
+
+def _refresh_all(*_args: Any) -> None:
+    """At a cell's end: redraw the static outputs whose stream changed during it."""
+    for static in list(_WATCHED):
+        static.refresh()
+
+
+def chart_bundle(chart: alt.TopLevelMixin) -> dict[str, str]:
+    """A chart's notebook output: SVG and PNG drawn in the kernel, no script, no widget.
+
+    nbconvert's HTML inlines the SVG; trusted JupyterLab draws the SVG; untrusted JupyterLab and
+    GitHub the PNG (JupyterLab counts SVG unsafe). Charts with no data draw an empty SVG and no
+    PNG.
+    """
+    import vl_convert as vlc
+
+    spec = chart.to_dict()
+    out = {"image/svg+xml": vlc.vegalite_to_svg(spec), "text/plain": "<calwatch chart>"}
+    with contextlib.suppress(Exception):  # vl-convert refuses a PNG of an empty chart (no size)
+        out["image/png"] = base64.b64encode(vlc.vegalite_to_png(spec)).decode("ascii")
+    return out
+
+
+Chart = TypeVar("Chart", bound=alt.TopLevelMixin)
+
+
+def offline_chart(chart: Chart) -> Chart:
+    """``chart``, shown in notebooks as a static SVG/PNG (:func:`chart_bundle`).
+
+    The chart itself, with its own ``_repr_mimebundle_`` (an attribute of this instance: Altair's
+    global renderer, which needs a CDN or a widget, is left alone, and a chart derived from it with
+    ``.properties`` and the like shows through that renderer again).
+    """
+
+    def show(*_args: Any, **_kwargs: Any) -> dict[str, str]:
+        return chart_bundle(chart)
+
+    object.__setattr__(chart, "_repr_mimebundle_", show)
+    return chart
+
+
+# The guard: hidden at once (no flash) while it decides; a live view of the dashboard drawn in the
+# same output area keeps it hidden; otherwise it draws the frozen dashboard from the saved state and
+# bundle in place of the fallback. In a live JupyterLab it waits a while for the widget's view.
+_OUTPUT = """<div class="calwatch-static" id="{uid}">
+<div class="calwatch-static-fallback">{fallback}</div>
+<div class="calwatch-static-view"></div>
+<script type="application/json" class="calwatch-static-state">{payload}</script>
+<script type="application/json" class="calwatch-static-bundle">{bundle}</script>
+<script>
+(() => {{
+  const box = document.getElementById("{uid}");
+  if (box === null || box.dataset.started) return;
+  box.dataset.started = "true";
+  box.style.display = "none";
+  const area = box.closest(".jp-OutputArea") || box.parentElement || document.body;
+  const liveView = () =>
+    [...area.querySelectorAll(".calwatch-widget")].some((el) => !el.closest(".calwatch-static"));
+  let drawn = false;
+  const draw = async () => {{
+    if (drawn) return;
+    drawn = true;
+    try {{
+      const read = (name) => JSON.parse(box.querySelector(".calwatch-static-" + name).textContent);
+      const code = Uint8Array.from(atob(read("bundle")), (c) => c.charCodeAt(0));
+      const url = URL.createObjectURL(new Blob([code], {{ type: "text/javascript" }}));
+      const widget = await import(url);
+      const state = read("state");
+      box.querySelector(".calwatch-static-fallback").style.display = "none";
+      widget.renderStatic(box.querySelector(".calwatch-static-view"), state.model, state.datasets);
+      box.dataset.rendered = "true";
+    }} catch (error) {{
+      box.querySelector(".calwatch-static-fallback").style.display = "";
+      box.dataset.error = String(error);
+    }}
+  }};
+  let waiting = document.querySelector(".jp-LabShell, .jp-NotebookShell") !== null;
+  const decide = () => {{
+    const live = liveView();
+    box.dataset.live = String(live);
+    if (live) {{ box.style.display = "none"; return; }}
+    if (waiting) return;
+    box.style.display = "";
+    draw();
+  }};
+  new MutationObserver(decide).observe(area, {{ childList: true, subtree: true }});
+  if (waiting) setTimeout(() => {{ waiting = false; decide(); }}, {wait});
+  decide();
+}})();
+</script>
+</div>"""
