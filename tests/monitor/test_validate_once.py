@@ -74,7 +74,10 @@ def test_one_check_per_batch_and_the_same_sets_as_direct_calls():
     for key, calibrator in _calibrators().items():
         if key == "spy":
             continue
-        direct = calibrator.fit(P_cal, np.asarray(y_cal)).predict_sets(P)
+        fitted = calibrator.fit(P_cal, np.asarray(y_cal))
+        # a randomised calibrator draws each row's u from its id, as the monitor's copy does
+        ids = {"ids": rows["id"].to_list()} if getattr(fitted, "draws_by_row_id", False) else {}
+        direct = fitted.predict_sets(P, **ids)
         held = np.zeros((P.shape[0], K), dtype=bool)
         for i, classes in enumerate(rows[f"set_{key}"].to_list()):
             held[i, classes] = True

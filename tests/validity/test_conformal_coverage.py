@@ -47,11 +47,13 @@ ALPHA_NUM, ALPHA_DEN = 1, 10  # α = 1/10, kept as a fraction so that ⌈(n+1)(1
 ALPHA = ALPHA_NUM / ALPHA_DEN
 Z = 3.0  # tolerances are Z standard deviations of the mean over the R splits
 
+# The sets checked here are the plain conformal set plus the top class (top_class="added"); the
+# default APS (randomised, the top class calibrated in) is checked by test_default_sets_validity.
 METHODS: dict[str, dict[str, Any]] = {
     "lac": {"score": "lac"},
-    "aps": {"score": "aps"},
-    "aps-randomized": {"score": "aps", "randomized": True},
-    "raps": {"score": "raps"},  # λ = 0.01, k_reg = 1
+    "aps": {"score": "aps", "randomized": False},
+    "aps-randomized": {"score": "aps", "randomized": True, "top_class": "added"},
+    "raps": {"score": "raps", "randomized": False},  # λ = 0.01, k_reg = 1
     "lac-by-label": {"score": "lac", "mondrian": "label"},
 }
 

@@ -89,8 +89,9 @@ FAIL_RATE = 0.001  # per family of checks: how often a correct implementation fa
 ALPHAS: dict[str, Fraction] = {"0.1": Fraction(1, 10), "0.05": Fraction(1, 20)}  # exact fractions
 METHODS: dict[str, dict[str, Any]] = {
     "lac": {"score": "lac"},
-    "aps-randomized": {"score": "aps", "randomized": True},
-    "raps": {"score": "raps"},  # λ = 0.01, k_reg = 1
+    # the plain conformal set plus the top class (top_class="added"), as before issue 17
+    "aps-randomized": {"score": "aps", "randomized": True, "top_class": "added"},
+    "raps": {"score": "raps", "randomized": False},  # λ = 0.01, k_reg = 1
     "lac-by-label": {"score": "lac", "mondrian": "label"},
 }
 RUNS = [f"{method}@{alpha}" for method in METHODS for alpha in ALPHAS]
@@ -102,8 +103,8 @@ BATCH = 2_000
 MONITOR_ALPHA = 0.1
 CALIBRATORS: dict[str, dict[str, Any]] = {
     "lac": {"score": "lac"},
-    "aps": {"score": "aps", "randomized": True, "seed": 7},
-    "raps": {"score": "raps"},
+    "aps": {"score": "aps", "randomized": True, "top_class": "added", "seed": 7},
+    "raps": {"score": "raps", "randomized": False},
     "by-label": {"score": "lac", "mondrian": "label"},
 }
 CUSUM_C = 1e6  # calwatch.shift_watch.DEFAULT_CUSUM_THRESHOLD

@@ -33,8 +33,8 @@ Z = 3.0
 
 CALIBRATORS: dict[str, dict[str, Any]] = {
     "lac": {"score": "lac"},
-    "aps": {"score": "aps"},
-    "aps-randomized": {"score": "aps", "randomized": True, "seed": 7},
+    "aps": {"score": "aps", "randomized": False},  # the sets of before issue 17: top class added
+    "aps-randomized": {"score": "aps", "randomized": True, "top_class": "added", "seed": 7},
     "lac-by-label": {"score": "lac", "mondrian": "label"},
 }
 
@@ -82,12 +82,12 @@ def streamed() -> dict[str, Any]:
             label_reports.append(mon.label(ids_test[previous], names[y_test[previous]]))
     label_reports.append(mon.label(ids_test[batches[-1]], names[y_test[batches[-1]]]))
 
-    # The engine, directly, on the same batches in the same order (so that a randomised
-    # calibrator draws the same uniforms as the monitor's copy).
+    # The engine, directly, on the same batches with the same row ids (a randomised calibrator
+    # draws each row's uniform from its id, as the monitor's copy does).
     direct: dict[str, list[npt.NDArray[np.bool_]]] = {}
     for key, kw in CALIBRATORS.items():
         engine = cw.SplitConformalClassifier(alpha=ALPHA, **kw).fit(P_cal, y_cal)
-        direct[key] = [engine.predict_sets(P_test[rows]) for rows in batches]
+        direct[key] = [engine.predict_sets(P_test[rows], ids=ids_test[rows]) for rows in batches]
     return {
         "monitor": mon,
         "direct": direct,
