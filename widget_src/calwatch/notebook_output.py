@@ -45,9 +45,13 @@ if TYPE_CHECKING:
 
 #: The MIME type of the dashboard's static output (plain HTML: every exporter knows it).
 HTML = "text/html"
-#: How long (ms) a static output in a live JupyterLab waits for the widget's view to draw before
-#: it shows itself (the widget renders asynchronously, after the output that follows it).
-LIVE_WAIT_MS = 3000
+#: How long (ms) a static output in a live JupyterLab waits for the widget's view next to it to
+#: draw before it shows itself (the view renders asynchronously, often after the static output;
+#: on a loaded machine in seconds). A trusted notebook reopened without its kernel shows the
+#: static copy after this wait.
+LIVE_WAIT_MS = 10_000
+#: The widget view's MIME type (JupyterLab marks each output with its ``data-mime-type``).
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 _ids = itertools.count()
 
@@ -122,6 +126,7 @@ def dashboard_html(monitor: Monitor, uid: str) -> str:
         payload=_script_json(parts.payload),
         bundle=_script_json(_bundle_base64()),
         wait=LIVE_WAIT_MS,
+        view_mime=WIDGET_VIEW,
     )
 
 
@@ -238,7 +243,8 @@ def offline_chart(chart: Chart) -> Chart:
 
 # The guard: hidden at once (no flash) while it decides; a live view of the dashboard drawn in the
 # same output area keeps it hidden; otherwise it draws the frozen dashboard from the saved state and
-# bundle in place of the fallback. In a live JupyterLab it waits a while for the widget's view.
+# bundle in place of the fallback. In a live JupyterLab, next to a widget view's output, it first
+# waits a while for that view to draw.
 _OUTPUT = """<div class="calwatch-static" id="{uid}">
 <div class="calwatch-static-fallback">{fallback}</div>
 <div class="calwatch-static-view"></div>
@@ -271,7 +277,8 @@ _OUTPUT = """<div class="calwatch-static" id="{uid}">
       box.dataset.error = String(error);
     }}
   }};
-  let waiting = document.querySelector(".jp-LabShell, .jp-NotebookShell") !== null;
+  const inApp = document.querySelector(".jp-LabShell, .jp-NotebookShell") !== null;
+  let waiting = inApp && area.querySelector('[data-mime-type="{view_mime}"]') !== null;
   const decide = () => {{
     const live = liveView();
     box.dataset.live = String(live);
