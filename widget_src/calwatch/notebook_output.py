@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import altair as alt
 
 from calwatch import charts
-from calwatch.report import report_parts
+from calwatch.report import coverage_table, report_parts, script_json
 from calwatch.widget import _bundle
 
 if TYPE_CHECKING:
@@ -109,22 +109,20 @@ def dashboard_html(monitor: Monitor, uid: str) -> str:
         The output's id (one per :class:`StaticDashboard`): the elements of two outputs on one
         page do not mix.
     """
-    from calwatch.report import _coverage_table, _script_json
-
     parts = report_parts(monitor)
     image = ""
     if monitor.calibration_ is not None and monitor.n_batches and "coverage" in charts.chart_kinds(monitor):
         image = _svg_image(charts.build("coverage", monitor).to_dict(), f"coverage of {monitor.name}")
     fallback = (
-        f"<h3>{_esc(parts.title)}</h3>{_headline(monitor)}{image}{_coverage_table(monitor)}"
+        f"<h3>{_esc(parts.title)}</h3>{_headline(monitor)}{image}{coverage_table(monitor)}"
         f'<p class="calwatch-static-note">{_esc(parts.generated)}; a static copy of the live '
         "dashboard.</p>"
     )
     return _OUTPUT.format(
         uid=_esc(uid),
         fallback=fallback,
-        payload=_script_json(parts.payload),
-        bundle=_script_json(_bundle_base64()),
+        payload=script_json(parts.payload),
+        bundle=script_json(_bundle_base64()),
         wait=LIVE_WAIT_MS,
         view_mime=WIDGET_VIEW,
     )

@@ -92,7 +92,7 @@ class ReportParts:
     def as_json(self, **extra: Any) -> str:
         """The parts (and ``extra`` fields) as JSON, safe inside a ``<script>`` element too."""
         fields = {"title": self.title, "generated": self.generated, "sections": self.sections}
-        return _script_json(fields | self.payload | extra)
+        return script_json(fields | self.payload | extra)
 
 
 def report_parts(monitor: Monitor, *, snapshot: dict[str, Any] | None = None) -> ReportParts:
@@ -114,7 +114,7 @@ def report_parts(monitor: Monitor, *, snapshot: dict[str, Any] | None = None) ->
     sections = [
         _section("Warnings", _warnings_table(monitor)),
         _section("Notes", _table(monitor.notes(), empty="No notes.")),
-        _section("Coverage by calibrator", _coverage_table(monitor)),
+        _section("Coverage by calibrator", coverage_table(monitor)),
         _section("Configuration", _configuration(monitor)),
         _section("Provenance", _provenance(monitor, snapshot, generated, __version__)),
     ]
@@ -149,8 +149,8 @@ def report_page(parts: ReportParts, *, live_version: str | None = None) -> str:
         generated=_esc(parts.generated),
         live_line='<p id="calwatch-live" class="generated" aria-live="polite"></p>' if live else "",
         sections=parts.sections,
-        payload=_script_json(parts.payload | ({"version": live_version} if live else {})),
-        bundle=_script_json(bundle),
+        payload=script_json(parts.payload | ({"version": live_version} if live else {})),
+        bundle=script_json(bundle),
         script=_LIVE_SCRIPT if live else _STATIC_SCRIPT,
     )
 
@@ -159,8 +159,12 @@ def _esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _script_json(value: Any) -> str:
-    """JSON that cannot end its <script> element early (``<``, ``>``, ``&`` escaped)."""
+def script_json(value: Any) -> str:
+    """JSON that cannot end its <script> element early (``<``, ``>``, ``&`` escaped).
+
+    Used wherever saved state is embedded in a page: the report, the served view, a notebook's
+    static dashboard.
+    """
     text = json.dumps(value, allow_nan=False, default=str)
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
@@ -197,7 +201,12 @@ def _warnings_table(monitor: Monitor) -> str:
     return _table(monitor.warnings(), empty="No shift warnings.", columns=columns)
 
 
-def _coverage_table(monitor: Monitor) -> str:
+def coverage_table(monitor: Monitor) -> str:
+    """Coverage (and risk) by calibrator over the whole stream, as an escaped HTML table.
+
+    The report's "Coverage by calibrator" section; also the key numbers of a notebook's static
+    dashboard (:mod:`calwatch.notebook_output`), which must read without any script.
+    """
     summary = monitor.summary() if monitor.n_batches else pl.DataFrame()
     if summary.is_empty():
         return '<p class="empty">No batches observed.</p>'
