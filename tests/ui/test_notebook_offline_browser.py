@@ -40,6 +40,14 @@ mon.show()""",
     'mon.chart("coverage")',
 ]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+# Marks the notebook's first cell untrusted: JupyterLab re-renders its outputs, sanitised.
+UNTRUST_JS = """
+(path) => {
+  for (const w of window.jupyterapp.shell.widgets('main')) {
+    if (w.context && w.context.path === path) w.content.widgets[0].model.trusted = false;
+  }
+}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +138,15 @@ def test_live_jupyterlab_shows_the_dashboard_once(lab_server, page, artifacts_di
     page.wait_for_timeout(500)
     assert static.is_hidden() and page.locator(".jp-Notebook .calwatch-static-view svg").count() == 0
     page.screenshot(path=str(artifacts_dir / "notebook-live-once.png"))
+
+    # untrusted (a collaborator's view of a fresh notebook): no widget view, no script; the
+    # sanitised fallback shows its numbers and the coverage chart as an image
+    page.evaluate(UNTRUST_JS, path)
+    fallback = page.locator(".jp-Notebook .calwatch-static-fallback")
+    wait_until(lambda: fallback.count() == 1 and fallback.is_visible(), "the untrusted fallback")
+    assert page.locator(".jp-Notebook .calwatch-widget").count() == 0
+    assert page.locator(".jp-Notebook .calwatch-static[data-started]").count() == 0  # no script ran
+    assert "90% coverage" in fallback.inner_text() and "6 batches" in fallback.inner_text()
+    image = fallback.locator("img.calwatch-static-image")
+    page.wait_for_function("(img) => img.complete && img.naturalWidth > 200", arg=image.element_handle())
+    page.screenshot(path=str(artifacts_dir / "notebook-untrusted-fallback.png"))
