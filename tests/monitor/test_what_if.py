@@ -58,3 +58,22 @@ def test_only_recomputable_calibrators_and_valid_levels(monitor):
     mon = cw.Monitor(calibrators={"cat": cw.SplitConformalClassifier(mondrian="category")}, shift=None)
     mon.calibrate(probs=P, y=y, categories=cats)
     assert mon.what_if_calibrators() == []
+
+
+def test_a_randomised_calibrator_draws_each_rows_u_from_its_id():
+    """What-if sets use the same per-row u as the rows' own sets: repeatable, and at the
+    calibrator's level equal to the stream's; reading never moves the calibrator's stream."""
+    rng = np.random.default_rng(3)
+    P = rng.dirichlet(np.full(4, 0.7), size=3_000)
+    y = np.array([rng.choice(4, p=p) for p in P])
+    aps = cw.SplitConformalClassifier(score="aps", alpha=0.1)
+    assert aps.randomized
+    mon = cw.Monitor(calibrators={"aps": aps}).calibrate(probs=P[:2_000], y=y[:2_000])
+    for lo in range(2_000, 3_000, 250):
+        mon.observe(probs=P[lo : lo + 250], y=y[lo : lo + 250])
+    first, second = mon.what_if(0.25), mon.what_if(0.25)
+    assert_frame_equal(first, second)
+    own = mon.what_if(0.1).sort("batch")
+    stream = mon.summary().sort("batch")
+    assert own["n_covered"].to_list() == stream["n_covered"].to_list()
+    assert own["mean_set_size"].to_list() == pytest.approx(stream["mean_set_size"].to_list(), rel=1e-12)

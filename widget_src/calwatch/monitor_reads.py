@@ -138,7 +138,7 @@ class MonitorReads(MonitorState):
             for record in self._stream.window_batches():
                 rows = record.rows
                 assert rows is not None
-                sets = levels.sets_at_alpha(rows.probs, alpha)
+                sets = levels.sets_at_alpha(rows.probs, alpha, ids=rows.ids)
                 labelled = np.flatnonzero(rows.labels != NO_LABEL)
                 sizes = sets.sum(axis=1)
                 out["batch"].append(record.index)

@@ -190,11 +190,16 @@ class ConformalLevels:
             ]
         )
 
-    def sets_at_alpha(self, P: Any, alpha: float) -> BoolArray:
-        """Sets ``{c : s(x, c) ≤ q̂(α)}``, plus the top class unless ``allow_empty``."""
+    def sets_at_alpha(self, P: Any, alpha: float, *, ids: Any = None) -> BoolArray:
+        """Sets ``{c : s(x, c) ≤ q̂(α)}``, plus the top class unless ``allow_empty``.
+
+        ``ids``: the rows' ids, so a randomised calibrator draws each row's ``u`` from its id
+        (the same ``u`` as the row's own set at the calibrator's level, and the same on every
+        call); without them it draws from its seeded stream.
+        """
         Pv = check_probabilities(P, "P", n_classes=self.calibrator.n_classes_, copy=False)
         thresholds = np.atleast_1d(np.asarray(self.threshold(alpha), dtype=np.float64))
-        sets = self.calibrator.sets_within(Pv, thresholds[None, :], _validated=True)
+        sets = self.calibrator.sets_within(Pv, thresholds[None, :], ids=ids, _validated=True)
         if not self.allow_empty:
             sets[np.arange(Pv.shape[0]), Pv.argmax(axis=1)] = True
         return sets
