@@ -107,6 +107,24 @@ class Kernel:
         pytest.fail(f"kernel: {expr} = {value!r}, expected {expected!r} within {timeout_s} s")
 
 
+def route_offline(page: Any) -> list[str]:
+    """Cut the page off the network: ``file:``, ``blob:`` and ``data:`` load, anything else fails.
+
+    Returns the list every requested URL is appended to (to assert nothing else was asked for).
+    """
+    asked: list[str] = []
+
+    def offline(route: Any) -> None:
+        asked.append(route.request.url)
+        if route.request.url.startswith(("file:", "blob:", "data:")):
+            route.continue_()
+        else:
+            route.abort("internetdisconnected")
+
+    page.route("**/*", offline)
+    return asked
+
+
 def attr(page: Any, selector: str, name: str) -> str | None:
     return page.eval_on_selector(selector, f"(el) => el.getAttribute({json.dumps(name)})")
 

@@ -19,7 +19,7 @@ import pytest
 from nbconvert import HTMLExporter
 from nbconvert.preprocessors import ExecutePreprocessor
 
-from .helpers import MARKS, TIMEOUT_MS
+from .helpers import MARKS, TIMEOUT_MS, route_offline
 
 pytestmark = pytest.mark.ui
 
@@ -70,16 +70,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _open_offline(page: Any, path: Path) -> list[str]:
-    asked: list[str] = []
-
-    def offline(route: Any) -> None:
-        asked.append(route.request.url)
-        if route.request.url.startswith(("file:", "blob:", "data:")):
-            route.continue_()
-        else:
-            route.abort("internetdisconnected")
-
-    page.route("**/*", offline)
+    asked = route_offline(page)
     page.goto(path.resolve().as_uri())
     return asked
 

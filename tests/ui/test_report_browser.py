@@ -7,7 +7,7 @@ import pytest
 from calwatch import charts
 
 from ..synthetic import PET_CLASSES, pets_monitor
-from .helpers import MARKS, TIMEOUT_MS
+from .helpers import MARKS, TIMEOUT_MS, route_offline
 
 pytestmark = pytest.mark.ui
 
@@ -18,17 +18,8 @@ def test_report_renders_every_panel_offline_and_escapes_user_text(page, tmp_path
     mon.save(tmp_path / "snap")
     report = mon.report(tmp_path / "pets.html")
 
-    requests: list[str] = []
     dialogs: list[str] = []
-
-    def offline(route):  # the network is off: anything but the file itself and blob: URLs fails
-        requests.append(route.request.url)
-        if route.request.url.startswith(("file:", "blob:", "data:")):
-            route.continue_()
-        else:
-            route.abort("internetdisconnected")
-
-    page.route("**/*", offline)
+    requests = route_offline(page)  # the network is off: anything but the file itself fails
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.goto(report.resolve().as_uri())
     page.wait_for_selector("body[data-rendered=true]", timeout=TIMEOUT_MS)

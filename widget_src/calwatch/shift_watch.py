@@ -271,7 +271,40 @@ class ConfidenceMartingale(_MartingaleDetector):
         return None
 
 
-class ReferenceDistanceMartingale(_MartingaleDetector):
+class _NearestReference:
+    """A kNN reference of calibration embeddings and the map of distances onto ``[0, 1)``.
+
+    Distances enter as ``d / (d + m)`` (``m``: the median distance of the scored calibration
+    rows), a strictly increasing map that leaves every conformal rank as it was and puts the
+    scores on the martingales' bounded grid.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.index_: Any = None
+        self.scale_ = 1.0
+
+    def _index(
+        self, reference: npt.NDArray[np.float32], scored: npt.NDArray[np.float32], seed: int
+    ) -> FloatArray:
+        """Index ``reference`` exactly (faiss); the mapped distances of the ``scored`` rows to it."""
+        from calwatch.engine.knn import KNNIndex
+
+        self.index_ = KNNIndex(kind="flat", seed=seed).fit(reference)
+        distances = self.index_.search(scored, 1)[0][:, 0]
+        median = float(np.median(distances))
+        self.scale_ = median if median > 0 else 1.0
+        return self._score(distances)
+
+    def _score(self, distances: FloatArray) -> FloatArray:
+        return np.asarray(distances / (distances + self.scale_), dtype=np.float64)
+
+    def _distance_scores(self, embeddings: npt.NDArray[np.float32]) -> FloatArray:
+        """Each row's mapped distance to its nearest reference row."""
+        return self._score(self.index_.search(embeddings, 1)[0][:, 0])
+
+
+class ReferenceDistanceMartingale(_NearestReference, _MartingaleDetector):
     """Label-free: a conformal test martingale on each row's distance to the calibration embeddings.
 
     The calibration rows are split in two (seeded): one half is the reference, indexed exactly
@@ -292,15 +325,8 @@ class ReferenceDistanceMartingale(_MartingaleDetector):
     threatens = "every guarantee shown: new rows lie farther from the calibration data than it does itself"
     action = "inspect the rows far from the reference (new kinds of inputs?); recalibrate on recent data"
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.index_: Any = None
-        self.scale_ = 1.0
-
     def calibrate(self, data: CalibrationData) -> None:
         """Index half of the calibration embeddings; score the other half against it."""
-        from calwatch.engine.knn import KNNIndex
-
         if data.embeddings is None:
             msg = "the reference distance martingale needs calibration embeddings: pass embeddings="
             raise ValueError(msg)
@@ -310,14 +336,7 @@ class ReferenceDistanceMartingale(_MartingaleDetector):
             raise ValueError(msg)
         order = np.random.default_rng([self.seed, 7]).permutation(n)
         half = n // 2
-        self.index_ = KNNIndex(kind="flat", seed=self.seed).fit(data.embeddings[order[:half]])
-        distances = self.index_.search(data.embeddings[order[half:]], 1)[0][:, 0]
-        median = float(np.median(distances))
-        self.scale_ = median if median > 0 else 1.0
-        self._fit(self._score(distances))
-
-    def _score(self, distances: FloatArray) -> FloatArray:
-        return np.asarray(distances / (distances + self.scale_), dtype=np.float64)
+        self._fit(self._index(data.embeddings[order[:half]], data.embeddings[order[half:]], self.seed))
 
     def observe(
         self, probs: FloatArray, embeddings: npt.NDArray[np.float32] | None = None
@@ -325,8 +344,9 @@ class ReferenceDistanceMartingale(_MartingaleDetector):
         """Feed a batch's distances to the reference (no look when the batch has no embeddings)."""
         if embeddings is None:
             return None
-        distances = self.index_.search(embeddings, 1)[0][:, 0]
-        return self._look(self._score(distances), "distances of new rows to the calibration embeddings")
+        return self._look(
+            self._distance_scores(embeddings), "distances of new rows to the calibration embeddings"
+        )
 
     def labelled(
         self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
@@ -479,7 +499,7 @@ class BlockConfidenceMartingale(_BlockMartingale):
         return np.array([self._statistic(counts[i]) for i in scored], dtype=np.float64)
 
 
-class BlockDistanceMartingale(_BlockMartingale):
+class BlockDistanceMartingale(_NearestReference, _BlockMartingale):
     """Label-free, for seasonal streams: the reference distance martingale on whole blocks.
 
     The calibration *blocks* are split in two (seeded): the rows of one half are the
@@ -498,23 +518,13 @@ class BlockDistanceMartingale(_BlockMartingale):
     action = "inspect the latest blocks' rows far from the reference; recalibrate on recent data"
     what = "the blocks' mean distances to the calibration embeddings"
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.index_: Any = None
-        self.scale_ = 1.0
-
     def _row_scores(self, probs: FloatArray, embeddings: npt.NDArray[np.float32] | None) -> FloatArray | None:
-        if embeddings is None:
-            return None
-        distances = self.index_.search(embeddings, 1)[0][:, 0]
-        return np.asarray(distances / (distances + self.scale_), dtype=np.float64)
+        return None if embeddings is None else self._distance_scores(embeddings)
 
     def _statistic(self, counts: npt.NDArray[np.int64]) -> float:
         return grid_mean(counts)
 
     def _calibration_statistics(self, data: CalibrationData, keys: list[str]) -> FloatArray:
-        from calwatch.engine.knn import KNNIndex
-
         if data.embeddings is None:
             msg = f"the {self.name} needs calibration embeddings: pass embeddings="
             raise ValueError(msg)
@@ -522,12 +532,8 @@ class BlockDistanceMartingale(_BlockMartingale):
         reference_blocks, _ = split_blocks(len(names), self.seed)
         reference = {names[i] for i in reference_blocks}
         in_reference = np.fromiter((k in reference for k in keys), dtype=np.bool_, count=len(keys))
-        self.index_ = KNNIndex(kind="flat", seed=self.seed).fit(data.embeddings[in_reference])
         held_out = np.flatnonzero(~in_reference)
-        distances = self.index_.search(data.embeddings[held_out], 1)[0][:, 0]
-        median = float(np.median(distances))
-        self.scale_ = median if median > 0 else 1.0
-        scores = np.asarray(distances / (distances + self.scale_), dtype=np.float64)
+        scores = self._index(data.embeddings[in_reference], data.embeddings[held_out], self.seed)
         _, counts = calibration_blocks(scores, [keys[int(i)] for i in held_out])
         return np.array([self._statistic(c) for c in counts], dtype=np.float64)
 
