@@ -204,3 +204,22 @@ def test_each_risk_estimate_is_labelled_by_what_it_promises(tmp_path):
     mon.report(tmp_path / "report.html")
     html = (tmp_path / "report.html").read_text()
     assert "upper estimate (conservative)" in html and "calibrated estimate" in html
+
+
+def test_guarded_estimator_in_the_monitor_says_its_band_and_survives_a_snapshot(tmp_path):
+    P, y = softmax_data(3000, K=4, seed=7)
+    mon = cw.Monitor(
+        calibrators={"guarded": cw.RiskEstimator(method="guarded", delta=0.1, seed=4)}, shift=None
+    )
+    mon.calibrate(probs=P[:2000], y=y[:2000])
+    mon.observe(probs=P[2000:], y=y[2000:])
+    row = mon.summary().row(0, named=True)
+    assert row["estimate_promise"] == "calibrated estimate with a 90% band"
+    fitted = mon.calibrators["guarded"]
+    assert row["estimated_error"] == pytest.approx(fitted.estimate(P[2000:]), rel=1e-12)
+    low, high = fitted.band(P[2000:])
+    assert low <= row["observed_error"] <= high  # calibrated synthetic model, drawn like the calibration rows
+    mon.save(tmp_path / "snap")
+    back = cw.Monitor.load(tmp_path / "snap").calibrators["guarded"]
+    assert (back.delta, back.seed, back.n_holdout_) == (0.1, 4, 1000)
+    assert back.band(P[2000:]) == (low, high)
