@@ -52,6 +52,7 @@ STREAMS = 1_000
 KS_STREAMS = 200  # the KS test reads the p-values of the first 200 streams (5.3 million)
 N_CAL = 2_000
 BATCH = 1_000
+VILLE_BATCH = 13_000  # the statistics do not depend on the batch size (checked on stream 0 below)
 VILLE_LEVELS = (2.0, 5.0, 10.0, 100.0)
 FAIL_RATE = 0.001  # per check: how often a correct implementation fails it
 POWER_SEEDS = 5
@@ -83,9 +84,9 @@ def scores() -> FlightScores:
     )
 
 
-def _run(m: ConformalTestMartingale, stream: FloatArray) -> list[FloatArray]:
-    """Stream in batches of BATCH rows; return the p-values of each batch."""
-    return [m.update(stream[i : i + BATCH])["p_value"].to_numpy() for i in range(0, stream.shape[0], BATCH)]
+def _run(m: ConformalTestMartingale, stream: FloatArray, batch: int = BATCH) -> list[FloatArray]:
+    """Stream in batches of ``batch`` rows; return the p-values of each batch."""
+    return [m.update(stream[i : i + batch])["p_value"].to_numpy() for i in range(0, stream.shape[0], batch)]
 
 
 def test_ville_false_alarms_and_uniform_p_values_on_exchangeable_flights(scores: FlightScores) -> None:
@@ -99,7 +100,11 @@ def test_ville_false_alarms_and_uniform_p_values_on_exchangeable_flights(scores:
     for r in range(STREAMS):
         perm = rng.permutation(n)
         m = ConformalTestMartingale(threshold=100.0, jump=0.01, seed=r).fit(july[perm[:N_CAL]])
-        stream_p = np.concatenate(_run(m, july[perm[N_CAL:]]))
+        stream_p = np.concatenate(_run(m, july[perm[N_CAL:]], VILLE_BATCH))
+        if r == 0:  # the same stream in the monitor's 1,000-row batches gives the same p-values and path
+            small = ConformalTestMartingale(threshold=100.0, jump=0.01, seed=r).fit(july[perm[:N_CAL]])
+            assert np.array_equal(np.concatenate(_run(small, july[perm[N_CAL:]])), stream_p)
+            assert small.max_log10_martingale_ == m.max_log10_martingale_
         bins += np.bincount(np.minimum((stream_p * 20).astype(np.intp), 19), minlength=20)
         if r < KS_STREAMS:
             p_values.append(stream_p)

@@ -23,6 +23,34 @@ from calwatch.engine._compiled import compiled as _jit
 
 
 @_jit
+def _ville_log10(count: int, n: int, log_up: Any, log_down: Any, log_bets: float, terms: Any) -> float:
+    """Ville's mixture ``log10 mean_j exp(E log_up_j + (n − E) log_down_j)`` after ``n`` rows, ``E`` events.
+
+    A log-sum-exp over the bets (``terms`` is scratch space of one entry per bet), so a capital
+    far past float64's range still has a finite logarithm.
+    """
+    top = -np.inf
+    for j in range(log_down.shape[0]):
+        terms[j] = count * log_up[j] + (n - count) * log_down[j]
+        top = max(top, terms[j])
+    total = 0.0
+    for j in range(log_down.shape[0]):
+        total += math.exp(terms[j] - top)
+    return (math.log(total) + top - log_bets) / math.log(10.0)
+
+
+@_jit
+def _sr_step(sr: Any, up: Any, down: Any, hit: bool) -> float:
+    """One row of the Shiryaev-Roberts statistics ``R_j ← F_j(1 + R_j)`` (in place); their mean."""
+    total = 0.0
+    for j in range(down.shape[0]):
+        factor = up[j] if hit else down[j]
+        sr[j] = factor * (1.0 + sr[j])
+        total += sr[j]
+    return total / down.shape[0]
+
+
+@_jit
 def betting_rows(
     events: Any,
     groups: Any,
@@ -78,25 +106,13 @@ def betting_rows(
         if hit:
             counts[g] += 1
         if ville:
-            top = -np.inf
-            for j in range(n_bets):
-                terms[j] = counts[g] * log_up[g, j] + (rows[g] - counts[g]) * log_down[j]
-                top = max(top, terms[j])
-            total = 0.0
-            for j in range(n_bets):
-                total += math.exp(terms[j] - top)
-            value = (math.log(total) + top - log_bets) / math.log(10.0)
+            value = _ville_log10(counts[g], rows[g], log_up[g], log_down, log_bets, terms)
             trace[t] = value
             if value >= math.log10(thresholds[t]) and not alarmed[g]:
                 alarm[t] = True
                 alarmed[g] = True
             continue
-        total = 0.0
-        for j in range(n_bets):
-            factor = up[g, j] if hit else down[j]
-            sr[g, j] = factor * (1.0 + sr[g, j])
-            total += sr[g, j]
-        mean = total / n_bets
+        mean = _sr_step(sr[g], up[g], down, hit)
         trace[t] = math.log10(mean)
         if mean >= thresholds[t]:
             alarm[t] = True
@@ -483,24 +499,12 @@ def betting_batch(
         threshold = table[epoch_of(rows[g], epoch_rows)]
         alarm = False
         if ville:
-            top = -np.inf
-            for j in range(n_bets):
-                terms[j] = counts[g] * log_up[g, j] + (rows[g] - counts[g]) * log_down[j]
-                top = max(top, terms[j])
-            total = 0.0
-            for j in range(n_bets):
-                total += math.exp(terms[j] - top)
-            value = (math.log(total) + top - log_bets) / math.log(10.0)  # log10 already
+            value = _ville_log10(counts[g], rows[g], log_up[g], log_down, log_bets, terms)  # log10 already
             if value >= math.log10(threshold) and not alarmed[g]:
                 alarm = True
                 alarmed[g] = True
         else:
-            total = 0.0
-            for j in range(n_bets):
-                factor = up[g, j] if hit else down[j]
-                sr[g, j] = factor * (1.0 + sr[g, j])
-                total += sr[g, j]
-            value = total / n_bets  # the mean, linear: its log10 below
+            value = _sr_step(sr[g], up[g], down, hit)  # the mean, linear: its log10 below
             if value >= threshold:
                 alarm = True
                 for j in range(n_bets):
