@@ -42,12 +42,13 @@ def _ville_log10(count: int, n: int, log_up: Any, log_down: Any, log_bets: float
 @_jit
 def _sr_step(sr: Any, up: Any, down: Any, hit: bool) -> float:
     """One row of the Shiryaev-Roberts statistics ``R_j ← F_j(1 + R_j)`` (in place); their mean."""
+    n_bets: int = down.shape[0]
     total = 0.0
-    for j in range(down.shape[0]):
+    for j in range(n_bets):
         factor = up[j] if hit else down[j]
         sr[j] = factor * (1.0 + sr[j])
         total += sr[j]
-    return total / down.shape[0]
+    return total / n_bets
 
 
 @_jit
