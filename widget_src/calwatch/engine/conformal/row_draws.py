@@ -86,9 +86,12 @@ def _integer_array(ids: Any) -> U64 | None:
         if ids.ndim == 1 and ids.dtype.kind == "u":
             return ids.astype(np.uint64, copy=False)
         return None
-    if all(type(v) is int for v in ids):
+    if set(map(type, ids)) != {int}:  # bools, numpy scalars, strings ...: hashed one by one
+        return None
+    try:  # the common case: every id fits int64 (numpy converts the list in C)
+        return np.array(ids, dtype=np.int64).view(np.uint64)
+    except OverflowError:
         return np.array([v & _MASK for v in ids], dtype=np.uint64)
-    return None
 
 
 def _integer_hashes(values: U64, key: int) -> U64:
