@@ -23,16 +23,18 @@ def _expected(name):
 
 
 def _as_recorded(summary):
-    """The summary without ``estimate_promise``, a column added after the fixture was recorded.
+    """The summary without ``estimate_promise`` and the band columns, added after the fixture was recorded.
 
-    Its value is checked instead: the fixture's risk estimator is the default, InvCP.
+    Their values are checked instead: the fixture's risk estimator is the default, InvCP, which
+    states no band.
     """
+    assert summary["error_band_lo"].null_count() == summary["error_band_hi"].null_count() == summary.height
     promises = summary.filter(pl.col("kind") == "risk")["estimate_promise"].unique().to_list()
     assert promises == ["upper estimate (conservative)"]
     assert summary.filter(pl.col("kind") != "risk")["estimate_promise"].null_count() == summary.height - len(
         summary.filter(pl.col("kind") == "risk")
     )
-    return summary.drop("estimate_promise")
+    return summary.drop("estimate_promise", "error_band_lo", "error_band_hi")
 
 
 @pytest.fixture

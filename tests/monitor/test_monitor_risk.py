@@ -114,7 +114,9 @@ def test_risk_rows_in_rows_frame_and_charts(mon):
     data = charts.datasets(mon)
     assert set(data["set_sizes"]["calibrator"].unique()) == {"aps", "margin"}
     spec = mon.chart("risk").to_dict()
-    assert spec["layer"][1]["layer"][0]["encoding"]["y"]["field"] == "estimated_error"  # [0]: the x span
+    # [0]: the x span; then the band (shaded), the estimate (solid), the observed rate (dashed)
+    assert spec["layer"][1]["layer"][0]["encoding"]["y2"]["field"] == "error_band_hi"
+    assert spec["layer"][1]["layer"][1]["encoding"]["y"]["field"] == "estimated_error"
     assert "risk" in mon.widget()._chart_order
 
 
@@ -219,7 +221,37 @@ def test_guarded_estimator_in_the_monitor_says_its_band_and_survives_a_snapshot(
     assert row["estimated_error"] == pytest.approx(fitted.estimate(P[2000:]), rel=1e-12)
     low, high = fitted.band(P[2000:])
     assert low <= row["observed_error"] <= high  # calibrated synthetic model, drawn like the calibration rows
+    # The summary carries the band: the same numbers up to the order of the float sums.
+    assert row["error_band_lo"] == pytest.approx(low, rel=1e-12)
+    assert row["error_band_hi"] == pytest.approx(high, rel=1e-12)
+    # A pooled record is one batch of its rows: its band is that of all of them (narrower).
+    mon.observe(probs=P[:500])
+    from calwatch.stream import merge_records
+
+    pooled = mon.summary_of([merge_records(mon.batch_records)]).row(0, named=True)
+    both = np.concatenate([P[2000:], P[:500]])
+    assert (pooled["error_band_lo"], pooled["error_band_hi"]) == pytest.approx(fitted.band(both), rel=1e-12)
+    assert pooled["error_band_hi"] - pooled["error_band_lo"] < high - low
     mon.save(tmp_path / "snap")
     back = cw.Monitor.load(tmp_path / "snap").calibrators["guarded"]
     assert (back.delta, back.seed, back.n_holdout_) == (0.1, 4, 1000)
     assert back.band(P[2000:]) == (low, high)
+
+
+def test_risk_chart_shades_the_band_of_the_guarded_estimator_only():
+    import json
+    import re
+
+    import vl_convert
+
+    P, y = softmax_data(3000, K=4, seed=7)
+
+    def areas(calibrators):
+        mon = cw.Monitor(calibrators=calibrators, shift=None).calibrate(probs=P[:2000], y=y[:2000])
+        mon.observe(probs=P[2000:2500], y=y[2000:2500])
+        mon.observe(probs=P[2500:])
+        svg = vl_convert.vegalite_to_svg(json.dumps(mon.chart("risk").to_dict()))
+        return len(re.findall(r'aria-roledescription="area mark"', svg))
+
+    assert areas({"guarded": cw.RiskEstimator(method="guarded"), "invcp": cw.RiskEstimator()}) == 1
+    assert areas({"invcp": cw.RiskEstimator()}) == 0

@@ -616,6 +616,22 @@ def risk_chart(batches: Source = None) -> ChartSpec:
         alt.Tooltip("n_labelled:Q", title="labelled"),
         alt.Tooltip("n_rows:Q", title="rows"),
     ]
+    # A guarded estimator's band for the batch's realised error (null for the others: no area).
+    band = (
+        base.transform_filter("isValid(datum.error_band_lo)")
+        .mark_area(opacity=0.15)
+        .encode(
+            x=x,
+            y=alt.Y("error_band_lo:Q", title="error rate"),
+            y2="error_band_hi:Q",
+            color=_color("label"),
+            tooltip=[
+                *tooltip,
+                alt.Tooltip("error_band_lo:Q", format=".3f", title="band low"),
+                alt.Tooltip("error_band_hi:Q", format=".3f", title="band high"),
+            ],
+        )
+    )
     estimated = base.mark_line(point=True).encode(
         x=x, y=alt.Y("estimated_error:Q", title="error rate"), color=_color("label"), tooltip=tooltip
     )
@@ -625,8 +641,8 @@ def risk_chart(batches: Source = None) -> ChartSpec:
         .encode(x=x, y="observed_error:Q", color=_color("label"), tooltip=tooltip)
     )
     return _finish(
-        alt.layer(estimated, observed),
-        "Estimated error (solid) vs observed (dashed)",
+        alt.layer(band, estimated, observed),
+        "Estimated error (solid; shaded: its band, where stated) vs observed (dashed)",
         span=x_span(_base(batches, "batches")),
     )
 

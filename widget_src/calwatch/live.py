@@ -416,6 +416,7 @@ class LiveDatasets:
                     "target": targets.get(key), "n_rows": record.n_rows, "n_labelled": stats.n_labelled,
                     "in_window": record.rows is not None,
                 } | kind.summary_row(stats, record.n_rows) | described[key]  # fmt: skip
+                values |= kind.calibrated_columns(calibrators[key], stats, record.n_rows)
                 row = blank | {name: c(values.get(name)) for name, c in cast.items()}
                 row |= where
                 row["key"] = _key(row["batch"], row["calibrator"])

@@ -40,7 +40,8 @@ SUMMARY_ORDER = (
     "batch", "name", "calibrator", "kind", "target", "n_rows", "n_labelled", "n_pending",
     "n_covered", "coverage", "coverage_lo", "coverage_hi", "mean_set_size", "singleton_share",
     "full_share", "estimated_error", "observed_error", "error_gap", "estimated_error_labelled",
-    "estimate_promise", "alpha_level", "admitted_share", "n_admitted_labelled", "admitted_accuracy",
+    "error_band_lo", "error_band_hi", "estimate_promise", "alpha_level", "admitted_share",
+    "n_admitted_labelled", "admitted_accuracy",
     "kept_share", "threshold", "n_kept_labelled", "kept_accuracy", "accuracy", "in_window", "observed_at",
 )  # fmt: skip
 _BASE_SUMMARY: dict[str, Any] = {
@@ -336,9 +337,10 @@ class MonitorReads(MonitorState):
         Columns: ``batch, name, calibrator, kind, target, n_rows, n_labelled, n_pending,
         n_covered, coverage, coverage_lo, coverage_hi, mean_set_size, singleton_share,
         full_share, estimated_error, observed_error, error_gap, estimated_error_labelled,
-        estimate_promise, alpha_level, admitted_share, n_admitted_labelled, admitted_accuracy, in_window,
-        observed_at``. ``alpha_level`` is the level at which a set calibrator's sets were taken
-        (its ``α``; for ``cw.Adaptive``, the ACI level ``α_t``). The ``admitted_*`` columns are
+        error_band_lo, error_band_hi, estimate_promise, alpha_level, admitted_share,
+        n_admitted_labelled, admitted_accuracy, in_window, observed_at``. ``alpha_level`` is the
+        level at which a set calibrator's sets were taken (its ``α``; for ``cw.Adaptive``, the ACI
+        level ``α_t``). The ``admitted_*`` columns are
         Venn-ADMIT's: the share of rows whose prediction it admits, and the accuracy of the
         admitted predictions among labelled rows (null for other calibrators). Selective
         calibrators (``kind == "selective"``) fill ``kept_share, threshold, n_kept_labelled,
@@ -351,8 +353,11 @@ class MonitorReads(MonitorState):
         ``error_gap`` is the estimate on the labelled rows minus the observed rate, paper 004's
         δ: ≥ 0 means conservative; ``estimate_promise`` says what the estimate promises:
         ``"upper estimate (conservative)"`` for InvCP, ``"calibrated estimate"`` for the
-        calibration maps). Columns of the other kind are null, as are labelled
-        metrics until a row of the batch is labelled.
+        calibration maps, ``"calibrated estimate with a 95% band"`` for the guarded one, whose
+        ``error_band_lo, error_band_hi`` hold the batch's realised error rate (all its rows,
+        labelled or not) with probability ≥ 95% while the batch is drawn like the calibration
+        rows: an observed error outside it is evidence of a shift). Columns of the other kind
+        are null, as are labelled metrics until a row of the batch is labelled.
         """
         return self.summary_of(self._records(batches))
 
@@ -385,6 +390,7 @@ class MonitorReads(MonitorState):
                         "observed_at": record.observed_at,
                     }
                     | kind.summary_row(stats, record.n_rows)
+                    | kind.calibrated_columns(self._calibrators[key], stats, record.n_rows)
                     | described[key]
                 )
         schema = dict(_BASE_SUMMARY)

@@ -179,6 +179,14 @@ class CalibratorKind(ABC, Generic[R, S]):
         """
         return {}
 
+    def calibrated_columns(self, calibrator: Any, stats: S, n_rows: int) -> dict[str, Any]:
+        """Summary columns of one batch that need the calibrator as well as the counts; default: none.
+
+        Listed in :attr:`summary_columns`; the risk kind gives here the guarded estimate's band,
+        whose width depends on the batch's size and the calibrator's held-out statistics.
+        """
+        return {}
+
     def target(self, calibrator: Any) -> float | None:
         """The coverage the calibrator promises (``1 − ε`` or ``1 − α``), None when it promises none."""
         level = getattr(calibrator, "epsilon", None)

@@ -155,7 +155,8 @@ class RiskKind(CalibratorKind[RiskRows, RiskBatchStats]):
     stats_type = RiskBatchStats
     summary_columns: ClassVar[dict[str, Any]] = {
         "estimated_error": pl.Float64, "observed_error": pl.Float64, "error_gap": pl.Float64,
-        "estimated_error_labelled": pl.Float64, "estimate_promise": pl.String,
+        "estimated_error_labelled": pl.Float64, "error_band_lo": pl.Float64, "error_band_hi": pl.Float64,
+        "estimate_promise": pl.String,
     }  # fmt: skip
     panels = ("risk", "risk_gap")
 
@@ -166,6 +167,23 @@ class RiskKind(CalibratorKind[RiskRows, RiskBatchStats]):
         calibration maps, so no view calls an upper bound an estimate like the others.
         """
         return {"estimate_promise": getattr(calibrator, "promise", None)}
+
+    def calibrated_columns(self, calibrator: Any, stats: RiskBatchStats, n_rows: int) -> dict[str, Any]:
+        """``error_band_lo``, ``error_band_hi``: the guarded estimate's band for the batch's realised error.
+
+        For ``RiskEstimator(method="guarded")`` (:mod:`calwatch.engine.risk.band`): with ``α̂`` the
+        batch's estimated error over its ``m = n_rows`` rows, ``[α̂ + μ̂_H − w(m), α̂ + μ̂_H + w(m)] ∩
+        [0, 1]`` holds the share of all ``m`` rows whose label misses the top-k output with
+        probability ``≥ 1 − δ`` when the batch is drawn like the held-out calibration rows. A
+        pooled record (consecutive batches drawn as one point) is one batch of its rows: its band
+        is that of the pooled rows, narrower as ``m`` grows. Null for the other risk estimators
+        (they state no band) and for a batch of no rows.
+        """
+        if getattr(calibrator, "method", None) != "guarded" or n_rows < 1:
+            return {"error_band_lo": None, "error_band_hi": None}
+        centre = stats.risk_sum / n_rows + float(calibrator.holdout_bias_)
+        width = float(calibrator.band_halfwidth(int(n_rows)))
+        return {"error_band_lo": max(0.0, centre - width), "error_band_hi": min(1.0, centre + width)}
 
     def claims(self, calibrator: Any) -> bool:
         """Calibrators whose ``kind`` is ``"risk"``."""
