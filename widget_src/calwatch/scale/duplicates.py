@@ -1,8 +1,9 @@
 """Ids repeated within a bucket, found across every chunk of a table in bounded memory.
 
 The kernel sees one chunk at a time, so a repeat split over two chunks escapes it. Each chunk's
-``(bucket, id)`` pairs are hashed to 64 bits and appended to one of :data:`PARTITIONS` files by
-the hash's top bits; once the table is read, each file is sorted on its own and equal
+``(bucket, id)`` pairs are hashed to 64 bits (:func:`key_hashes`), grouped by the hash's top bits
+with a counting sort (:mod:`calwatch.scale.id_hashes`) and appended to one of
+:data:`PARTITIONS` files; once the table is read, each file is sorted on its own and equal
 neighbours are repeats. Memory is one partition (``8·n/PARTITIONS`` bytes), disk ``8·n`` bytes.
 A repeated hash is confirmed on the rows themselves before anything is reported, so a hash
 collision (probability about ``n²/2⁶⁵``) never rejects a good table.
@@ -28,34 +29,40 @@ _SHIFT = np.uint64(64 - 6)  # top 6 bits choose the partition
 
 
 class DuplicateCheck:
-    """Collect ``(bucket, id)`` hashes chunk by chunk; :meth:`repeated_hashes` once all are in."""
+    """Collect ``(bucket, id)`` hashes chunk by chunk; :meth:`repeated_hashes` once all are in.
+
+    :func:`grouped_hashes` (pure, without the GIL for integer-like keys) can run on a worker
+    thread; :meth:`add_grouped` then only files its groups. :meth:`add` does both.
+    """
 
     def __init__(self, bucket: str, id: str) -> None:
         self.bucket, self.id = bucket, id
         self.folder = Path(tempfile.mkdtemp(prefix="calwatch-ids-"))
         self._files = [self.folder / f"{p:02d}.u64" for p in range(PARTITIONS)]
-        self._pending: list[npt.NDArray[np.uint64]] = []
+        self._pending: list[list[npt.NDArray[np.uint64]]] = [[] for _ in range(PARTITIONS)]
         self._pending_rows = 0
 
     def add(self, chunk: pa.RecordBatch) -> None:
         """Hash a chunk's ``(bucket, id)`` pairs (written to the partition files every :data:`BUFFER`)."""
-        hashes = key_hashes(chunk, self.bucket, self.id)
-        self._pending.append(hashes)
+        self.add_grouped(grouped_hashes(chunk, self.bucket, self.id))
+
+    def add_grouped(self, grouped: tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]) -> None:
+        """File the hashes :func:`grouped_hashes` returned."""
+        hashes, bounds = grouped
+        for p in np.flatnonzero(np.diff(bounds)).tolist():
+            self._pending[p].append(hashes[bounds[p] : bounds[p + 1]])
         self._pending_rows += hashes.shape[0]
         if self._pending_rows >= BUFFER:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._pending:
-            return
-        hashes = np.concatenate(self._pending)
-        self._pending, self._pending_rows = [], 0
-        part = (hashes >> _SHIFT).astype(np.uint8)
-        order = np.argsort(part, kind="stable")  # a radix sort on one byte
-        bounds = np.searchsorted(part[order], np.arange(PARTITIONS + 1))
-        for p in np.flatnonzero(np.diff(bounds)):
-            with self._files[p].open("ab") as handle:
-                hashes[order[bounds[p] : bounds[p + 1]]].tofile(handle)
+        for p, parts in enumerate(self._pending):
+            if parts:
+                with self._files[p].open("ab") as handle:
+                    for part in parts:
+                        part.tofile(handle)
+        self._pending = [[] for _ in range(PARTITIONS)]
+        self._pending_rows = 0
 
     def repeated_hashes(self) -> npt.NDArray[np.uint64]:
         """Hashes seen more than once (usually none)."""
@@ -81,8 +88,55 @@ class DuplicateCheck:
         self.close()
 
 
+def grouped_hashes(
+    chunk: pa.RecordBatch, bucket: str, id: str
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """A chunk's key hashes grouped by partition (their top bits), and each group's bounds."""
+    from calwatch.scale.id_hashes import partition
+
+    hashes = key_hashes(chunk, bucket, id)
+    grouped = np.empty_like(hashes)
+    bounds = np.zeros(PARTITIONS + 1, dtype=np.int64)
+    partition(hashes, int(_SHIFT), grouped, bounds)
+    return grouped, bounds
+
+
+def _integer_keys(column: pa.Array) -> npt.NDArray[np.uint64] | None:
+    """An integer-like column (integers, dates, times, timestamps) as uint64 values; None otherwise."""
+    kind = column.type
+    if pa.types.is_dictionary(kind) or column.null_count:
+        return None
+    if pa.types.is_date32(kind) or pa.types.is_time32(kind):
+        column = column.view(pa.int32())
+    elif (
+        pa.types.is_date64(kind)
+        or pa.types.is_timestamp(kind)
+        or pa.types.is_time64(kind)
+        or pa.types.is_duration(kind)
+    ):
+        column = column.view(pa.int64())
+    elif not pa.types.is_integer(kind):
+        return None
+    values = np.asarray(column.to_numpy(zero_copy_only=False))
+    if values.dtype.kind == "u":
+        return values.astype(np.uint64, copy=False)
+    return values.astype(np.int64, copy=False).view(np.uint64)
+
+
 def key_hashes(chunk: pa.RecordBatch, bucket: str, id: str) -> npt.NDArray[np.uint64]:
-    """A 64-bit hash of each row's ``(bucket, id)`` (polars' row hash, fixed seeds: stable in a run)."""
+    """A 64-bit hash of each row's ``(bucket, id)``, stable within a run.
+
+    Integer-like keys: :func:`calwatch.scale.id_hashes.pair_hashes` (compiled, a bijection of
+    the id within a bucket); any other type: polars' row hash with fixed seeds.
+    """
+    buckets = _integer_keys(chunk.column(bucket))
+    ids = _integer_keys(chunk.column(id))
+    if buckets is not None and ids is not None:
+        from calwatch.scale.id_hashes import pair_hashes
+
+        out = np.empty(ids.shape[0], dtype=np.uint64)
+        pair_hashes(buckets, ids, out)
+        return out
     frame = pl.from_arrow(pa.Table.from_batches([chunk]).select([bucket, id]))
     assert isinstance(frame, pl.DataFrame)
     return frame.hash_rows(seed=0).to_numpy().astype(np.uint64, copy=False)
@@ -106,4 +160,4 @@ def confirm(
     return repeats[0] if repeats else None
 
 
-__all__ = ["PARTITIONS", "DuplicateCheck", "confirm", "key_hashes"]
+__all__ = ["PARTITIONS", "DuplicateCheck", "confirm", "grouped_hashes", "key_hashes"]

@@ -38,7 +38,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from calwatch.engine.shift.bucket_tests import mid_rank_sum
+from calwatch.engine.shift.bucket_tests import confidence_rank_sums
 from calwatch.models import ModelOutputs
 from calwatch.scale.columns import LogColumns, label_mask, probabilities, values
 from calwatch.scale.frozen import FrozenMonitor
@@ -223,16 +223,19 @@ def partial_statistics(
         groups = np.split(order, np.flatnonzero(np.diff(codes[order])) + 1)
     kinds = frozen.kinds()
     results = {key: kinds[key].apply(key, cal, outputs, cats) for key, cal in frozen.calibrators.items()}
+    rank_sums = None
+    if observed and frozen.reference_confidence is not None:  # every bucket's in one pass
+        rank_sums = confidence_rank_sums(
+            frozen.reference_confidence, outputs.probs, codes, len(encoded.dictionary)
+        )
     for rows in groups:
         code = int(codes[rows[0]])
         new_rows = rows[labelled[rows] & ~relabel[rows]]
         again = rows[relabel[rows]]
         if observed:
             parts.add(code, BUCKET, N_ROWS, 0, count=rows.shape[0])
-            if frozen.reference_confidence is not None:
-                scores = 1.0 - outputs.probs[rows].max(axis=1)
-                rank_sum = mid_rank_sum(frozen.reference_confidence, scores)
-                parts.add(code, BUCKET, CONFIDENCE_RANK_SUM, 0, total=rank_sum)
+            if rank_sums is not None:
+                parts.add(code, BUCKET, CONFIDENCE_RANK_SUM, 0, total=rank_sums[code])
         if new_rows.shape[0]:
             parts.add(code, BUCKET, N_NEW_LABELS, 0, count=new_rows.shape[0])
         if again.shape[0]:

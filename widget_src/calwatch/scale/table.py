@@ -22,13 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
 from calwatch.monitor_labels import LabelReport
 from calwatch.scale.columns import LogColumns
 from calwatch.scale.commit import commit_labels, commit_observed
-from calwatch.scale.duplicates import DuplicateCheck, confirm
+from calwatch.scale.duplicates import DuplicateCheck, confirm, grouped_hashes
 from calwatch.scale.frozen import FrozenMonitor, freeze
 from calwatch.scale.kernel import partial_statistics
 from calwatch.scale.reduce import BucketStatistics, aggregate, bucket_statistics
@@ -207,17 +209,22 @@ def observe_table(
             DuplicateCheck(bucket, id) as repeats,
             ThreadPoolExecutor(workers, thread_name_prefix="calwatch-kernel") as pool,
         ):
-            running: deque[Future[pa.RecordBatch]] = deque()
+            running: deque[Future[tuple[pa.RecordBatch, Grouped]]] = deque()
+
+            def settle(future: Future[tuple[pa.RecordBatch, Grouped]]) -> None:
+                part, grouped = future.result()
+                folded.add(part)
+                repeats.add_grouped(grouped)
+
             for chunk in source_chunks(dataset, frame, names, chunk_rows):
-                running.append(pool.submit(partial_statistics, chunk, frozen, columns, check_ids=False))
-                repeats.add(chunk)
+                running.append(pool.submit(_chunk_work, chunk, frozen, columns))
                 if columns.label is not None:
                     table_source.labels.stage(_labelled_rows(chunk, columns))
                 bar.update(len(chunk))
                 while len(running) > workers:  # at most `workers` chunks in flight: memory stays flat
-                    folded.add(running.popleft().result())
+                    settle(running.popleft())
             while running:
-                folded.add(running.popleft().result())
+                settle(running.popleft())
             _refuse_repeats(repeats, lambda: source_chunks(dataset, frame, names, chunk_rows), columns)
         reduced = folded.result()
         if reduced is None:
@@ -232,6 +239,21 @@ def observe_table(
     except BaseException:
         table_source.labels.discard()
         raise
+
+
+Grouped = tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]
+
+
+def _chunk_work(
+    chunk: pa.RecordBatch, frozen: FrozenMonitor, columns: LogColumns
+) -> tuple[pa.RecordBatch, Grouped]:
+    """A chunk's partial statistics and its grouped key hashes, on a worker thread.
+
+    Both release the GIL in their heavy parts (numba, numpy, Arrow), so the reading thread only
+    reads and files: with the hashing on it, it was the bottleneck.
+    """
+    part = partial_statistics(chunk, frozen, columns, check_ids=False)
+    return part, grouped_hashes(chunk, columns.bucket, columns.id)
 
 
 def _refuse_repeats(

@@ -25,6 +25,7 @@ from calwatch.engine.conformal.scores import (
     label_scores,
     prediction_sets,
     rank_sum_label_scores,
+    row_argmax,
 )
 from calwatch.engine.errors import NotFittedError
 
@@ -409,7 +410,7 @@ class SplitConformalClassifier:
             Pv, self.score, thresholds, u=u, raps_lambda=self.raps_lambda_, raps_k_reg=self.raps_k_reg_
         )
         if self._top_calibrated and m:
-            rows, top = np.arange(m), Pv.argmax(axis=1)
+            rows, top = np.arange(m), row_argmax(Pv)
             limits = np.broadcast_to(np.asarray(thresholds, dtype=np.float64), (m, Pv.shape[1]))
             sets[rows, top] |= limits[rows, top] >= 0.0
         return sets
@@ -452,14 +453,14 @@ class SplitConformalClassifier:
             return sets
         if self.mode_ == "label":
             # One threshold per class: another class can be in while the top class is out.
-            sets[np.arange(Pv.shape[0]), Pv.argmax(axis=1)] = True
+            sets[np.arange(Pv.shape[0]), row_argmax(Pv)] = True
             return sets
         # One threshold per row, and every score is non-decreasing in the class's probability
         # rank, so the top class is already in every non-empty set: only empty rows need it.
         # (A full argmax over short rows costs more than the rest of LAC's predict_sets.)
         empty = np.flatnonzero(~_any_per_row(sets))
         if empty.size:
-            sets[empty, Pv[empty].argmax(axis=1)] = True
+            sets[empty, row_argmax(Pv[empty])] = True
         return sets
 
     def p_values(self, P: Any, categories: Any = None, *, ids: Any = None) -> FloatArray:

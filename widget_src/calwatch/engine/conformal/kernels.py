@@ -29,3 +29,31 @@ def rank_sum_rows(P: Any, y: Any, u: Any, use_u: bool, raps_lambda: float, raps_
         if raps_lambda > 0.0:
             total += raps_lambda * max(0, rank - raps_k_reg)
         out[i] = total + (u[i] * p_y if use_u else p_y)
+
+
+@compiled
+def aps_two_rows(P: Any, u: Any, use_u: bool, penalty_first: float, penalty_second: float, out: Any) -> None:
+    """APS/RAPS scores of two classes, row by row, as :func:`~calwatch.engine.conformal.scores.aps_scores`.
+
+    The top class (class 1 only when strictly more probable) scores ``fl(p_t − fl(fl(1 − u)·p_t))``
+    (``p_t`` when not randomised), the other ``fl(fl(p_o + p_t) − fl(fl(1 − u)·p_o))``, each plus
+    its rank's penalty when it is not zero: the sorted path's operations in its order (numba
+    compiles without fast-math, so no fused multiply-add changes a bit).
+    """
+    for i in range(P.shape[0]):
+        p0 = P[i, 0]
+        p1 = P[i, 1]
+        top = 1 if p1 > p0 else 0
+        p_top = p1 if top else p0
+        p_other = p0 if top else p1
+        first = p_top
+        second = p_other + p_top
+        if use_u:
+            keep = 1.0 - u[i]
+            first = first - keep * p_top
+            second = second - keep * p_other
+        if penalty_first != 0.0 or penalty_second != 0.0:
+            first = first + penalty_first
+            second = second + penalty_second
+        out[i, top] = first
+        out[i, 1 - top] = second

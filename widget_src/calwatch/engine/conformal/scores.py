@@ -54,6 +54,18 @@ _BLOCK_GROWTH = 8
 _CHUNK_ENTRIES = 1 << 20
 
 
+def row_argmax(P: FloatArray) -> IntArray:
+    """``P.argmax(axis=1)`` (the first of tied maxima), ~10x faster for two classes.
+
+    numpy reduces each short row with a call of its own; for ``K = 2`` one comparison of the
+    two columns gives the same index (class 1 only when strictly larger).
+    """
+    if P.ndim == 2 and P.shape[1] == 2:
+        return np.greater(P[:, 1], P[:, 0]).view(np.uint8).astype(np.intp)
+    top: IntArray = P.argmax(axis=1)
+    return top
+
+
 def descending_order(P: FloatArray) -> IntArray:
     """Class indices of each row sorted by decreasing probability, ties by lower index first."""
     return _descending_order(P)[0]
@@ -98,11 +110,34 @@ def aps_scores(
     draw per row, shared by all classes of that row.
     """
     m, K = P.shape
+    if K == 2:
+        return _aps_scores_two(P, u, raps_lambda, raps_k_reg)
     _, flat, cumulative = _descending_order(P)
     _rank_order_scores(cumulative, u, raps_lambda, raps_k_reg)
     scores = np.empty(m * K)
     scores[flat] = cumulative.ravel()  # put_along_axis as one flat scatter
     return scores.reshape(m, K)
+
+
+def _aps_scores_two(P: FloatArray, u: FloatArray | None, raps_lambda: float, raps_k_reg: int) -> FloatArray:
+    """:func:`aps_scores` of two classes without a sort: the same operations, so the same bits.
+
+    The order of a row is its top class ``t`` (class 1 only when strictly more probable, as
+    the stable sort breaks ties) then the other ``o``; the rank-order scores are
+    :func:`_rank_order_scores`'s two columns written out, in one compiled pass
+    (:func:`calwatch.engine.conformal.kernels.aps_two_rows`): ``c_0 = p_t``,
+    ``c_1 = fl(p_o + p_t)``, each less ``fl(fl(1 − u)·p)`` when randomised, plus the RAPS
+    penalty of its rank. A dozen numpy passes with their temporaries cost ~10x more.
+    """
+    from calwatch.engine.conformal.kernels import aps_two_rows  # compiled on first use
+
+    penalty = np.zeros(2)
+    if raps_lambda > 0.0:
+        penalty = raps_lambda * np.maximum(0.0, np.arange(1, 3, dtype=np.float64) - raps_k_reg)
+    scores = np.empty(P.shape, dtype=np.float64)
+    draws = np.zeros(1) if u is None else np.ascontiguousarray(u, dtype=np.float64)
+    aps_two_rows(P, draws, u is not None, float(penalty[0]), float(penalty[1]), scores)
+    return scores
 
 
 def _rank_order_scores(

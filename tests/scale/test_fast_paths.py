@@ -1,0 +1,67 @@
+"""The kernel's compiled fast paths give the same numbers as the plain definitions they replace."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from calwatch.engine.conformal import scores
+from calwatch.engine.shift.bucket_tests import confidence_rank_sums, mid_rank_sum
+from calwatch.scale.duplicates import PARTITIONS, DuplicateCheck, grouped_hashes, key_hashes
+
+
+def _sorted_path_aps(P: np.ndarray, u: np.ndarray | None, lam: float, k_reg: int) -> np.ndarray:
+    _, flat, cumulative = scores._descending_order(P)
+    scores._rank_order_scores(cumulative, u, lam, k_reg)
+    out = np.empty(P.size)
+    out[flat] = cumulative.ravel()
+    return out.reshape(P.shape)
+
+
+@pytest.mark.parametrize("randomised", [False, True])
+@pytest.mark.parametrize("raps", [(0.0, 0), (0.07, 0), (0.2, 1), (0.3, 2)])
+def test_two_class_aps_scores_are_the_sorted_paths_bits(randomised: bool, raps: tuple[float, int]) -> None:
+    rng = np.random.default_rng(7)
+    p = np.concatenate([rng.uniform(size=3000), np.round(rng.uniform(size=1000), 1), [0.5, 0.0, 1.0]])
+    P = np.column_stack([p, 1.0 - p])
+    u = rng.uniform(size=P.shape[0]) if randomised else None
+    got = scores.aps_scores(P, u, raps_lambda=raps[0], raps_k_reg=raps[1])
+    want = _sorted_path_aps(P, u, *raps)
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+    assert np.array_equal(scores.row_argmax(P), P.argmax(axis=1))
+
+
+@pytest.mark.parametrize("n_ref", [0, 1, 2, 180, 5000])
+@pytest.mark.parametrize("K", [2, 5])
+def test_confidence_rank_sums_equal_the_per_group_mid_rank_sums(n_ref: int, K: int) -> None:
+    rng = np.random.default_rng(n_ref + K)
+    P = rng.dirichlet(np.ones(K), size=4000)
+    P[::3] = np.round(P[::3], 2)  # ties with the rounded reference
+    P[:50] = np.eye(K)[0]  # confidence 0: the bottom edge
+    reference = np.sort(1.0 - rng.dirichlet(np.ones(K), size=n_ref).max(axis=1))
+    reference[: n_ref // 3] = np.round(reference[: n_ref // 3], 2)
+    reference[: n_ref // 10] = 0.0
+    reference = np.sort(reference)
+    groups = rng.integers(0, 6, size=P.shape[0]).astype(np.intp)
+    got = confidence_rank_sums(reference, P, groups, 6)
+    want = [mid_rank_sum(reference, 1.0 - P[groups == g].max(axis=1)) for g in range(6)]
+    assert got.tolist() == want
+
+
+def test_key_hashes_group_and_find_repeats_for_integer_dates_and_strings() -> None:
+    days = pa.array([dt.date(2024, 1, 1), dt.date(2024, 1, 2)] * 500, pa.date32())
+    for ids in (pa.array(np.arange(1000) // 2), pa.array([f"r{i // 2}" for i in range(1000)])):
+        chunk = pa.record_batch({"day": days, "id": ids})
+        hashes = key_hashes(chunk, "day", "id")
+        assert np.unique(hashes).shape[0] == 1000  # (day, id) pairs are all distinct
+        grouped, bounds = grouped_hashes(chunk, "day", "id")
+        assert bounds[-1] == 1000 and np.array_equal(np.sort(grouped), np.sort(hashes))
+        top = grouped >> np.uint64(64 - 6)
+        assert all((top[bounds[p] : bounds[p + 1]] == p).all() for p in range(PARTITIONS))
+        with DuplicateCheck("day", "id") as check:
+            check.add(chunk)
+            check.add(chunk.slice(10, 3))  # three rows seen twice
+            assert check.repeated_hashes().shape[0] == 3
