@@ -65,3 +65,17 @@ def test_key_hashes_group_and_find_repeats_for_integer_dates_and_strings() -> No
             check.add(chunk)
             check.add(chunk.slice(10, 3))  # three rows seen twice
             assert check.repeated_hashes().shape[0] == 3
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+@pytest.mark.parametrize("columns", [1, 2])
+def test_compiled_row_uniforms_are_the_numpy_draws(
+    dtype: type, columns: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from calwatch.engine.conformal import row_draws
+
+    ids = (np.arange(-3000, 30_000) * 7919).astype(dtype)
+    compiled = row_draws.row_uniforms(5, ids, stream=1, columns=columns)
+    monkeypatch.setattr(row_draws, "COMPILED_FROM", 1 << 60)
+    plain = row_draws.row_uniforms(5, ids, stream=1, columns=columns)
+    assert np.array_equal(compiled.view(np.uint64), plain.view(np.uint64))

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 from calwatch.engine.shift.bucket_tests import confidence_rank_sums
 from calwatch.models import ModelOutputs
 from calwatch.scale.columns import LogColumns, label_mask, probabilities, values
+from calwatch.scale.duplicates import key_hashes
 from calwatch.scale.frozen import FrozenMonitor
 
 #: Fields that are a calibrator's constant rather than a sum (restored with ``max``).
@@ -269,7 +270,15 @@ def _labels(batch: pa.RecordBatch, name: str | None, encoder: Any) -> tuple[npt.
 
 
 def _check_distinct_ids(batch: pa.RecordBatch, columns: LogColumns) -> None:
-    """Raise if an id repeats within a bucket of this batch of rows."""
+    """Raise if an id repeats within a bucket of this batch of rows.
+
+    The rows' key hashes are sorted first (:func:`calwatch.scale.duplicates.key_hashes`,
+    compiled for integer-like keys): distinct hashes prove distinct keys, so the exact Arrow
+    group-by, ~5x dearer, runs only when two hashes are equal.
+    """
+    hashes = np.sort(key_hashes(batch, columns.bucket, columns.id))
+    if not (hashes[1:] == hashes[:-1]).any():
+        return
     table = pa.table({"b": batch.column(columns.bucket), "i": batch.column(columns.id)})
     counts = table.group_by(["b", "i"]).aggregate([([], "count_all")])
     repeated = pc.greater(counts.column("count_all"), 1)

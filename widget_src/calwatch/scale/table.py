@@ -151,8 +151,8 @@ class _Folded:
 
     frames: list[pl.DataFrame]
 
-    def add(self, part: pa.RecordBatch) -> None:
-        frame = pl.from_arrow(pa.Table.from_batches([part]))
+    def add(self, part: pa.RecordBatch | pl.DataFrame) -> None:
+        frame = part if isinstance(part, pl.DataFrame) else pl.from_arrow(pa.Table.from_batches([part]))
         assert isinstance(frame, pl.DataFrame)
         if frame.height:
             self.frames.append(frame)
@@ -209,19 +209,19 @@ def observe_table(
             DuplicateCheck(bucket, id) as repeats,
             ThreadPoolExecutor(workers, thread_name_prefix="calwatch-kernel") as pool,
         ):
-            running: deque[Future[tuple[pa.RecordBatch, Grouped]]] = deque()
+            running: deque[Future[list[_ChunkResult]]] = deque()
 
-            def settle(future: Future[tuple[pa.RecordBatch, Grouped]]) -> None:
-                part, grouped = future.result()
-                folded.add(part)
-                repeats.add_grouped(grouped)
+            def settle(future: Future[list[_ChunkResult]]) -> None:
+                for part, grouped, labelled in future.result():
+                    folded.add(part)
+                    repeats.add_grouped(grouped)
+                    if labelled is not None:
+                        table_source.labels.stage(labelled)
+                    bar.update(int(grouped[1][-1]))
 
-            for chunk in source_chunks(dataset, frame, names, chunk_rows):
-                running.append(pool.submit(_chunk_work, chunk, frozen, columns))
-                if columns.label is not None:
-                    table_source.labels.stage(_labelled_rows(chunk, columns))
-                bar.update(len(chunk))
-                while len(running) > workers:  # at most `workers` chunks in flight: memory stays flat
+            for item in work_items(dataset, frame, names, chunk_rows):
+                running.append(pool.submit(_work, item, names, chunk_rows, frozen, columns))
+                while len(running) > workers:  # at most `workers` items in flight: memory stays flat
                     settle(running.popleft())
             while running:
                 settle(running.popleft())
@@ -242,18 +242,78 @@ def observe_table(
 
 
 Grouped = tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]
+_ChunkResult = tuple[pl.DataFrame, Grouped, pl.DataFrame | None]
 
 
-def _chunk_work(
-    chunk: pa.RecordBatch, frozen: FrozenMonitor, columns: LogColumns
-) -> tuple[pa.RecordBatch, Grouped]:
-    """A chunk's partial statistics and its grouped key hashes, on a worker thread.
+@dataclass(frozen=True)
+class RowGroups:
+    """Consecutive row groups of one parquet file: a unit of work a worker reads itself."""
 
-    Both release the GIL in their heavy parts (numba, numpy, Arrow), so the reading thread only
-    reads and files: with the hashing on it, it was the bottleneck.
+    file: str
+    groups: tuple[int, ...]
+
+
+def work_items(
+    files: Any, frame: pl.LazyFrame, names: list[str], chunk_rows: int
+) -> Iterator[RowGroups | pa.RecordBatch]:
+    """The source as units of work: row groups of parquet files, else chunks read here.
+
+    Parquet row groups are read by the workers themselves, so the decoding runs in parallel
+    with the statistics instead of on this one thread (it was the limit once the kernel got
+    fast); consecutive row groups smaller than ``chunk_rows`` go together.
     """
-    part = partial_statistics(chunk, frozen, columns, check_ids=False)
-    return part, grouped_hashes(chunk, columns.bucket, columns.id)
+    import pyarrow.parquet as pq
+
+    if not isinstance(files, list):
+        yield from source_chunks(files, frame, names, chunk_rows)
+        return
+    for file in files:
+        metadata = pq.read_metadata(file)
+        groups: list[int] = []
+        rows = 0
+        for g in range(metadata.num_row_groups):
+            groups.append(g)
+            rows += metadata.row_group(g).num_rows
+            if rows >= chunk_rows:
+                yield RowGroups(file, tuple(groups))
+                groups, rows = [], 0
+        if groups:
+            yield RowGroups(file, tuple(groups))
+
+
+def _item_chunks(
+    item: RowGroups | pa.RecordBatch, names: list[str], chunk_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """The record batches of a unit of work (row groups read in chunks of ``chunk_rows``)."""
+    import pyarrow.parquet as pq
+
+    if isinstance(item, pa.RecordBatch):
+        yield item
+        return
+    with pq.ParquetFile(item.file, pre_buffer=False, buffer_size=1 << 20) as reader:
+        batches = reader.iter_batches(batch_size=chunk_rows, row_groups=list(item.groups), columns=names,
+                                      use_threads=False)  # fmt: skip
+        yield from (batch for batch in batches if batch.num_rows)
+
+
+def _work(
+    item: RowGroups | pa.RecordBatch, names: list[str], chunk_rows: int, frozen: FrozenMonitor,
+    columns: LogColumns,
+) -> list[_ChunkResult]:  # fmt: skip
+    """Each chunk's partial statistics, grouped key hashes and labelled rows, on a worker thread.
+
+    Reading, the kernel and the hashing release the GIL in their heavy parts (Arrow, numpy,
+    numba), so the workers run side by side; the calling thread only folds and files.
+    """
+    out: list[_ChunkResult] = []
+    for chunk in _item_chunks(item, names, chunk_rows):
+        part = pl.from_arrow(
+            pa.Table.from_batches([partial_statistics(chunk, frozen, columns, check_ids=False)])
+        )
+        assert isinstance(part, pl.DataFrame)  # converted here, off the folding thread
+        labelled = _labelled_rows(chunk, columns) if columns.label is not None else None
+        out.append((part, grouped_hashes(chunk, columns.bucket, columns.id), labelled))
+    return out
 
 
 def _refuse_repeats(

@@ -40,6 +40,9 @@ FloatArray = npt.NDArray[np.float64]
 U64 = npt.NDArray[np.uint64]
 
 _MASK = (1 << 64) - 1
+#: Integer ids drawn by the compiled pass from this many rows (a prediction log's chunks); fewer
+#: stay in numpy, so a small batch never waits for numba's import.
+COMPILED_FROM = 1 << 14
 _GOLDEN = 0x9E3779B97F4A7C15
 
 
@@ -139,6 +142,13 @@ def row_uniforms(
     out = np.empty((m, columns), dtype=np.float64)
     for column in range(columns):
         key = stream_key(seed, stream * 1024 + column)
+        if integers is not None and m >= COMPILED_FROM:
+            from calwatch.engine.conformal.kernels import integer_uniforms  # compiled on first use
+
+            draws = np.empty(m, dtype=np.float64)
+            integer_uniforms(integers, np.uint64(key), draws)
+            out[:, column] = draws
+            continue
         if integers is not None:
             h = _integer_hashes(integers, key)
         else:
