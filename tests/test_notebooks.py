@@ -61,7 +61,13 @@ def test_notebook_runs(
         allow_errors=False,
         resources={"metadata": {"path": str(path.parent)}},
     )
-    client.execute()  # raises CellExecutionError on the first failing cell
+    try:
+        client.execute()  # raises CellExecutionError on the first failing cell
+    finally:
+        # nbclient shuts down only the kernels it started itself; this one is ours (a kernel left
+        # running keeps its threads and a few hundred MB until pytest exits).
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
     errors = [
         out
         for cell in nb.cells
