@@ -315,7 +315,7 @@ class MonitorReads(MonitorState):
         out = {key: kind_of(cal).target(cal) for key, cal in self._calibrators.items()}
         return {key: value for key, value in out.items() if value is not None}
 
-    def _records(self, batches: tuple[int, ...] | None) -> list[BatchRecord]:
+    def _records(self, batches: tuple[int, ...] | None) -> Sequence[BatchRecord]:
         """The records of ``batches`` (all by default), refused unless batch numbers of this stream."""
         records = self._stream.batches
         if batches is None:

@@ -55,7 +55,7 @@ from calwatch.row_log import RowLog, encode_ids
 from calwatch.scale.registry import load_registry, save_registry
 from calwatch.state_checks import check_calibrators
 from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder, check_dtype
-from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats, StreamState
+from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats, RecordStore, StreamState
 
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
@@ -658,7 +658,7 @@ def _read_stream(
             records[row["batch"]] = record
         stats: dict[str, Any] = record.stats  # regression monitors keep RegressionBatchStats
         stats[row["calibrator"]] = _checked_stats(_stats_from_row(row), record, row["calibrator"])
-    stream.batches = [records[i] for i in sorted(records)]
+    stream.batches = RecordStore(records[i] for i in sorted(records))
     if stream.batches and [r.index for r in stream.batches] != list(range(len(stream.batches))):
         msg = "batches.parquet does not hold consecutive batches 0..n-1"
         raise SnapshotError(msg)
@@ -682,6 +682,7 @@ def _read_stream(
         stream.id_index.update((row_id, (record.index, i)) for i, row_id in enumerate(record.rows.ids))
     for name in ("rows_seen", "rows_labelled", "labels_unmatched", "rows_expired"):
         setattr(stream, name, int(counters[name]))
+    stream.batches.settle()  # a long stream's old batches as columns, as the live monitor keeps them
     return stream
 
 

@@ -7,16 +7,20 @@ memory stays flat however long the stream runs.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, tzinfo
 from itertools import repeat
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, overload
 
 import numpy as np
 import numpy.typing as npt
+
+from calwatch.stats_columns import StatsColumns, grown
 
 IntArray = npt.NDArray[np.intp]
 NO_LABEL = -1
@@ -155,7 +159,7 @@ class StreamState:
 
     def __init__(self, window: int) -> None:
         self.window = window
-        self.batches: list[BatchRecord] = []
+        self.batches = RecordStore()
         self._in_window: deque[BatchRecord] = deque()
         self._rows_in_window = 0
         self.id_index: dict[Hashable, tuple[int, int]] = {}
@@ -222,4 +226,178 @@ class StreamState:
             self.rows_expired += old.n_rows
             old.rows = None
             dropped.append(old.index)
+        with contextlib.suppress(MemoryError):  # settling saves memory; a batch it cannot settle stays
+            self.batches.settle()
         return dropped
+
+
+# --------------------------------------------------------------------------- settled records
+#: Batches kept as objects behind the newest, beyond the window: labels and re-tuning touch
+#: recent batches, and the live widget's running merges read them.
+HOT_BATCHES = 256
+SETTLE_CHUNK = 64
+_NAIVE_EPOCH = datetime(1970, 1, 1)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class _SettledRecord(BatchRecord):
+    """A settled batch read back from a :class:`RecordStore`'s columns.
+
+    Equal to the record that was settled. Assigning its ``stats`` (how late labels from the row
+    log and re-tuning change a batch: statistics are replaced, never changed in place) writes
+    them back to the store.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        home = self.__dict__.get("_home")
+        if name == "stats" and home is not None:
+            home.put_stats(self.index, value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BatchRecord):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(BatchRecord))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class RecordStore(Sequence[BatchRecord]):
+    """The stream's batch records, oldest first: settled ones as columns, recent ones as objects.
+
+    A batch record is a few hundred bytes of Python objects per calibrator (a dataclass of numpy
+    arrays), kept for the whole stream. Once a batch has left the window and is more than
+    :data:`HOT_BATCHES` batches old, :meth:`settle` moves it into columns (``n_rows``, the time
+    observed, the name when it is not the index, and the statistics in a
+    :class:`~calwatch.stats_columns.StatsColumns`), in chunks, so an append costs amortised
+    O(1). Reading a settled batch builds a new record equal to the one settled.
+
+    It reads like the list it replaces (``len``, indices, negative indices, slices, iteration).
+    Readers on other threads see a consistent store: the settled count and the list of recent
+    records are swapped together.
+    """
+
+    def __init__(self, records: Iterable[BatchRecord] = ()) -> None:
+        self._state: tuple[int, list[BatchRecord]] = (0, list(records))
+        self._stats = StatsColumns()
+        self._n_rows = np.empty(SETTLE_CHUNK, dtype=np.int64)
+        self._wall_us = np.empty(SETTLE_CHUNK, dtype=np.int64)  # local wall time, µs from 1970
+        self._tz_code = np.empty(SETTLE_CHUNK, dtype=np.int16)
+        self._zones: list[tzinfo | None] = []
+        self._odd_names: dict[int, str] = {}
+        self._odd_times: dict[int, datetime] = {}
+
+    def __len__(self) -> int:
+        n, hot = self._state
+        return n + len(hot)
+
+    @overload
+    def __getitem__(self, i: int) -> BatchRecord: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[BatchRecord]: ...
+
+    def __getitem__(self, i: int | slice) -> BatchRecord | list[BatchRecord]:
+        n, hot = self._state
+        if isinstance(i, slice):
+            return [self._at(j, n, hot) for j in range(*i.indices(n + len(hot)))]
+        j = int(i)
+        if j < 0:
+            j += n + len(hot)
+            if j < 0:
+                raise IndexError("batch index out of range")
+        return self._at(j, n, hot)
+
+    def __iter__(self) -> Iterator[BatchRecord]:
+        n, hot = self._state
+        for i in range(n):
+            yield self._settled(i)
+        yield from hot
+
+    def __repr__(self) -> str:
+        n, hot = self._state
+        return f"RecordStore({n} settled, {len(hot)} recent)"
+
+    def _at(self, i: int, n: int, hot: list[BatchRecord]) -> BatchRecord:
+        return hot[i - n] if i >= n else self._settled(i)
+
+    def append(self, record: BatchRecord) -> None:
+        """Add the next batch's record."""
+        self._state[1].append(record)
+
+    def extend(self, records: Iterable[BatchRecord]) -> None:
+        """Add the next batches' records."""
+        self._state[1].extend(records)
+
+    @property
+    def n_settled(self) -> int:
+        """Batches kept as columns."""
+        return self._state[0]
+
+    def settle(self, keep: int | None = None) -> int:
+        """Move the oldest recent records that left the window into columns; return how many.
+
+        Only when ``keep + 64`` recent records are held (a chunk at a time), and only records
+        without raw rows, at their own index, whose statistics are dataclasses.
+        """
+        keep = HOT_BATCHES if keep is None else keep
+        n, hot = self._state
+        if len(hot) < keep + SETTLE_CHUNK:
+            return 0
+        k = 0
+        while k < len(hot) - keep and _settles(hot[k], n + k):
+            self._put(n + k, hot[k])
+            k += 1
+        if k:
+            self._state = (n + k, hot[k:])
+        return k
+
+    def _put(self, i: int, record: BatchRecord) -> None:
+        self._n_rows = grown(self._n_rows, i + 1)
+        self._wall_us = grown(self._wall_us, i + 1)
+        self._tz_code = grown(self._tz_code, i + 1)
+        self._n_rows[i] = record.n_rows
+        if record.name != str(i):
+            self._odd_names[i] = record.name
+        at = record.observed_at
+        if type(at) is datetime and not at.fold and len(self._zones) < 2**15:
+            zone = at.tzinfo
+            code = next((c for c, z in enumerate(self._zones) if z is zone), None)  # kept as it was
+            if code is None:
+                code = len(self._zones)
+                self._zones.append(zone)
+            self._tz_code[i] = code
+            self._wall_us[i] = (at.replace(tzinfo=None) - _NAIVE_EPOCH) // _MICROSECOND
+        else:
+            self._odd_times[i] = at
+        self._stats.put(i, record.stats)
+
+    def put_stats(self, i: int, stats: dict[str, Any]) -> None:
+        """Replace settled batch ``i``'s statistics (a :class:`_SettledRecord`'s ``stats = ...``)."""
+        self._stats.put(i, stats)
+
+    def _settled(self, i: int) -> BatchRecord:
+        observed = self._odd_times.get(i)
+        if observed is None:
+            wall = _NAIVE_EPOCH + timedelta(microseconds=int(self._wall_us[i]))
+            observed = wall.replace(tzinfo=self._zones[int(self._tz_code[i])])
+        record = _SettledRecord(
+            index=i,
+            name=self._odd_names.get(i, str(i)),
+            observed_at=observed,
+            n_rows=int(self._n_rows[i]),
+            stats=self._stats.get(i),
+        )
+        record.__dict__["_home"] = self
+        return record
+
+
+def _settles(record: BatchRecord, i: int) -> bool:
+    """Whether ``record`` can be kept as columns at index ``i`` and read back equal."""
+    return (
+        record.rows is None
+        and type(record) is BatchRecord
+        and record.index == i
+        and isinstance(record.n_rows, int)
+        and all(dataclasses.is_dataclass(s) for s in record.stats.values())
+    )
