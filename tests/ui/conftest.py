@@ -138,10 +138,14 @@ def _write_lab_dirs(base: Path) -> dict[str, str]:
     return {k: str(v) for k, v in dirs.items()}
 
 
-def lab_command(root: Path, port: int, token: str) -> list[str]:
-    """The command that starts JupyterLab on 127.0.0.1 with a token, the test kernel only."""
+def lab_command(root: Path, port: int, token: str, python: Path = KERNEL_PYTHON) -> list[str]:
+    """The command that starts JupyterLab on 127.0.0.1 with a token, the test kernel only.
+
+    ``python`` runs the server (the kernel is always the project's venv): the collaboration test
+    passes the interpreter of ``.venv-rtc``.
+    """
     return [
-        str(KERNEL_PYTHON),
+        str(python),
         "-m",
         "jupyterlab",
         "--no-browser",
@@ -188,11 +192,16 @@ def _stop_server(server: LabServer) -> None:
             p.wait(timeout=5)
 
 
-@pytest.fixture(scope="session")
-def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
-    """JupyterLab on 127.0.0.1 with a random token, temp dirs and the venv's kernel."""
-    base = tmp_path_factory.mktemp("jupyterlab")
-    env = {**os.environ, **_write_lab_dirs(base), "PYTHONUNBUFFERED": "1"}
+@contextlib.contextmanager
+def running_lab(
+    base: Path, python: Path = KERNEL_PYTHON, extra_env: dict[str, str] | None = None
+) -> Iterator[LabServer]:
+    """JupyterLab on 127.0.0.1 with a random token, temp dirs under ``base`` and the venv's kernel.
+
+    ``python`` runs the server; ``extra_env`` is added to its environment (the collaboration test
+    names the main venv's data and config directories there).
+    """
+    env = {**os.environ, **_write_lab_dirs(base), "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     root = base / "root"
     root.mkdir()
     for name in UI_NOTEBOOKS:  # clean copies that name the test kernel
@@ -208,7 +217,7 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
         (root / name).write_text(json.dumps(nb, indent=1))
     port = _free_port()
     token = secrets.token_hex(24)
-    cmd = lab_command(root, port, token)
+    cmd = lab_command(root, port, token, python)
     log_path = base / "jupyterlab.log"
     log = log_path.open("wb")
     proc = subprocess.Popen(
@@ -241,6 +250,13 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
 
 
 @pytest.fixture(scope="session")
+def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+    """JupyterLab on 127.0.0.1 with a random token, temp dirs and the venv's kernel."""
+    with running_lab(tmp_path_factory.mktemp("jupyterlab")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def chromium_path() -> str:
     """Debian's Chromium (CALWATCH_CHROMIUM overrides). Missing = a failure, not a skip."""
     path = os.environ.get("CALWATCH_CHROMIUM", DEFAULT_CHROMIUM)
@@ -254,26 +270,34 @@ def chromium_path() -> str:
 
 
 @pytest.fixture(scope="session")
-def browser_context(chromium_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A headless Chromium with a fresh temp profile (Playwright never downloads a browser)."""
+def playwright_driver() -> Iterator[Any]:
+    """Playwright's driver, one per session (a second ``sync_playwright()`` cannot start beside it)."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as err:  # pragma: no cover
         pytest.fail(f"playwright (Python) is not installed: {err}; run `make test`")
-    profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(profile),
-            executable_path=chromium_path,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 2000},
-            device_scale_factor=1,
-        )
-        try:
-            yield context
-        finally:
-            context.close()
+        yield pw
+
+
+@pytest.fixture(scope="session")
+def browser_context(
+    playwright_driver: Any, chromium_path: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """A headless Chromium with a fresh temp profile (Playwright never downloads a browser)."""
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    context = playwright_driver.chromium.launch_persistent_context(
+        str(profile),
+        executable_path=chromium_path,
+        headless=True,
+        args=CHROMIUM_ARGS,
+        viewport={"width": 1400, "height": 2000},
+        device_scale_factor=1,
+    )
+    try:
+        yield context
+    finally:
+        context.close()
 
 
 @pytest.fixture(scope="session")
