@@ -79,3 +79,25 @@ def test_compiled_row_uniforms_are_the_numpy_draws(
     monkeypatch.setattr(row_draws, "COMPILED_FROM", 1 << 60)
     plain = row_draws.row_uniforms(5, ids, stream=1, columns=columns)
     assert np.array_equal(compiled.view(np.uint64), plain.view(np.uint64))
+
+
+@pytest.mark.parametrize("thresholds", ["scalar", "per row", "per class", None])
+def test_two_class_top_class_update_is_the_gather_scatter(thresholds: str | None) -> None:
+    from calwatch.engine.conformal.classifier import _add_top_class
+
+    rng = np.random.default_rng(3)
+    m = 2000
+    p = rng.uniform(size=m)
+    p[::5] = 0.5  # ties: the first class is the top
+    P = np.column_stack([p, 1.0 - p])
+    sets = rng.uniform(size=(m, 2)) < 0.3
+    shapes = {"scalar": (1, 1), "per row": (m, 1), "per class": (1, 2)}
+    drawn = None if thresholds is None else rng.uniform(-0.2, 0.3, shapes[thresholds])
+    limits = None if drawn is None else np.broadcast_to(drawn, (m, 2))
+    where = None if limits is None else (lambda rows, top: limits[rows, top] >= 0.0)
+    got = sets.copy()
+    _add_top_class(got, P, where)
+    rows, top = np.arange(m), P.argmax(axis=1)
+    want = sets.copy()
+    want[rows, top] |= True if limits is None else limits[rows, top] >= 0.0
+    assert np.array_equal(got, want)

@@ -229,10 +229,14 @@ def partial_statistics(
         rank_sums = confidence_rank_sums(
             frozen.reference_confidence, outputs.probs, codes, len(encoded.dictionary)
         )
+    # Masks and gathers only where they select something: a chunk of one bucket (a log sorted
+    # by bucket) without labels takes its calibrators' results whole, with no pass per row.
+    none = np.zeros(0, dtype=np.intp)
+    any_label, any_relabel, whole = bool(labelled.any()), bool(relabel.any()), len(groups) == 1
     for rows in groups:
         code = int(codes[rows[0]])
-        new_rows = rows[labelled[rows] & ~relabel[rows]]
-        again = rows[relabel[rows]]
+        new_rows = rows[labelled[rows] & ~relabel[rows]] if any_label else none
+        again = rows[relabel[rows]] if any_relabel else none
         if observed:
             parts.add(code, BUCKET, N_ROWS, 0, count=rows.shape[0])
             if rank_sums is not None:
@@ -241,10 +245,13 @@ def partial_statistics(
             parts.add(code, BUCKET, N_NEW_LABELS, 0, count=new_rows.shape[0])
         if again.shape[0]:
             parts.add(code, BUCKET, N_RELABELLED, 0, count=again.shape[0])
-        label_rows = rows[labelled[rows]]
+        label_rows = rows[labelled[rows]] if any_label else none
         for key, kind in kinds.items():
             result = results[key]
-            stats = kind.observed(result.take(rows), K) if observed else kind.stats_type.empty(K)
+            if observed:
+                stats = kind.observed(result if whole else result.take(rows), K)
+            else:
+                stats = kind.stats_type.empty(K)
             if label_rows.shape[0]:
                 stats = stats.merge(
                     kind.labelled(result.take(label_rows), outputs.probs[label_rows], labels[label_rows])
