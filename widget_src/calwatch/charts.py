@@ -616,14 +616,19 @@ def risk_chart(batches: Source = None) -> ChartSpec:
         alt.Tooltip("n_labelled:Q", title="labelled"),
         alt.Tooltip("n_rows:Q", title="rows"),
     ]
-    # A guarded estimator's band for the batch's realised error (null for the others: no area).
+    # A guarded estimator's band for the batch's realised error. The others state no band: theirs
+    # collapses onto the estimate (an area of no height), so the layer is never empty (an empty
+    # layer makes Vega warn of infinite extents and can size the chart wrongly).
     band = (
-        base.transform_filter("isValid(datum.error_band_lo)")
+        base.transform_calculate(
+            band_lo="isValid(datum.error_band_lo) ? datum.error_band_lo : datum.estimated_error",
+            band_hi="isValid(datum.error_band_hi) ? datum.error_band_hi : datum.estimated_error",
+        )
         .mark_area(opacity=0.15)
         .encode(
             x=x,
-            y=alt.Y("error_band_lo:Q", title="error rate"),
-            y2="error_band_hi:Q",
+            y=alt.Y("band_lo:Q", title="error rate"),
+            y2="band_hi:Q",
             color=_color("label"),
             tooltip=[
                 *tooltip,
