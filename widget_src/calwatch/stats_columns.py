@@ -16,6 +16,7 @@ to a list of the values as they were.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -132,18 +133,38 @@ class _Calibrator:
     def put(self, i: int, stats: Any, n: int) -> None:
         self.types.extend([None] * (n - len(self.types)))
         self.types[i] = type(stats)
-        for f in dataclasses.fields(stats):
-            value = getattr(stats, f.name)
-            column = self.fields.get(f.name)
+        for name in _layout(type(stats))[0]:
+            value = getattr(stats, name)
+            column = self.fields.get(name)
             if column is None:
-                column = self.fields[f.name] = _Field(value)
+                column = self.fields[name] = _Field(value)
             column.put(i, value, n)
 
     def get(self, i: int) -> Any:
         cls = self.types[i] if i < len(self.types) else None
         if cls is None:
             return None
-        return cls(**{f.name: self.fields[f.name].get(i) for f in dataclasses.fields(cls) if f.init})
+        names, plain = _layout(cls)
+        fields = self.fields
+        if plain:  # a plain dataclass: its fields are its whole state, set as they were
+            out = cls.__new__(cls)
+            out.__dict__.update({name: fields[name].get(i) for name in names})
+            return out
+        init = (f.name for f in dataclasses.fields(cls) if f.init)
+        return cls(**{name: fields[name].get(i) for name in init})
+
+
+@functools.cache
+def _layout(cls: type) -> tuple[tuple[str, ...], bool]:
+    """A statistics dataclass's field names, and whether it is plain.
+
+    Plain: no ``__post_init__`` and no ``__slots__``, so an instance is its ``__dict__`` of
+    fields, rebuilt faster than by ``__init__`` (a settled stream's reads rebuild one per batch
+    and calibrator).
+    """
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    plain = not hasattr(cls, "__post_init__") and all("__slots__" not in vars(k) for k in cls.__mro__)
+    return names, plain
 
 
 class StatsColumns:

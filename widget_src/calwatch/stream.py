@@ -381,14 +381,16 @@ class RecordStore(Sequence[BatchRecord]):
         if observed is None:
             wall = _NAIVE_EPOCH + timedelta(microseconds=int(self._wall_us[i]))
             observed = wall.replace(tzinfo=self._zones[int(self._tz_code[i])])
-        record = _SettledRecord(
+        record = _SettledRecord.__new__(_SettledRecord)  # its fields set as __init__ would
+        record.__dict__.update(
             index=i,
             name=self._odd_names.get(i, str(i)),
             observed_at=observed,
             n_rows=int(self._n_rows[i]),
             stats=self._stats.get(i),
+            rows=None,
+            _home=self,
         )
-        record.__dict__["_home"] = self
         return record
 
 
