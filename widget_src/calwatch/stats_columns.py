@@ -16,7 +16,6 @@ to a list of the values as they were.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -147,14 +146,13 @@ class _Calibrator:
         names, plain = _layout(cls)
         fields = self.fields
         if plain:  # a plain dataclass: its fields are its whole state, set as they were
-            out = cls.__new__(cls)
+            out: Any = object.__new__(cls)
             out.__dict__.update({name: fields[name].get(i) for name in names})
             return out
         init = (f.name for f in dataclasses.fields(cls) if f.init)
         return cls(**{name: fields[name].get(i) for name in init})
 
 
-@functools.cache
 def _layout(cls: type) -> tuple[tuple[str, ...], bool]:
     """A statistics dataclass's field names, and whether it is plain.
 
@@ -162,9 +160,15 @@ def _layout(cls: type) -> tuple[tuple[str, ...], bool]:
     fields, rebuilt faster than by ``__init__`` (a settled stream's reads rebuild one per batch
     and calibrator).
     """
-    names = tuple(f.name for f in dataclasses.fields(cls))
-    plain = not hasattr(cls, "__post_init__") and all("__slots__" not in vars(k) for k in cls.__mro__)
-    return names, plain
+    known = _LAYOUTS.get(cls)
+    if known is None:
+        names = tuple(f.name for f in dataclasses.fields(cls))
+        plain = not hasattr(cls, "__post_init__") and all("__slots__" not in vars(k) for k in cls.__mro__)
+        known = _LAYOUTS[cls] = (names, plain)
+    return known
+
+
+_LAYOUTS: dict[type, tuple[tuple[str, ...], bool]] = {}
 
 
 class StatsColumns:
