@@ -21,9 +21,13 @@ def _sorted_path_aps(P: np.ndarray, u: np.ndarray | None, lam: float, k_reg: int
     return out.reshape(P.shape)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("randomised", [False, True])
 @pytest.mark.parametrize("raps", [(0.0, 0), (0.07, 0), (0.2, 1), (0.3, 2)])
-def test_two_class_aps_scores_are_the_sorted_paths_bits(randomised: bool, raps: tuple[float, int]) -> None:
+def test_two_class_aps_scores_are_the_sorted_paths_bits(
+    randomised: bool, raps: tuple[float, int], compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scores, "COMPILED_FROM", 0 if compiled else 1 << 60)
     rng = np.random.default_rng(7)
     p = np.concatenate([rng.uniform(size=3000), np.round(rng.uniform(size=1000), 1), [0.5, 0.0, 1.0]])
     P = np.column_stack([p, 1.0 - p])

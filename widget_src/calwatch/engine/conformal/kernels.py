@@ -34,12 +34,14 @@ def rank_sum_rows(P: Any, y: Any, u: Any, use_u: bool, raps_lambda: float, raps_
 
 
 @compiled
-def aps_two_rows(P: Any, u: Any, use_u: bool, penalty_first: float, penalty_second: float, out: Any) -> None:
+def aps_two_rows(
+    P: Any, u: Any, use_u: bool, penalised: bool, penalty_first: float, penalty_second: float, out: Any
+) -> None:
     """APS/RAPS scores of two classes, row by row, as :func:`~calwatch.engine.conformal.scores.aps_scores`.
 
     The top class (class 1 only when strictly more probable) scores ``fl(p_t − fl(fl(1 − u)·p_t))``
     (``p_t`` when not randomised), the other ``fl(fl(p_o + p_t) − fl(fl(1 − u)·p_o))``, each plus
-    its rank's penalty when it is not zero: the sorted path's operations in its order (numba
+    its rank's penalty when penalised (λ > 0): the sorted path's operations in its order (numba
     compiles without fast-math, so no fused multiply-add changes a bit).
     """
     for i in range(P.shape[0]):
@@ -54,7 +56,7 @@ def aps_two_rows(P: Any, u: Any, use_u: bool, penalty_first: float, penalty_seco
             keep = 1.0 - u[i]
             first = first - keep * p_top
             second = second - keep * p_other
-        if penalty_first != 0.0 or penalty_second != 0.0:
+        if penalised:
             first = first + penalty_first
             second = second + penalty_second
         out[i, top] = first

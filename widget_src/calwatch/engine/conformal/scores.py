@@ -48,6 +48,9 @@ PARTIAL_MIN_CLASSES = 64
 #: few classes; a row whose answer may lie past its block is redone with a block
 #: ``_BLOCK_GROWTH`` times wider, and by a full sort once the block would pass half the row.
 FIRST_BLOCK = 32
+#: Two-class APS scores of this many rows or more take the compiled pass (a prediction log's
+#: chunks); fewer stay in numpy, so a small batch never waits for numba's import.
+COMPILED_FROM = 1 << 14
 _BLOCK_GROWTH = 8
 #: The partial path works through the rows in chunks of about this many matrix entries
 #: (bounded memory: ``np.argpartition`` returns an index per entry).
@@ -129,14 +132,38 @@ def _aps_scores_two(P: FloatArray, u: FloatArray | None, raps_lambda: float, rap
     ``c_1 = fl(p_o + p_t)``, each less ``fl(fl(1 − u)·p)`` when randomised, plus the RAPS
     penalty of its rank. A dozen numpy passes with their temporaries cost ~10x more.
     """
-    from calwatch.engine.conformal.kernels import aps_two_rows  # compiled on first use
-
     penalty = np.zeros(2)
     if raps_lambda > 0.0:
         penalty = raps_lambda * np.maximum(0.0, np.arange(1, 3, dtype=np.float64) - raps_k_reg)
+    if P.shape[0] < COMPILED_FROM:  # the same operations in numpy: a small batch never imports numba
+        return _aps_scores_two_numpy(P, u, penalty, raps_lambda > 0.0)
+    from calwatch.engine.conformal.kernels import aps_two_rows  # compiled on first use
+
     scores = np.empty(P.shape, dtype=np.float64)
     draws = np.zeros(1) if u is None else np.ascontiguousarray(u, dtype=np.float64)
-    aps_two_rows(P, draws, u is not None, float(penalty[0]), float(penalty[1]), scores)
+    aps_two_rows(P, draws, u is not None, raps_lambda > 0.0, float(penalty[0]), float(penalty[1]), scores)
+    return scores
+
+
+def _aps_scores_two_numpy(
+    P: FloatArray, u: FloatArray | None, penalty: FloatArray, penalised: bool
+) -> FloatArray:
+    """:func:`_aps_scores_two` in numpy (elementwise, the same operations in the same order)."""
+    top = np.greater(P[:, 1], P[:, 0])
+    p_top = np.where(top, P[:, 1], P[:, 0])
+    p_other = np.where(top, P[:, 0], P[:, 1])
+    first = p_top
+    second = p_other + p_top
+    if u is not None:
+        keep = 1.0 - u
+        first = first - keep * p_top
+        second = second - keep * p_other
+    if penalised:
+        first = first + penalty[0]
+        second = second + penalty[1]
+    scores = np.empty(P.shape, dtype=np.float64)
+    scores[:, 0] = np.where(top, second, first)
+    scores[:, 1] = np.where(top, first, second)
     return scores
 
 
