@@ -76,6 +76,10 @@ def test_settled_stream_reads_like_objects(tmp_path, monkeypatch):
     settled = _stream(tmp_path / "settled")
     store = settled._stream.batches
     assert store.n_settled > 0
+    fields = store._stats._calibrators["lac"].fields
+    assert {name: f.kind for name, f in fields.items()} == {
+        "size_counts": "array", "class_labelled": "array", "class_covered": "array", "alpha_level": "float"
+    }  # fmt: skip
     _assert_same(_views(plain), _views(settled))
     for a, b in zip(plain.batch_records, settled.batch_records, strict=True):
         assert a.stats == b.stats
@@ -154,5 +158,6 @@ def test_stats_columns_fall_back_per_field():
         [1, -5],
     ]
     assert counts.get(0)["k"].counts.dtype == np.int64
+    assert counts._calibrators["k"].fields["counts"].kind == "array"  # a column, not a list of arrays
     with pytest.raises(IndexError):
         columns.put(5, {})

@@ -68,7 +68,7 @@ class _Field:
         if self.kind == "array":
             return (
                 type(value) is np.ndarray
-                and value.dtype == self.data.dtype
+                and value.dtype == self.dtype  # the dtype put in (the stored one may be narrower)
                 and value.shape == self.data.shape[1:]
             )
         if self.kind == "float":
