@@ -16,14 +16,7 @@ from typing import Any
 import numpy as np
 
 from calwatch.engine._compiled import compiled
-
-
-@compiled
-def _mix(z: Any) -> Any:
-    """SplitMix64's finaliser of one uint64 (a bijection with full avalanche)."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+from calwatch.engine.conformal.kernels import splitmix64 as _mix
 
 
 @compiled

@@ -64,8 +64,12 @@ def aps_two_rows(
 
 
 @compiled
-def _splitmix(z: Any) -> Any:
-    """SplitMix64's finaliser of one uint64 (as ``row_draws._mix``, element by element)."""
+def splitmix64(z: Any) -> Any:
+    """SplitMix64's finaliser of one uint64 (Steele, Lea & Flood 2014).
+
+    A bijection of uint64 with full avalanche, as ``row_draws._mix`` computes it array-wide. The
+    id check's pair hashes (:mod:`calwatch.scale.id_hashes`) call this one too.
+    """
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
@@ -80,4 +84,4 @@ def integer_uniforms(values: Any, key: Any, out: Any) -> None:
     """
     scale = 2.0**-53
     for i in range(values.shape[0]):
-        out[i] = np.float64(_splitmix(_splitmix(values[i] + key)) >> np.uint64(11)) * scale
+        out[i] = np.float64(splitmix64(splitmix64(values[i] + key)) >> np.uint64(11)) * scale
