@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from calwatch.engine.conformal import scores
 from calwatch.engine.shift.bucket_tests import confidence_rank_sums, mid_rank_sum
+from calwatch.scale import duplicates
 from calwatch.scale.duplicates import PARTITIONS, DuplicateCheck, grouped_hashes, key_hashes
 
 
@@ -69,6 +73,46 @@ def test_key_hashes_group_and_find_repeats_for_integer_dates_and_strings() -> No
             check.add(chunk)
             check.add(chunk.slice(10, 3))  # three rows seen twice
             assert check.repeated_hashes().shape[0] == 3
+
+
+def _grouped(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    top = (hashes >> np.uint64(64 - 6)).astype(np.intp)
+    order = np.argsort(top, kind="stable")
+    return hashes[order], np.concatenate([[0], np.cumsum(np.bincount(top, minlength=PARTITIONS))])
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(0, 3_000),
+    shared_bits=st.sampled_from([0, 6, 12, 30, 64]),
+    heavy=st.integers(0, 400),
+)
+def test_partition_files_too_large_to_sort_are_split_and_find_the_same_repeats(
+    seed: int, n: int, shared_bits: int, heavy: int
+) -> None:
+    """Any file over SORT_LIMIT is split by its next bits, level by level: the repeats found are
+    those of one in-memory sort, for hashes sharing long prefixes and for one key seen many times."""
+    rng = np.random.default_rng(seed)
+    hashes = rng.integers(0, 2**64, size=n, dtype=np.uint64, endpoint=False)
+    if shared_bits:  # most hashes share their top bits: splits go several levels deep
+        keep = np.uint64((1 << (64 - shared_bits)) - 1) if shared_bits < 64 else np.uint64(0)
+        hashes = (hashes & keep) | (np.uint64(0xA5A5A5A5A5A5A5A5) & ~keep)
+    planted = rng.choice(hashes, size=min(n, 50), replace=True) if n else hashes[:0]
+    hashes = np.concatenate([hashes, planted, np.full(heavy, 7, dtype=np.uint64)])
+    rng.shuffle(hashes)
+    values, counts = np.unique(hashes, return_counts=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(duplicates, "SORT_LIMIT", 64)
+        patch.setattr(duplicates, "BUFFER", 100)
+        with DuplicateCheck("day", "id") as check:
+            for part in np.array_split(hashes, 7):
+                check.add_grouped(_grouped(part))
+            found = check.repeated_hashes()
+            assert sorted(os.listdir(check.folder)) == sorted(
+                f.name for f in check._files if f.exists()
+            )  # the split files are gone
+    assert np.array_equal(np.sort(found), values[counts > 1])
 
 
 @pytest.mark.parametrize("dtype", [np.int64, np.uint64])

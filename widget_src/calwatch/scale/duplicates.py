@@ -4,7 +4,9 @@ The kernel sees one chunk at a time, so a repeat split over two chunks escapes i
 ``(bucket, id)`` pairs are hashed to 64 bits (:func:`key_hashes`), grouped by the hash's top bits
 with a counting sort (:mod:`calwatch.scale.id_hashes`) and appended to one of
 :data:`PARTITIONS` files; once the table is read, each file is sorted on its own and equal
-neighbours are repeats. Memory is one partition (``8·n/PARTITIONS`` bytes), disk ``8·n`` bytes.
+neighbours are repeats. A file of more than :data:`SORT_LIMIT` hashes is first split by its
+hashes' next six bits, block by block, and so on, so memory stays bounded (a few times
+``8·SORT_LIMIT`` bytes) however long the table; disk is ``8·n`` bytes, twice over while a split runs.
 A repeated hash is confirmed on the rows themselves before anything is reported, so a hash
 collision (probability about ``n²/2⁶⁵``) never rejects a good table.
 """
@@ -25,7 +27,10 @@ import pyarrow as pa
 PARTITIONS = 64
 #: Hashes held in memory before they are written out (8 MiB).
 BUFFER = 1 << 20
-_SHIFT = np.uint64(64 - 6)  # top 6 bits choose the partition
+#: Hashes one partition file may hold to be sorted in memory (8 MiB); a larger one is split first.
+SORT_LIMIT = 1 << 20
+_BITS = 6  # 2**_BITS == PARTITIONS: the bits that choose a partition, at each level
+_SHIFT = np.uint64(64 - _BITS)  # top 6 bits choose the partition
 
 
 class DuplicateCheck:
@@ -67,14 +72,7 @@ class DuplicateCheck:
     def repeated_hashes(self) -> npt.NDArray[np.uint64]:
         """Hashes seen more than once (usually none)."""
         self._flush()
-        found = []
-        for file in self._files:
-            if not file.exists():
-                continue
-            values = np.sort(np.fromfile(file, dtype=np.uint64))
-            same = values[1:] == values[:-1]
-            if same.any():
-                found.append(np.unique(values[1:][same]))
+        found = [r for file in self._files if file.exists() for r in _repeats_in(file, level=1)]
         return np.concatenate(found) if found else np.zeros(0, dtype=np.uint64)
 
     def close(self) -> None:
@@ -86,6 +84,40 @@ class DuplicateCheck:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _repeats_in(file: Path, level: int) -> list[npt.NDArray[np.uint64]]:
+    """The hashes repeated in one partition file (whose hashes share their top ``6·level`` bits).
+
+    A file of at most :data:`SORT_LIMIT` hashes is sorted in memory and equal neighbours are the
+    repeats. A larger one is read :data:`BUFFER` hashes at a time and split by the next six bits
+    into :data:`PARTITIONS` files beside it (removed once searched), and each of those is
+    searched the same way: a repeat's copies share all their bits, so they land in one file. Once
+    no bits are left (one key repeated more than :data:`SORT_LIMIT` times, after ten splits) the
+    file is sorted as it is.
+    """
+    count = file.stat().st_size // 8
+    shift = 64 - _BITS * (level + 1)
+    if count > SORT_LIMIT and shift >= 0:
+        parts = [file.with_name(f"{file.name}.{p:02d}") for p in range(PARTITIONS)]
+        with file.open("rb") as source:
+            while (block := np.fromfile(source, dtype=np.uint64, count=BUFFER)).shape[0]:
+                keys = ((block >> np.uint64(shift)) & np.uint64(PARTITIONS - 1)).astype(np.uint8)
+                order = np.argsort(keys, kind="stable")
+                bounds = np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=PARTITIONS))])
+                ordered = block[order]
+                for p in np.flatnonzero(np.diff(bounds)).tolist():
+                    with parts[p].open("ab") as handle:
+                        ordered[bounds[p] : bounds[p + 1]].tofile(handle)
+        found: list[npt.NDArray[np.uint64]] = []
+        for part in parts:
+            if part.exists():
+                found.extend(_repeats_in(part, level + 1))
+                part.unlink()
+        return found
+    values = np.sort(np.fromfile(file, dtype=np.uint64))
+    same = values[1:] == values[:-1]
+    return [np.unique(values[1:][same])] if same.any() else []
 
 
 def grouped_hashes(
@@ -146,7 +178,6 @@ def confirm(
     hashes: npt.NDArray[np.uint64], chunks: Callable[[], Iterator[pa.RecordBatch]], bucket: str, id: str
 ) -> tuple[Any, Any, int] | None:
     """The first ``(bucket, id, times)`` truly repeated among rows whose key hash is in ``hashes``."""
-    wanted = set(hashes.tolist())
     seen: dict[tuple[Any, Any], int] = {}
     for chunk in chunks():
         keep = np.isin(key_hashes(chunk, bucket, id), hashes)
@@ -155,9 +186,8 @@ def confirm(
         picked = chunk.filter(pa.array(keep))
         for b, i in zip(picked.column(bucket).to_pylist(), picked.column(id).to_pylist(), strict=True):
             seen[(b, i)] = seen.get((b, i), 0) + 1
-    del wanted
     repeats = [(b, i, n) for (b, i), n in seen.items() if n > 1]
     return repeats[0] if repeats else None
 
 
-__all__ = ["PARTITIONS", "DuplicateCheck", "confirm", "grouped_hashes", "key_hashes"]
+__all__ = ["PARTITIONS", "SORT_LIMIT", "DuplicateCheck", "confirm", "grouped_hashes", "key_hashes"]
