@@ -123,3 +123,28 @@ def test_errors_survive_the_chunked_scan():
     bad[2500] *= 1.01
     with pytest.raises(ValueError, match="row 2500 sums to"):
         check_probabilities(bad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), m=st.integers(1, 300), float32=st.booleans())
+def test_two_class_row_sums_are_einsums_bit_for_bit(seed: int, m: int, float32: bool) -> None:
+    """K = 2 sums each row with one addition (commutative, so einsum's order cannot matter)."""
+    rng = np.random.default_rng(seed)
+    p = rng.random(m) ** rng.uniform(0.1, 10)
+    P = np.column_stack([1.0 - p, p])
+    if float32:  # sums then drift from 1 by ~1e-7, as a float32 model's do
+        P = P.astype(np.float32).astype(np.float64)
+    lo, hi, sums = _validation._range_and_row_sums(np.ascontiguousarray(P))
+    assert np.array_equal(sums, np.einsum("ij->i", P)) and (lo, hi) == (P.min(), P.max())
+
+
+def test_copy_false_hands_over_the_array_and_copies_only_to_divide() -> None:
+    """``copy=False``: a read-only view of the caller's fresh array when no row is divided."""
+    P = np.array([[0.25, 0.75], [0.5, 0.5]])
+    V = validated_probabilities(P, copy=False)
+    assert np.shares_memory(V, P) and not V.flags.writeable and V.vouched
+    assert not np.shares_memory(validated_probabilities(P.copy()), P)  # the default copies
+    off = np.array([[0.4, 0.4], [0.5, 0.5]])
+    W = validated_probabilities(off, tolerance=0.25, copy=False)
+    assert not np.shares_memory(W, off) and W.tolist() == [[0.5, 0.5], [0.5, 0.5]]
+    assert off.tolist() == [[0.4, 0.4], [0.5, 0.5]]  # the caller's array is never divided in place

@@ -96,7 +96,7 @@ class ModelOutputs:
                     f"{n_classes} classes"
                 )
                 raise ValueError(msg)
-            P = validated_probabilities(softmax(logits_arr, axis=1), "softmax(logits)")
+            P = validated_probabilities(softmax(logits_arr, axis=1), "softmax(logits)", copy=False)
         else:
             P = validated_probabilities(probs, name, n_classes=n_classes, tolerance=tolerance)
             if logits_arr is not None and logits_arr.shape != P.shape:

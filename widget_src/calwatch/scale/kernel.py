@@ -30,7 +30,6 @@ replaces the first label), as :meth:`Monitor.label <calwatch.monitor.Monitor.lab
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -38,6 +37,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from calwatch.engine._validation import validated_probabilities
 from calwatch.engine.shift.bucket_tests import confidence_rank_sums
 from calwatch.models import ModelOutputs
 from calwatch.scale.columns import LogColumns, label_mask, probabilities, values
@@ -200,12 +200,11 @@ def partial_statistics(
     if check_ids:
         _check_distinct_ids(batch, columns)
     name = f"probs column {columns.probs!r}" if isinstance(columns.probs, str) else "probs columns"
-    outputs = replace(
-        ModelOutputs.from_arrays(
-            probabilities(batch, columns, K), name=name, n_classes=K, tolerance=frozen.tolerance
-        ),
-        ids=values(batch, columns.id),
+    # The matrix was just gathered from the batch's columns: validated in place, not copied.
+    P = validated_probabilities(
+        probabilities(batch, columns, K), name, n_classes=K, tolerance=frozen.tolerance, copy=False
     )
+    outputs = ModelOutputs(P, ids=values(batch, columns.id))
     cats = None
     if columns.category is not None:
         if batch.column(columns.category).null_count:
