@@ -9,7 +9,7 @@ temporary folder (never committed). Each path runs in a fresh process, so its pe
   shift detectors, no row log: the statistics only, as the table paths compute them);
 * ``Monitor.observe_table`` on the parquet file (the embedded default);
 * ``calwatch.spark.observe`` in Spark ``local[2]`` and ``local[1]``, with and without its id check
-  (the session and its Python workers warmed up on 10,000 rows first, not timed);
+  (the session and its Python workers warmed up on a 2% sample first, not timed);
 * ``calwatch.dask.observe`` with the synchronous scheduler (when dask is installed).
 
 CPU ns/row is the measuring process's own CPU time (all its threads; not the JVM's or Spark's
@@ -125,8 +125,11 @@ def measure(path_name: str, log: Path) -> dict[str, Any]:
         )  # fmt: skip
         df = spark.read.parquet(str(log))
         # Warm-up, not measured: the JVM, the session and the Python workers (each imports calwatch
-        # once, 5-10 s on 2 cores) are a once-per-session cost, not the monitor's per-row one.
-        calwatch.spark.observe(monitor(), df.limit(10_000), id="id", probs=["p0", "p1"], bucket="day")
+        # once, 5-10 s on 2 cores) are a once-per-session cost, not the monitor's per-row one. A
+        # 2% sample runs a task per core (``limit`` ran one: the second worker started, and the
+        # JIT compiled the scan-to-Arrow path, inside the measured run).
+        sample = df.sample(fraction=0.02, seed=1)
+        calwatch.spark.observe(monitor(), sample, id="id", probs=["p0", "p1"], bucket="day")
         cpu_start = _cpu_seconds()
         start = time.perf_counter()
         check = "no id check" not in path_name

@@ -298,3 +298,45 @@ def test_bad_input_is_refused_naming_the_column_and_changes_nothing(engine: Engi
         mon, engine.table(pl.DataFrame({"rid": [1], "truth": [0]}), 1), id="rid", label="truth"
     )
     assert (report.matched, report.relabelled) == (1, 1)
+
+
+# ---------------------------------------------------------------------------- the id check
+def test_spark_id_check_is_exact_whatever_the_hashes_say(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repeats split across partitions are refused, for integer keys and JVM-hashed string keys;
+    a repeated hash is confirmed on the rows, so colliding hashes refuse nothing; past
+    ``CONFIRM_AT_MOST`` repeated hashes one exact grouped query decides."""
+    import calwatch.spark as cw_spark
+    from calwatch.scale.columns import LogColumns
+    from calwatch.scale.duplicates import key_hashes
+
+    task = task_with(2)
+    n = 80
+    engine = SparkEngine(spark)
+    for ids in (list(range(n)), [f"r{i}" for i in range(n)]):
+        frame = log_frame(task.P[:n], ids, [i % 2 for i in range(n)])
+        good = engine.table(frame, 3)
+        twice = pl.when(pl.col("id") == ids[7]).then(pl.lit(ids[71])).otherwise(pl.col("id"))
+        bad = engine.table(frame.with_columns(twice.alias("id")), 3)  # ids[71] twice in bucket 1
+        columns = LogColumns.of(id="id", bucket="bucket", probs=prob_names(2))
+        keyed = cw_spark._KeyHashes.of(good, columns)
+        assert keyed.in_jvm == isinstance(ids[0], str)
+        # Every row's hash "repeated" (as if all collided): rows decide, a good table passes.
+        rows = good.select(*keyed.inputs(["bucket", "id"])).toArrow().combine_chunks().to_batches()[0]
+        every = keyed.hashes(rows)
+        if not keyed.in_jvm:
+            assert np.array_equal(every, key_hashes(rows, "bucket", "id"))
+        cw_spark._confirm_repeats(good, columns, keyed, every)
+        cw_spark._confirm_repeats(good, columns, keyed, None)
+        with pytest.raises(ValueError, match=f"id column 'id': id {ids[71]!r} appears 2 times in bucket 1"):
+            cw_spark._confirm_repeats(bad, columns, keyed, None)
+        mon = calibrated(task)
+        log = {"id": "id", "probs": prob_names(2), "bucket": "bucket", "category": "cat"}
+        with pytest.raises(ValueError, match="id column 'id'"):
+            cw_spark.observe(mon, bad, **log)
+        assert mon.n_batches == 0
+        monkeypatch.setattr(cw_spark, "CONFIRM_AT_MOST", 0)  # the exact grouped query decides
+        with pytest.raises(ValueError, match="id column 'id'"):
+            cw_spark.observe(mon, bad, **log)
+        assert mon.n_batches == 0
+        assert cw_spark.observe(mon, good, **log) == (0, 1)
+        monkeypatch.undo()

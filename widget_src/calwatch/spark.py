@@ -12,7 +12,9 @@ What runs where:
   pickle) and broadcast as bytes; the schema is checked before any job runs;
 * executors: ``df.select(columns).mapInArrow(kernel)`` turns each Arrow batch of rows into
   partial statistics (the bytes are decoded once per Python worker), and Spark's own
-  ``groupBy(bucket, calibrator, field, index).agg(sum, sum, max)`` adds them up;
+  ``groupBy(bucket, calibrator, field, index).agg(sum, sum, max)`` adds them up; the same pass
+  hashes each row's ``(bucket, id)`` for the id check, and the hashes, shuffled as bytes by
+  shard, are sorted on executors (a repeated hash is confirmed on the rows);
 * driver again: the reduced table, at most buckets × calibrators × (3K + 2) rows, is
   collected with ``toArrow()`` and merged into the monitor under its lock, all or nothing.
 
@@ -34,6 +36,8 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
@@ -51,8 +55,8 @@ from calwatch.scale.collect import (
     unjoinable,
 )
 from calwatch.scale.columns import LogColumns
-from calwatch.scale.kernel import BUCKET as BUCKET_COUNTS
-from calwatch.scale.kernel import N_ROWS, partial_statistics
+from calwatch.scale.duplicates import key_hashes
+from calwatch.scale.kernel import partial_schema, partial_statistics
 from calwatch.scale.reduce import KEYS
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource
 
@@ -101,9 +105,10 @@ def observe(
     category : str, optional
         The Mondrian category, for ``mondrian="category"`` calibrators.
     check_ids : bool
-        Refuse a table whose ids repeat within a bucket. The check is a distinct count of
-        ``(bucket, id)``, a shuffle of every row that costs about as much as the statistics
-        themselves; turn it off only for a table whose ``(bucket, id)`` is a key by construction.
+        Refuse a table whose ids repeat within a bucket. The check rides on the kernel's scan: an
+        8-byte hash of each row's ``(bucket, id)``, shuffled as bytes and sorted by shard, and
+        repeated hashes confirmed on the rows (see :func:`_observed_and_checked`); turn it off
+        only for a table whose ``(bucket, id)`` is a key by construction.
 
     Returns
     -------
@@ -133,19 +138,45 @@ def observe(
     spark = df.sparkSession
     _use_this_python(spark)
     with _Shipped(spark, snap) as shipped, _arrow_only(), _arrow_batches(spark):
-        partials = df.select(*[_col(n) for n in names]).mapInArrow(
-            shipped.executor(columns, observed=True), _partial_type(df.schema[bucket].dataType)
-        )
-        reduced = _collect(_reduced(partials))
-    if check_ids and reduced.height:
-        _refuse_repeats(df, columns, _observed_rows(reduced))
+        if not check_ids:
+            partials = df.select(*[_col(n) for n in names]).mapInArrow(
+                shipped.executor(columns, observed=True), _partial_type(df.schema[bucket].dataType)
+            )
+            reduced = _collect(_reduced(partials))
+        else:
+            reduced = _observed_and_checked(shipped, df, columns)
     return commit_observed_partials(mon, snap, reduced, TableSource(ENGINE, df, columns))
 
 
-def _observed_rows(reduced: pl.DataFrame) -> int:
-    """The rows the kernel counted (the bucket-level ``n_rows`` summed over buckets)."""
-    counted = reduced.filter((pl.col("calibrator") == BUCKET_COUNTS) & (pl.col("field") == N_ROWS))
-    return int(counted["count"].sum())
+def _observed_and_checked(shipped: _Shipped, df: DataFrame, columns: LogColumns) -> pl.DataFrame:
+    """The reduced partials of ``df``, after refusing an id repeated within a bucket (one scan of the log).
+
+    The kernel's pass also hashes each row's ``(bucket, id)`` to 64 bits and emits, per partition
+    and hash shard, one row holding its hashes as bytes (8 bytes a row; the ``bucket`` and ``id``
+    values never go through Spark's row format). The pass's output is kept
+    (``MEMORY_AND_DISK``): Spark's ``groupBy`` reduces the partials from it, and the hash rows go
+    through one shuffle by shard to a sort that finds repeated hashes (:func:`_repeated_hashes`).
+    Repeated hashes are confirmed on the rows themselves (:func:`_confirm_repeats`), so a hash
+    collision never refuses a good table, and equal keys always hash equal, so no repeat hides.
+    """
+    from pyspark import StorageLevel
+
+    keyed = _KeyHashes.of(df, columns)
+    arrow = _arrow_schema(df, columns.needed(), "the DataFrame")
+    schema = _with_hash_fields(_partial_type(df.schema[columns.bucket].dataType))
+    hashed = df.select(*keyed.inputs(columns.needed())).mapInArrow(
+        shipped.executor(columns, observed=True, hashes=(keyed, arrow.field(columns.bucket).type)), schema
+    )
+    hashed = hashed.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        reduced = _collect(_reduced(hashed.where(_col(HASHES).isNull()).drop(SHARD, HASHES)))
+        if reduced.height:
+            repeated, n_repeated = _repeated_hashes(hashed)
+            if n_repeated:
+                _confirm_repeats(df, columns, keyed, repeated if n_repeated <= CONFIRM_AT_MOST else None)
+    finally:
+        hashed.unpersist()
+    return reduced
 
 
 @contextlib.contextmanager
@@ -291,19 +322,156 @@ def _checked_count(labels_df: DataFrame, id: str, label: str) -> int:
     return n
 
 
-def _refuse_repeats(df: DataFrame, columns: LogColumns, rows: int) -> None:
-    """Raise if an id repeats within a bucket anywhere in the DataFrame (the kernel sees a batch).
+#: Hash-shard bits: the hash rows are shuffled by their top bits (256 shards).
+SHARD_BITS = 8
+#: Column names of the hash rows the observe pass emits beside the partials.
+SHARD, HASHES = "__cw_shard", "__cw_hashes"
+#: The JVM's hash of ``(bucket, id)``, when the key is not integer-like.
+KEY = "__cw_key"
+#: Repeated hashes confirmed row by row at most; more (a table of many repeats) runs one exact
+#: grouped query over every ``(bucket, id)`` instead.
+CONFIRM_AT_MOST = 4096
 
-    One job counts the distinct ``(bucket, id)`` pairs (a distinct count costs about half of a
-    grouped count on Spark); only when they fall short of the ``rows`` the kernel counted does a
-    second job find an example to name.
+
+class _KeyHashes:
+    """How the observe pass hashes ``(bucket, id)``: the same function on every executor.
+
+    Integer-like keys (integers, dates, timestamps) are hashed on the Python workers with
+    :func:`calwatch.scale.duplicates.key_hashes` (compiled; for a fixed bucket a bijection of the
+    id); any other type by the JVM, Spark's ``xxhash64(bucket, id)`` (seeded, the same on every
+    executor), carried to the workers as column :data:`KEY`.
+    """
+
+    def __init__(self, bucket: str, id: str, in_jvm: bool) -> None:
+        self.bucket, self.id, self.in_jvm = bucket, id, in_jvm
+
+    @classmethod
+    def of(cls, df: DataFrame, columns: LogColumns) -> _KeyHashes:
+        from pyspark.sql import types as st
+
+        exact = (st.ByteType, st.ShortType, st.IntegerType, st.LongType, st.DateType, st.TimestampType,
+                 st.TimestampNTZType)  # fmt: skip
+        integer_like = all(type(df.schema[name].dataType) in exact for name in (columns.bucket, columns.id))
+        return cls(columns.bucket, columns.id, in_jvm=not integer_like)
+
+    def inputs(self, names: Sequence[str]) -> list[Column]:
+        """The columns ``names``, and :data:`KEY` when the JVM hashes."""
+        from pyspark.sql import functions as sf
+
+        selected = [_col(n) for n in names]
+        if self.in_jvm:
+            selected.append(sf.xxhash64(_col(self.bucket), _col(self.id)).alias(KEY))
+        return selected
+
+    def hashes(self, batch: pa.RecordBatch) -> npt.NDArray[np.uint64]:
+        """Each row's key hash (``batch`` holds the inputs)."""
+        if self.in_jvm:
+            values = np.asarray(batch.column(KEY).to_numpy(zero_copy_only=False), dtype=np.int64)
+            return values.view(np.uint64)
+        return key_hashes(batch, self.bucket, self.id)
+
+    def kernel_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch without :data:`KEY` (the kernel sees the log's columns only)."""
+        if not self.in_jvm:
+            return batch
+        return batch.select([n for n in batch.schema.names if n != KEY])
+
+
+class _ShardedHashes:
+    """One partition's key hashes, grouped by their top :data:`SHARD_BITS` bits as they come."""
+
+    def __init__(self) -> None:
+        self.parts: list[list[npt.NDArray[np.uint64]]] = [[] for _ in range(1 << SHARD_BITS)]
+
+    def add(self, hashes: npt.NDArray[np.uint64]) -> None:
+        from calwatch.scale.id_hashes import partition
+
+        grouped = np.empty_like(hashes)
+        bounds = np.zeros((1 << SHARD_BITS) + 1, dtype=np.int64)
+        partition(hashes, 64 - SHARD_BITS, grouped, bounds)
+        for p in np.flatnonzero(np.diff(bounds)).tolist():
+            self.parts[p].append(grouped[bounds[p] : bounds[p + 1]])
+
+    def batch(self, schema: pa.Schema) -> pa.RecordBatch | None:
+        """One row per non-empty shard: its number and its hashes as bytes; other columns null."""
+        shards = [p for p, parts in enumerate(self.parts) if parts]
+        if not shards:
+            return None
+        blobs = [b"".join(part.tobytes() for part in self.parts[p]) for p in shards]
+        n = len(shards)
+        arrays = [pa.nulls(n, field.type) for field in schema][:-2]
+        arrays += [pa.array(shards, pa.int32()), pa.array(blobs, pa.binary())]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _with_hash_fields(partial: StructType) -> StructType:
+    """The observe pass's output: the partials' fields, then :data:`SHARD` and :data:`HASHES`."""
+    from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+
+    extra = [
+        StructField(SHARD, IntegerType(), nullable=True),
+        StructField(HASHES, BinaryType(), nullable=True),
+    ]
+    return StructType([*partial.fields, *extra])
+
+
+def _repeated_hashes(hashed: DataFrame) -> tuple[npt.NDArray[np.uint64], int]:
+    """Hashes seen more than once in the table (at most :data:`CONFIRM_AT_MOST` of them), and how many.
+
+    The hash rows are shuffled by shard (equal hashes share a shard); each partition sorts its
+    hashes and keeps equal neighbours.
+    """
+    cap = CONFIRM_AT_MOST
+
+    def repeats(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        chunks = [
+            np.frombuffer(blob, dtype=np.uint64)
+            for batch in batches
+            for blob in batch.column(HASHES).to_pylist()
+            if blob
+        ]
+        found = np.zeros(0, dtype=np.uint64)
+        if chunks:
+            values = np.sort(np.concatenate(chunks))
+            found = np.unique(values[1:][values[1:] == values[:-1]])
+        if found.shape[0]:
+            yield pa.RecordBatch.from_pydict(
+                {HASHES: [found[:cap].tobytes()], "n": [int(found.shape[0])]},
+                schema=pa.schema([(HASHES, pa.binary()), ("n", pa.int64())]),
+            )
+
+    shards = hashed.where(_col(HASHES).isNotNull()).select(_col(SHARD), _col(HASHES))
+    found = _collect(shards.repartition(_col(SHARD)).mapInArrow(repeats, f"{HASHES} binary, n long"))
+    if found.height == 0:
+        return np.zeros(0, dtype=np.uint64), 0
+    hashes = np.concatenate([np.frombuffer(b, dtype=np.uint64) for b in found[HASHES].to_list()])
+    return hashes, int(found["n"].sum())
+
+
+def _confirm_repeats(
+    df: DataFrame, columns: LogColumns, keyed: _KeyHashes, hashes: npt.NDArray[np.uint64] | None
+) -> None:
+    """Raise naming a ``(bucket, id)`` seen twice, looking only at rows whose key hash is in ``hashes``.
+
+    ``None`` looks at every row (one grouped query). Equal hashes of distinct keys (a collision)
+    raise nothing.
     """
     from pyspark.sql import functions as sf
 
-    if df.select(_col(columns.bucket), _col(columns.id)).distinct().count() == rows:
-        return
+    keys = df.select(*keyed.inputs([columns.bucket, columns.id]))
+    if hashes is not None:
+        wanted = np.unique(hashes)
+        key_schema = df.select(_col(columns.bucket), _col(columns.id)).schema
+
+        def candidates(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                keep = np.isin(keyed.hashes(batch), wanted)
+                if keep.any():
+                    yield batch.filter(pa.array(keep)).select([columns.bucket, columns.id])
+
+        keys = keys.mapInArrow(candidates, key_schema)
     repeats = (
-        df.groupBy(_col(columns.bucket), _col(columns.id))
+        keys.groupBy(_col(columns.bucket), _col(columns.id))
         .agg(sf.count(sf.lit(1)).alias("__cw_n"))
         .where(sf.col("__cw_n") > 1)
         .limit(1)
@@ -328,9 +496,13 @@ class _Shipped:
         self.broadcast.destroy()
 
     def executor(
-        self, columns: LogColumns, *, observed: bool
+        self, columns: LogColumns, *, observed: bool, hashes: tuple[_KeyHashes, pa.DataType] | None = None
     ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-        """The function ``mapInArrow`` runs on each partition (pickled with its few small captures)."""
+        """The function ``mapInArrow`` runs on each partition (pickled with its few small captures).
+
+        With ``hashes`` (the key hashing and the bucket's Arrow type), each partial batch gets
+        null :data:`SHARD` and :data:`HASHES` columns and the partition ends with its hash rows.
+        """
         key, broadcast, kernel, rows = self.key, self.broadcast, KERNEL, ARROW_ROWS
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -340,7 +512,33 @@ class _Shipped:
                 if out.num_rows:
                     yield out
 
-        return run
+        if hashes is None:
+            return run
+        keyed, bucket_type = hashes
+        schema = (
+            partial_schema(bucket_type)
+            .append(pa.field(SHARD, pa.int32()))
+            .append(pa.field(HASHES, pa.binary()))
+        )
+
+        def run_hashing(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            frozen = remote.frozen_for(key, lambda: bytes(broadcast.value))
+            sharded = _ShardedHashes()
+            for batch in remote.coalesced(batches, rows):
+                out = remote.raising_marked(
+                    keyed.kernel_batch(batch), frozen, columns, observed=observed, kernel=kernel
+                )
+                sharded.add(keyed.hashes(batch))  # after the kernel: null keys were refused there
+                if out.num_rows:
+                    n = out.num_rows
+                    yield pa.RecordBatch.from_arrays(
+                        [*out.columns, pa.nulls(n, pa.int32()), pa.nulls(n, pa.binary())], schema=schema
+                    )
+            last = sharded.batch(schema)
+            if last is not None:
+                yield last
+
+        return run_hashing
 
 
 def _reduced(partials: DataFrame) -> DataFrame:
