@@ -12,7 +12,8 @@ What runs where:
 * workers: ``ddf.map_partitions`` converts each pandas partition to Arrow and runs the kernel
   (the bytes decoded once per worker process), giving a small pandas frame of partial
   statistics; ``groupby(bucket, calibrator, field, index).agg(sum, sum, max)`` reduces them,
-  and the check that no id repeats within a bucket runs in the same ``dask.compute``;
+  and the check that no id repeats within a bucket (64-bit key hashes, sorted in 64 hash
+  partitions, a repeat confirmed on the rows) runs in the same ``dask.compute``;
 * client again: the reduced frame (buckets × calibrators × (3K + 2) rows at most) is merged
   into the monitor under its lock, all or nothing.
 
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import polars as pl
 import pyarrow as pa
@@ -44,6 +46,7 @@ from calwatch.scale.collect import (
     unjoinable,
 )
 from calwatch.scale.columns import LogColumns
+from calwatch.scale.duplicates import PARTITIONS, grouped_hashes, key_hashes
 from calwatch.scale.kernel import partial_schema, partial_statistics
 from calwatch.scale.reduce import KEYS
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource
@@ -90,13 +93,81 @@ def observe(
     check_names(list(ddf.columns), names, "the DataFrame")
     columns.check_schema(_arrow_schema(ddf._meta[names], columns), snap.frozen.n_classes)
     partials = _partials(ddf[names], snap, columns, observed=True)
-    sizes = ddf[[bucket, id]].groupby([bucket, id]).size()
-    reduced, repeated = _compute(partials.groupby(KEYS).agg(_AGGREGATIONS), (sizes > 1).sum())
-    if int(repeated):
-        found = sizes[sizes > 1].compute()
-        (first_bucket, first_id), times = found.index[0], found.iloc[0]
-        raise repeated_id(id, first_bucket, first_id, int(times))
+    # One compute of delayed objects only (Dask warns when collections and expressions mix):
+    # the reduced partials (one partition) and the repeated hashes of each hash partition.
+    reduced_parts = partials.groupby(KEYS).agg(_AGGREGATIONS).to_delayed()
+    computed = _compute(*reduced_parts, *_repeated_hashes(ddf, bucket, id))
+    reduced = pd.concat(computed[: len(reduced_parts)])
+    repeated = np.concatenate(computed[len(reduced_parts) :])
+    if repeated.shape[0]:
+        found = _confirmed_repeat(ddf[[bucket, id]], bucket, id, repeated)
+        if found is not None:
+            raise repeated_id(id, *found)
     return commit_observed_partials(mon, snap, _polars(reduced), TableSource(ENGINE, ddf, columns))
+
+
+def _repeated_hashes(ddf: DataFrame, bucket: str, id: str) -> list[Any]:
+    """Delayed arrays of the ``(bucket, id)`` hashes seen more than once, one per hash partition.
+
+    Each Dask partition's keys are hashed and grouped by their top bits
+    (:func:`calwatch.scale.duplicates.grouped_hashes`, as ``observe_table`` does); hash
+    partition ``p`` then gathers group ``p`` of every Dask partition and sorts it. A grouped
+    ``(bucket, id)`` count (``groupby.size``) held every distinct pair in pandas objects: 2 GiB
+    for 10⁷ rows; here the hashes take 8 bytes a row, and one sort ``n/64`` of them. Computed
+    with the partials, so the log is read once.
+    """
+    import dask
+
+    keyed = [
+        dask.delayed(_grouped_keys, pure=True)(part, bucket, id) for part in ddf[[bucket, id]].to_delayed()
+    ]
+    return [dask.delayed(_repeats_in_group, pure=True)(keyed, p) for p in range(PARTITIONS)]
+
+
+def _grouped_keys(
+    part: pd.DataFrame, bucket: str, id: str
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """One Dask partition's key hashes grouped by hash partition (runs on a worker)."""
+    return grouped_hashes(pa.RecordBatch.from_pandas(part, preserve_index=False), bucket, id)
+
+
+def _repeats_in_group(
+    keyed: list[tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]], p: int
+) -> npt.NDArray[np.uint64]:
+    """The hashes of hash partition ``p`` seen more than once across all Dask partitions."""
+    values = np.sort(np.concatenate([hashes[bounds[p] : bounds[p + 1]] for hashes, bounds in keyed]))
+    same = values[1:] == values[:-1]
+    return np.unique(values[1:][same])
+
+
+def _confirmed_repeat(
+    keys: DataFrame, bucket: str, id: str, hashes: npt.NDArray[np.uint64]
+) -> tuple[Any, Any, int] | None:
+    """The first ``(bucket, id, times)`` truly repeated among rows whose hash is in ``hashes``.
+
+    A hash collision (probability about ``n²/2⁶⁵``) must not refuse a good log: the rows decide.
+    """
+    meta = keys._meta
+    rows = keys.map_partitions(_rows_hashed_in, bucket, id, hashes, meta=meta).compute()
+    sizes = rows.groupby([bucket, id], sort=True).size()
+    sizes = sizes[sizes > 1]
+    if sizes.empty:
+        return None
+    (first_bucket, first_id), times = sizes.index[0], sizes.iloc[0]
+    return _plain(first_bucket), _plain(first_id), int(times)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds (an error then reads ``71``, not ``np.int64(71)``)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _rows_hashed_in(part: pd.DataFrame, bucket: str, id: str, hashes: npt.NDArray[np.uint64]) -> pd.DataFrame:
+    """The rows of one partition whose key hash is one of ``hashes``."""
+    if len(part) == 0:
+        return part
+    found = np.isin(key_hashes(pa.RecordBatch.from_pandas(part, preserve_index=False), bucket, id), hashes)
+    return part[found]
 
 
 def label(mon: Any, labels_ddf: DataFrame, *, id: str, label: str) -> LabelReport:
