@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import calwatch as cw
+import calwatch.stream as stream_module
 from calwatch.looks import LookStore
 from calwatch.shift_watch import ShiftWatch
 from calwatch.state_codec import StateDecoder, StateEncoder
@@ -132,3 +133,47 @@ def test_the_looks_of_a_long_stream_hold_a_fixed_number_of_objects_and_bytes_per
     back = cw.Monitor.load(path)
     assert list(back.shift_watch.looks.items()) == list(watch.looks.items())
     assert back.shift_watch.look_rows() == watch.look_rows()
+
+
+def _reachable(root: object) -> list[object]:
+    """The Python objects reachable from ``root`` (a class is shared: neither counted nor walked)."""
+    seen: dict[int, object] = {}
+    todo = [root]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, type):
+            continue
+        seen[id(obj)] = obj
+        todo.extend(gc.get_referents(obj))
+    return list(seen.values())
+
+
+def _longest_container(objects: list[object]) -> int:
+    return max((len(o) for o in objects if isinstance(o, (list, tuple, dict, set))), default=0)
+
+
+def test_settled_statistics_and_the_row_log_index_keep_no_python_object_per_batch(monkeypatch):
+    """A long stream's settled statistics and row-log index are columns: no object, no slot per batch.
+
+    (The row log's index held each batch's number as a Python int in a list, and the settled
+    statistics each batch's type in a list: ~36 and 8 bytes a batch and calibrator, for ever.)
+    """
+    monkeypatch.setattr(stream_module, "HOT_BATCHES", 0)  # every batch out of the window settles
+    monkeypatch.setattr(stream_module, "SETTLE_CHUNK", 1)
+    mon = _monitor()
+    log = mon._row_log
+    assert log is not None
+    log.part_rows = 1_000  # a part every 10 batches
+    _stream(mon, range(300))
+    stats, index = _reachable(mon._stream.batches._stats), _reachable(log.parts)
+    _stream(mon, range(300, 600))
+    more_stats, more_index = _reachable(mon._stream.batches._stats), _reachable(log.parts)
+    assert len(log.parts) >= 55  # the log wrote its parts
+    assert len(more_stats) == len(stats)  # O(1) objects, whatever the batches
+    assert _longest_container(more_stats) < 10  # and no list growing with them
+    per_part = (len(more_index) - len(index)) / 30
+    assert per_part < 12  # a part's entry (9 objects: dict, file name, checksum, mapping), not 10 ints more
+    assert _longest_container(more_index) <= len(log.parts) < 100
+    assert all(isinstance(p["batches"], np.ndarray) for p in log.parts)
+    last = log.describe()["parts"][-1]["batches"]  # the index as JSON writes it: a list of ints
+    assert type(last) is list and last == list(range(last[0], last[0] + 10)) and type(last[0]) is int

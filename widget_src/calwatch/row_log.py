@@ -102,6 +102,12 @@ class LoggedRows:
     rows: BatchRows
 
 
+def _listed(part: dict[str, Any]) -> dict[str, Any]:
+    """A part's index entry as JSON takes it: its batches (a column in memory) as a list."""
+    batches = part.get("batches")
+    return part | {"batches": batches.tolist()} if isinstance(batches, np.ndarray) else part
+
+
 class RowLog:
     """Every row that left a monitor's window, batch by batch, as immutable parquet parts.
 
@@ -118,7 +124,7 @@ class RowLog:
         owned = folder is None
         self.folder = Path(tempfile.mkdtemp(prefix="calwatch-rowlog-")) if folder is None else Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.parts: list[dict[str, Any]] = []  # {"file", "batches", "rows", "mapping", "sha256"}
+        self.parts: list[dict[str, Any]] = []  # {"file", "batches" (an array), "rows", "mapping", "sha256"}
         self.labels = LabelLog(self.folder)
         self.rows_logged = 0
         self.rows_unlabelled = 0  # logged rows still waiting for a label (counted in rows_pending)
@@ -159,7 +165,8 @@ class RowLog:
         path = self.folder / f"rows-{len(self.parts):06d}-{uuid.uuid4().hex[:8]}.parquet"
         frame.write_parquet(path)
         self.parts.append({
-            "file": path.name, "batches": [r.index for r in present], "rows": frame.height,
+            "file": path.name, "batches": np.fromiter((r.index for r in present), np.int64, len(present)),
+            "rows": frame.height,
             "mapping": mapping, "sha256": file_sha256(path),
         })  # fmt: skip
         self.rows_logged += frame.height
@@ -252,7 +259,7 @@ class RowLog:
     def describe(self) -> dict[str, Any]:
         """The log's index for a snapshot: its parts (file, batches, rows, column mapping, checksum)."""
         return {
-            "parts": self.parts, "labels": [p.name for p in self.labels.parts],
+            "parts": [_listed(p) for p in self.parts], "labels": [p.name for p in self.labels.parts],
             "labels_sha256": [file_sha256(p) for p in self.labels.parts], "rows_logged": self.rows_logged,
             "labels_applied": self.labels_applied, "rows_unlabelled": self.rows_unlabelled,
         }  # fmt: skip

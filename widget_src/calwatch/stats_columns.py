@@ -123,15 +123,26 @@ class _Field:
 class _Calibrator:
     """One calibrator's statistics: their type per batch (None where it has none) and fields."""
 
-    __slots__ = ("fields", "types")
+    __slots__ = ("codes", "fields", "n", "types")
 
     def __init__(self) -> None:
-        self.types: list[type | None] = []  # one reference per batch: the types are shared
+        self.types: list[type | None] = [None]  # the types seen; code 0: no statistics
+        self.codes: npt.NDArray[Any] = np.zeros(0, dtype=np.uint8)  # each batch's type, as a code
+        self.n = 0  # batches with a code (0 .. n - 1)
         self.fields: dict[str, _Field] = {}
 
     def put(self, i: int, stats: Any, n: int) -> None:
-        self.types.extend([None] * (n - len(self.types)))
-        self.types[i] = type(stats)
+        cls = type(stats)
+        code = next((c for c, known in enumerate(self.types) if known is cls), None)
+        if code is None:
+            code = len(self.types)
+            if code > np.iinfo(self.codes.dtype).max:  # more types than the codes hold: wider codes
+                self.codes = self.codes.astype(np.uint32)
+            self.types.append(cls)
+        self.codes = grown(self.codes, n)
+        self.codes[self.n : n] = 0
+        self.n = max(self.n, n)
+        self.codes[i] = code
         for name in _layout(type(stats))[0]:
             value = getattr(stats, name)
             column = self.fields.get(name)
@@ -140,7 +151,7 @@ class _Calibrator:
             column.put(i, value, n)
 
     def get(self, i: int) -> Any:
-        cls = self.types[i] if i < len(self.types) else None
+        cls = self.types[int(self.codes[i])] if i < self.n else None
         if cls is None:
             return None
         names, plain = _layout(cls)
@@ -228,5 +239,5 @@ class StatsColumns:
     def nbytes(self) -> int:
         """Bytes held by the columns (not counting the shared type objects)."""
         fields = sum(f.nbytes() for c in self._calibrators.values() for f in c.fields.values())
-        types = sum(8 * len(c.types) for c in self._calibrators.values())
+        types = sum(int(c.codes.nbytes) for c in self._calibrators.values())
         return fields + types + int(self._order.nbytes)
