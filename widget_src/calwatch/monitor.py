@@ -6,6 +6,7 @@ import copy
 import getpass
 import os
 import threading
+import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -782,8 +783,21 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
             self._send_notifications(batches)
 
     def _send_notifications(self, batches: tuple[int, ...]) -> None:
+        """Call every listener; one that raises is reported as a warning, not as the call's error.
+
+        The call that made the change has committed it by now: raising here would tell its caller
+        (often a producer thread) that an applied ``observe`` or ``label`` failed, and a retry
+        would then be refused or count twice. The other listeners still hear of the change.
+        """
         for listener in list(self._listeners):
-            listener(batches)
+            try:
+                listener(batches)
+            except Exception as err:  # a view's failure must not undo or hide a commit
+                msg = (
+                    f"calwatch: listener {listener!r} raised {type(err).__name__}: {err} while told of "
+                    f"batches {list(batches)[:10]}; the call that changed them was applied"
+                )
+                warnings.warn(msg, RuntimeWarning, stacklevel=2)
 
     @property
     def _guard(self) -> Guard:
