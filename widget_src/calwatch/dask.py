@@ -46,7 +46,7 @@ from calwatch.scale.collect import (
     unjoinable,
 )
 from calwatch.scale.columns import LogColumns
-from calwatch.scale.duplicates import PARTITIONS, grouped_hashes, key_hashes
+from calwatch.scale.duplicates import PARTITIONS, grouped_hashes, key_hashes, repeated
 from calwatch.scale.kernel import partial_schema, partial_statistics
 from calwatch.scale.reduce import KEYS
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource
@@ -135,9 +135,7 @@ def _repeats_in_group(
     keyed: list[tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]], p: int
 ) -> npt.NDArray[np.uint64]:
     """The hashes of hash partition ``p`` seen more than once across all Dask partitions."""
-    values = np.sort(np.concatenate([hashes[bounds[p] : bounds[p + 1]] for hashes, bounds in keyed]))
-    same = values[1:] == values[:-1]
-    return np.unique(values[1:][same])
+    return repeated(np.concatenate([hashes[bounds[p] : bounds[p + 1]] for hashes, bounds in keyed]))
 
 
 def _confirmed_repeat(

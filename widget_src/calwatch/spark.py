@@ -55,7 +55,7 @@ from calwatch.scale.collect import (
     unjoinable,
 )
 from calwatch.scale.columns import LogColumns
-from calwatch.scale.duplicates import key_hashes
+from calwatch.scale.duplicates import key_hashes, repeated
 from calwatch.scale.kernel import partial_schema, partial_statistics
 from calwatch.scale.reduce import KEYS
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource
@@ -432,8 +432,7 @@ def _repeated_hashes(hashed: DataFrame) -> tuple[npt.NDArray[np.uint64], int]:
         ]
         found = np.zeros(0, dtype=np.uint64)
         if chunks:
-            values = np.sort(np.concatenate(chunks))
-            found = np.unique(values[1:][values[1:] == values[:-1]])
+            found = repeated(np.concatenate(chunks))
         if found.shape[0]:
             yield pa.RecordBatch.from_pydict(
                 {HASHES: [found[:cap].tobytes()], "n": [int(found.shape[0])]},

@@ -115,9 +115,15 @@ def _repeats_in(file: Path, level: int) -> list[npt.NDArray[np.uint64]]:
                 found.extend(_repeats_in(part, level + 1))
                 part.unlink()
         return found
-    values = np.sort(np.fromfile(file, dtype=np.uint64))
-    same = values[1:] == values[:-1]
-    return [np.unique(values[1:][same])] if same.any() else []
+    repeats = repeated(np.fromfile(file, dtype=np.uint64))
+    return [repeats] if repeats.shape[0] else []
+
+
+def repeated(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """The values seen more than once in ``hashes``, each once, sorted (one sort, equal neighbours)."""
+    values = np.sort(hashes)
+    found: npt.NDArray[np.uint64] = np.unique(values[1:][values[1:] == values[:-1]])
+    return found
 
 
 def grouped_hashes(
@@ -190,4 +196,12 @@ def confirm(
     return repeats[0] if repeats else None
 
 
-__all__ = ["PARTITIONS", "SORT_LIMIT", "DuplicateCheck", "confirm", "grouped_hashes", "key_hashes"]
+__all__ = [
+    "PARTITIONS",
+    "SORT_LIMIT",
+    "DuplicateCheck",
+    "confirm",
+    "grouped_hashes",
+    "key_hashes",
+    "repeated",
+]
