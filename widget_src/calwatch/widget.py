@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -28,6 +27,7 @@ import traitlets
 from calwatch import charts, dashboard, health
 from calwatch.cards import CardTotals, ExactIntervals
 from calwatch.live import LiveDatasets, bucketed_names
+from calwatch.outbox import Outbox
 from calwatch.resolution import Resolution, bucket_width
 
 if TYPE_CHECKING:
@@ -37,6 +37,10 @@ _BUNDLE = Path(__file__).parent / "static" / "widget.js"
 #: While a stream runs, window-derived panels are recomputed at most this often (seconds); a
 #: last refresh follows once the kernel is idle, and every control change refreshes at once.
 WINDOW_REFRESH_S = 0.5
+#: In a kernel, updates reach the views at most this often (seconds): faster calls are merged by
+#: key into one message (:class:`~calwatch.outbox.Outbox`), so a producer faster than the browser
+#: draws never builds a backlog in the page. The first update after a pause is sent at once.
+UPDATE_INTERVAL_S = 0.2
 #: Row-table page sizes the kernel accepts.
 MAX_PAGE_SIZE = 200
 #: Kernel timings kept (:attr:`MonitorWidget.kernel_ms`), the most recent.
@@ -65,6 +69,16 @@ def _json_rows_from_dicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if isinstance(value, float) and not math.isfinite(value):
                 row[key] = None
     return rows
+
+
+def _in_kernel() -> bool:
+    """Whether this runs in a Jupyter kernel (where views are pages that draw what is sent)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with ipywidgets
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def status_line(monitor: Any) -> dict[str, Any]:
@@ -247,9 +261,18 @@ class MonitorWidget(anywidget.AnyWidget):
         self._monitor = monitor
         self._seq = 0
         self._panels: list[Any] = []
-        #: Messages computed under the monitor's lock, sent in seq order once it is released.
-        self._outbox: deque[dict[str, Any]] = deque()
-        self._send_lock = threading.Lock()
+        try:  # the kernel's event loop, where trailing refreshes run (also for producer threads)
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # created outside a running loop (a script, a test)
+            self._loop = None
+        #: Upserts computed under the monitor's lock, merged and sent once it is released; in a
+        #: Jupyter kernel at most one every UPDATE_INTERVAL_S (elsewhere each as it comes).
+        self._outbox = Outbox(
+            lambda message: self.send(message),  # looked up at each send (tests replace ``send``)
+            self._set_synced,
+            interval_s=UPDATE_INTERVAL_S if _in_kernel() else 0.0,
+            on_error=self._show_error,
+        )
         self._kernel_ms: deque[float] = deque(maxlen=MAX_TIMINGS)
         self._intervals = ExactIntervals()
         self._live_data: LiveDatasets  # set by refresh_layout, and again after each calibrate
@@ -276,10 +299,6 @@ class MonitorWidget(anywidget.AnyWidget):
         self._row_cache = dashboard.RowCache()
         self._window_refreshed = -math.inf
         self._refresh_scheduled = False
-        try:  # the kernel's event loop, where trailing refreshes run (also for producer threads)
-            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:  # created outside a running loop (a script, a test)
-            self._loop = None
         self._live = False
         self.refresh_layout()
         with monitor.lock:
@@ -380,13 +399,13 @@ class MonitorWidget(anywidget.AnyWidget):
             if self._live:  # after calibrate: every view moves to the new state
                 self._queue_upsert(data)
         # no view yet: the first one's replay holds what self._sent does
-        self._flush_outbox()
+        self._outbox.flush()
 
     def refresh(self) -> None:
         """Recompute the window panels and overview now and send them to every view."""
         with self._monitor.lock:
             self._queue_upsert(self._derived(window=True, notes=True))
-        self._flush_outbox()
+        self._outbox.flush()
 
     def replay_payload(self) -> dict[str, list[dict[str, Any]]]:
         """Every dataset row of the stream so far (what a new view receives).
@@ -619,27 +638,32 @@ class MonitorWidget(anywidget.AnyWidget):
             data |= self._window_data()
         return data
 
-    def _queue_upsert(self, data: dict[str, list[dict[str, Any]]], started: float | None = None) -> None:
+    def _queue_upsert(
+        self,
+        data: dict[str, list[dict[str, Any]]],
+        started: float | None = None,
+        *,
+        traits: dict[str, Any] | None = None,
+        urgent: bool = True,
+    ) -> None:
         """Number an upsert of the datasets that changed and queue it (call under the monitor's lock).
 
         ``started`` (epoch ms) is when the kernel began the update: views measure from it how
-        long the update took to reach the screen.
+        long the update took to reach the screen. ``traits``: synced traits to set once it is
+        sent. Not ``urgent`` (a stream's update): it may wait up to UPDATE_INTERVAL_S, merged
+        with the next ones.
         """
         self._seq += 1
-        message: dict[str, Any] = {
-            "kind": "upsert",
-            "seq": self._seq,
-            "data": {k: v for k, v in data.items() if v},
-        }
-        if started is not None:
-            message["t0"] = started
-        self._outbox.append(message)
+        self._outbox.add(self._seq, data, started, traits=traits, urgent=urgent)
 
-    def _flush_outbox(self) -> None:
-        """Send the queued messages in seq order (any thread: whoever gets here first sends them all)."""
-        with self._send_lock:
-            while self._outbox:
-                self.send(self._outbox.popleft())
+    def _set_synced(self, traits: Any) -> None:
+        """Set synced traits in one message (the outbox calls this once the update is sent)."""
+        with self.hold_sync():
+            for name, value in traits.items():
+                setattr(self, name, value)
+
+    def _show_error(self, err: Exception) -> None:
+        self._error = f"{type(err).__name__}: {err}"
 
     def _window_due(self) -> bool:
         if time.monotonic() - self._window_refreshed >= WINDOW_REFRESH_S:
@@ -679,18 +703,14 @@ class MonitorWidget(anywidget.AnyWidget):
                     if not window:  # this call's share of the window panels' work, now
                         self._keep_window_current()
                 data |= self._derived(window=window, notes=not batches)
-                self._queue_upsert(data, started)
-                status, warnings = status_line(self._monitor), warning_rows(self._monitor)
-                info = self._info() if batches else None
+                traits = {"_status": status_line(self._monitor), "_warnings": warning_rows(self._monitor)}
+                if batches:
+                    traits["_alpha_info"] = self._info()
+                self._queue_upsert(data, started, traits=traits, urgent=not batches)
         except Exception as err:  # draw the error in the widget instead of losing it
             self._error = f"{type(err).__name__}: {err}"
             raise
-        self._flush_outbox()
-        with self.hold_sync():
-            self._status = status
-            self._warnings = warnings
-            if info is not None:
-                self._alpha_info = info
+        self._outbox.flush()
         self._kernel_ms.append(1000.0 * (time.perf_counter() - clock))
 
     def _on_control(self, change: Any) -> None:
@@ -705,10 +725,10 @@ class MonitorWidget(anywidget.AnyWidget):
         try:
             with self._monitor.lock:
                 zoom = self._resend_buckets() if change["name"] == "_batch_range" else {}
-                self._queue_upsert(zoom | self._derived(window=True, notes=True))
-                info = self._info()
-            self._flush_outbox()
-            self._alpha_info = info
+                self._queue_upsert(
+                    zoom | self._derived(window=True, notes=True), traits={"_alpha_info": self._info()}
+                )
+            self._outbox.flush()
             if self._error.startswith(("α must", "window size")):
                 self._error = ""
         except Exception as err:  # draw the error in the widget instead of losing it
@@ -740,8 +760,8 @@ class MonitorWidget(anywidget.AnyWidget):
             view = str(content.get("view", ""))
             with self._monitor.lock:  # one moment of the stream, sent after the lock is released
                 payload = self.replay_payload()
-                self._outbox.append({"kind": "replay", "view": view, "seq": self._seq, "data": payload})
-            self._flush_outbox()
+                self._outbox.put({"kind": "replay", "view": view, "seq": self._seq, "data": payload})
+            self._outbox.flush()
         elif kind == "note":
             self._add_note(content)
         elif kind == "rows-request":
@@ -786,4 +806,5 @@ class MonitorWidget(anywidget.AnyWidget):
     def close(self) -> None:
         """Stop following the monitor and close every view."""
         self._unsubscribe()
+        self._outbox.close()
         super().close()
