@@ -12,9 +12,11 @@ What runs where:
   pickle) and broadcast as bytes; the schema is checked before any job runs;
 * executors: ``df.select(columns).mapInArrow(kernel)`` turns each Arrow batch of rows into
   partial statistics (the bytes are decoded once per Python worker), and Spark's own
-  ``groupBy(bucket, calibrator, field, index).agg(sum, sum, max)`` adds them up; the same pass
-  hashes each row's ``(bucket, id)`` for the id check, and the hashes, shuffled as bytes by
-  shard, are sorted on executors (a repeated hash is confirmed on the rows);
+  ``groupBy(bucket, calibrator, field, index).agg(sum, sum, max)`` adds them up. With the id
+  check (the default) the same pass also hashes each row's ``(bucket, id)``, each task sums its
+  own partials, and one shuffle, ``groupBy(shard).applyInArrow``, brings each shard's partials
+  and hashes (as bytes) together: a shard's group sums its partials and sorts its hashes, all in
+  the scan's job (a repeated hash is confirmed on the rows);
 * driver again: the reduced table, at most buckets × calibrators × (3K + 2) rows, is
   collected with ``toArrow()`` and merged into the monitor under its lock, all or nothing.
 
@@ -40,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from calwatch.monitor_labels import LabelReport
 from calwatch.scale import remote
@@ -62,7 +65,7 @@ from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType, StructField, StructType
 
 ENGINE = "spark"
 #: The kernel executors run (signature of :func:`~calwatch.scale.kernel.partial_statistics`). A
@@ -105,10 +108,11 @@ def observe(
     category : str, optional
         The Mondrian category, for ``mondrian="category"`` calibrators.
     check_ids : bool
-        Refuse a table whose ids repeat within a bucket. The check rides on the kernel's scan: an
-        8-byte hash of each row's ``(bucket, id)``, shuffled as bytes and sorted by shard, and
-        repeated hashes confirmed on the rows (see :func:`_observed_and_checked`); turn it off
-        only for a table whose ``(bucket, id)`` is a key by construction.
+        Refuse a table whose ids repeat within a bucket. The check rides on the kernel's scan and
+        its one shuffle: an 8-byte hash of each row's ``(bucket, id)``, shuffled as bytes beside
+        the partials and sorted by shard, and repeated hashes confirmed on the rows (see
+        :func:`_observed_and_checked`); turn it off only for a table whose ``(bucket, id)`` is a
+        key by construction.
 
     Returns
     -------
@@ -149,33 +153,36 @@ def observe(
 
 
 def _observed_and_checked(shipped: _Shipped, df: DataFrame, columns: LogColumns) -> pl.DataFrame:
-    """The reduced partials of ``df``, after refusing an id repeated within a bucket (one scan of the log).
+    """The reduced partials of ``df``, after refusing an id repeated within a bucket (one job, one shuffle).
 
-    The kernel's pass also hashes each row's ``(bucket, id)`` to 64 bits and emits, per partition
-    and hash shard, one row holding its hashes as bytes (8 bytes a row; the ``bucket`` and ``id``
-    values never go through Spark's row format). The pass's output is kept
-    (``MEMORY_AND_DISK``): Spark's ``groupBy`` reduces the partials from it, and the hash rows go
-    through one shuffle by shard to a sort that finds repeated hashes (:func:`_repeated_hashes`).
-    Repeated hashes are confirmed on the rows themselves (:func:`_confirm_repeats`), so a hash
-    collision never refuses a good table, and equal keys always hash equal, so no repeat hides.
+    The kernel's pass also hashes each row's ``(bucket, id)`` to 64 bits. Each task folds its
+    partials as they come and ends with its folded partials and, per hash shard, one row of that
+    shard's hashes as bytes (8 bytes a row; the ``bucket`` and ``id`` values never go through
+    Spark's row format). Both kinds of rows carry a shard number (:data:`SHARD`) and go through
+    one shuffle, ``groupBy(SHARD).applyInArrow``: each shard's group sums its partials and sorts
+    its hashes (:func:`_shard_reducer`), so the scan, the reduction and the search for repeated
+    hashes are one job, and nothing is kept. (Keeping the pass's output for a second job that
+    shuffled the hashes cost about a third on top of the pass.) Repeated hashes are confirmed on
+    the rows themselves (:func:`_confirm_repeats`), so a hash collision never refuses a good
+    table, and equal keys always hash equal, so no repeat hides.
     """
-    from pyspark import StorageLevel
-
     keyed = _KeyHashes.of(df, columns)
     arrow = _arrow_schema(df, columns.needed(), "the DataFrame")
-    schema = _with_hash_fields(_partial_type(df.schema[columns.bucket].dataType))
+    partial = _partial_type(df.schema[columns.bucket].dataType)
     hashed = df.select(*keyed.inputs(columns.needed())).mapInArrow(
-        shipped.executor(columns, observed=True, hashes=(keyed, arrow.field(columns.bucket).type)), schema
+        shipped.executor(columns, observed=True, hashes=(keyed, arrow.field(columns.bucket).type)),
+        _with_hash_fields(partial),
     )
-    hashed = hashed.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        reduced = _collect(_reduced(hashed.where(_col(HASHES).isNull()).drop(SHARD, HASHES)))
-        if reduced.height:
-            repeated, n_repeated = _repeated_hashes(hashed)
-            if n_repeated:
-                _confirm_repeats(df, columns, keyed, repeated if n_repeated <= CONFIRM_AT_MOST else None)
-    finally:
-        hashed.unpersist()
+    out_schema = _with_repeat_fields(partial)
+    reduce_shard = _shard_reducer(pa.schema([_arrow_field(f) for f in out_schema.fields]), CONFIRM_AT_MOST)
+    found = _collect(hashed.groupBy(_col(SHARD)).applyInArrow(reduce_shard, out_schema))
+    is_partial = pl.col(REPEATS).is_null()
+    reduced = found.filter(is_partial).drop(HASHES, REPEATS)
+    repeats = found.filter(~is_partial)
+    if reduced.height and repeats.height:
+        n_repeated = int(repeats[REPEATS].sum())
+        hashes = np.concatenate([np.frombuffer(b, dtype=np.uint64) for b in repeats[HASHES].to_list()])
+        _confirm_repeats(df, columns, keyed, hashes if n_repeated <= CONFIRM_AT_MOST else None)
     return reduced
 
 
@@ -324,8 +331,12 @@ def _checked_count(labels_df: DataFrame, id: str, label: str) -> int:
 
 #: Hash-shard bits: the hash rows are shuffled by their top bits (256 shards).
 SHARD_BITS = 8
-#: Column names of the hash rows the observe pass emits beside the partials.
+#: Column names the observe pass adds to the partials: every row's shard, and the hash rows' bytes.
 SHARD, HASHES = "__cw_shard", "__cw_hashes"
+#: Column of the shard reduction's output: how many hashes repeated in the shard (null on partials).
+REPEATS = "__cw_repeats"
+#: Kernel outputs a task folds into its running partial table at a time (bounds its memory).
+FOLD_EVERY = 32
 #: The JVM's hash of ``(bucket, id)``, when the key is not integer-like.
 KEY = "__cw_key"
 #: Repeated hashes confirmed row by row at most; more (a table of many repeats) runs one exact
@@ -404,6 +415,61 @@ class _ShardedHashes:
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+class _FoldedPartials:
+    """One task's partials, summed as they come (what Spark's map-side aggregation did before its shuffle).
+
+    :meth:`batch` gives each summed row a shard from its ``(calibrator, field, index)``, the same
+    on every executor (``zlib.crc32``, not Python's salted ``hash``), so every partial of a
+    statistic meets in one shard's group however many tasks sent one.
+    """
+
+    def __init__(self) -> None:
+        self.pending: list[pa.RecordBatch] = []
+        self.folded: pa.Table | None = None
+
+    def add(self, partials: pa.RecordBatch) -> None:
+        self.pending.append(partials)
+        if len(self.pending) >= FOLD_EVERY:
+            self.fold()
+
+    def fold(self) -> None:
+        batches = list(self.pending)
+        self.pending = []
+        tables = [pa.Table.from_batches(batches)] if batches else []
+        if self.folded is not None:
+            tables.append(self.folded)
+        if tables:
+            self.folded = _sum_partials(pa.concat_tables(tables))
+
+    def batch(self, schema: pa.Schema) -> pa.RecordBatch | None:
+        """The summed partials with their shards and null :data:`HASHES` (``schema``: the pass's output)."""
+        import zlib
+
+        self.fold()
+        if self.folded is None or self.folded.num_rows == 0:
+            return None
+        table = self.folded.combine_chunks()
+        names = pc.binary_join_element_wise(table.column("calibrator"), table.column("field"), "\0")
+        names = names.combine_chunks().dictionary_encode()
+        seeds = np.array([zlib.crc32(v.encode()) for v in names.dictionary.to_pylist()], dtype=np.int64)
+        index = table.column("index").to_numpy().astype(np.int64)
+        shards = (seeds[names.indices.to_numpy()] + index) % (1 << SHARD_BITS)
+        n = table.num_rows
+        arrays = [table.column(name).combine_chunks() for name in schema.names[:-2]]
+        arrays += [pa.array(shards.astype(np.int32)), pa.nulls(n, pa.binary())]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _sum_partials(table: pa.Table) -> pa.Table:
+    """Partials summed per (bucket, calibrator, field, index), in the kernel's schema (Arrow's group-by)."""
+    summed = table.group_by(KEYS, use_threads=False).aggregate(
+        [("count", "sum"), ("total", "sum"), ("constant", "max")]
+    )
+    arrays = [summed.column(k) for k in KEYS]
+    arrays += [summed.column("count_sum"), summed.column("total_sum"), summed.column("constant_max")]
+    return pa.Table.from_arrays(arrays, schema=table.schema)
+
+
 def _with_hash_fields(partial: StructType) -> StructType:
     """The observe pass's output: the partials' fields, then :data:`SHARD` and :data:`HASHES`."""
     from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
@@ -415,36 +481,65 @@ def _with_hash_fields(partial: StructType) -> StructType:
     return StructType([*partial.fields, *extra])
 
 
-def _repeated_hashes(hashed: DataFrame) -> tuple[npt.NDArray[np.uint64], int]:
-    """Hashes seen more than once in the table (at most :data:`CONFIRM_AT_MOST` of them), and how many.
+def _with_repeat_fields(partial: StructType) -> StructType:
+    """The shard reduction's output: the reduced partials' fields, then :data:`HASHES` and :data:`REPEATS`."""
+    from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-    The hash rows are shuffled by shard (equal hashes share a shard); each partition sorts its
-    hashes and keeps equal neighbours.
+    extra = [
+        StructField(HASHES, BinaryType(), nullable=True),
+        StructField(REPEATS, LongType(), nullable=True),
+    ]
+    return StructType([*partial.fields, *extra])
+
+
+def _arrow_field(field: StructField) -> pa.Field:
+    """A Spark field as the Arrow field Spark exchanges it as."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return pa.field(field.name, to_arrow_type(field.dataType))
+
+
+def _shard_reducer(schema: pa.Schema, cap: int) -> Callable[[pa.Table], pa.Table]:
+    """The function ``applyInArrow`` runs on each shard's group (``schema``: its output's).
+
+    It returns the group's partials summed per (bucket, calibrator, field, index) — the same
+    exact reduction as :func:`_reduced`: integer counts exactly, float sums to rounding — with
+    null :data:`HASHES` and :data:`REPEATS`, and, when the shard's hashes repeat, one more row:
+    the repeated hashes (at most ``cap`` of them) as bytes and how many there were.
     """
-    cap = CONFIRM_AT_MOST
 
-    def repeats(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        chunks = [
-            np.frombuffer(blob, dtype=np.uint64)
-            for batch in batches
-            for blob in batch.column(HASHES).to_pylist()
-            if blob
-        ]
-        found = np.zeros(0, dtype=np.uint64)
-        if chunks:
-            found = repeated(np.concatenate(chunks))
+    def reduce(group: pa.Table) -> pa.Table:
+        blobs = group.column(HASHES)
+        summed = _sum_partials(group.filter(blobs.is_null()).select(schema.names[:-2]))
+        n = summed.num_rows
+        arrays = [*summed.columns, pa.nulls(n, pa.binary()), pa.nulls(n, pa.int64())]
+        # Cast, not just labelled: Spark may hand the group large string types (useLargeVarTypes).
+        parts = [pa.Table.from_arrays(arrays, names=schema.names).cast(schema)]
+        found = repeated(_blob_hashes(blobs))
         if found.shape[0]:
-            yield pa.RecordBatch.from_pydict(
-                {HASHES: [found[:cap].tobytes()], "n": [int(found.shape[0])]},
-                schema=pa.schema([(HASHES, pa.binary()), ("n", pa.int64())]),
-            )
+            row = [pa.nulls(1, field.type) for field in schema][:-2]
+            row += [pa.array([found[:cap].tobytes()], pa.binary()), pa.array([found.shape[0]], pa.int64())]
+            parts.append(pa.Table.from_arrays(row, schema=schema))
+        return pa.concat_tables(parts)
 
-    shards = hashed.where(_col(HASHES).isNotNull()).select(_col(SHARD), _col(HASHES))
-    found = _collect(shards.repartition(_col(SHARD)).mapInArrow(repeats, f"{HASHES} binary, n long"))
-    if found.height == 0:
-        return np.zeros(0, dtype=np.uint64), 0
-    hashes = np.concatenate([np.frombuffer(b, dtype=np.uint64) for b in found[HASHES].to_list()])
-    return hashes, int(found["n"].sum())
+    return reduce
+
+
+def _blob_hashes(blobs: pa.ChunkedArray) -> npt.NDArray[np.uint64]:
+    """The hashes packed in a binary column's non-null values, read in place (8 bytes each)."""
+    parts = []
+    for chunk in blobs.chunks:
+        chunk = chunk.drop_null()
+        if len(chunk) == 0:
+            continue
+        wide = pa.types.is_large_binary(chunk.type)
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64 if wide else np.int32)
+        start, stop = int(offsets[chunk.offset]), int(offsets[chunk.offset + len(chunk)])
+        data = np.frombuffer(chunk.buffers()[2], dtype=np.uint8)[start:stop]
+        parts.append(data.view(np.uint64))
+    if not parts:
+        return np.zeros(0, dtype=np.uint64)
+    return np.concatenate(parts)
 
 
 def _confirm_repeats(
@@ -499,8 +594,9 @@ class _Shipped:
     ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
         """The function ``mapInArrow`` runs on each partition (pickled with its few small captures).
 
-        With ``hashes`` (the key hashing and the bucket's Arrow type), each partial batch gets
-        null :data:`SHARD` and :data:`HASHES` columns and the partition ends with its hash rows.
+        With ``hashes`` (the key hashing and the bucket's Arrow type), the task folds its partials
+        and yields them once, each with its :data:`SHARD` (:class:`_FoldedPartials`), then its
+        hash rows (:class:`_ShardedHashes`).
         """
         key, broadcast, kernel, rows = self.key, self.broadcast, KERNEL, ARROW_ROWS
 
@@ -522,20 +618,17 @@ class _Shipped:
 
         def run_hashing(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             frozen = remote.frozen_for(key, lambda: bytes(broadcast.value))
-            sharded = _ShardedHashes()
+            sharded, folded = _ShardedHashes(), _FoldedPartials()
             for batch in remote.coalesced(batches, rows):
                 out = remote.raising_marked(
                     keyed.kernel_batch(batch), frozen, columns, observed=observed, kernel=kernel
                 )
                 sharded.add(keyed.hashes(batch))  # after the kernel: null keys were refused there
                 if out.num_rows:
-                    n = out.num_rows
-                    yield pa.RecordBatch.from_arrays(
-                        [*out.columns, pa.nulls(n, pa.int32()), pa.nulls(n, pa.binary())], schema=schema
-                    )
-            last = sharded.batch(schema)
-            if last is not None:
-                yield last
+                    folded.add(out)
+            for last in (folded.batch(schema), sharded.batch(schema)):
+                if last is not None:
+                    yield last
 
         return run_hashing
 
