@@ -662,6 +662,40 @@ class RowCache:
         self._entries: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._sorted: _SortedWindow | None = None
         self._sums: tuple[dict[int, SetCounts], SetCounts] | None = None
+        #: The what-if panel's rows at one α: per batch, (its rows, their version, its rows at α).
+        self._what_if: tuple[float, dict[int, tuple[Any, Any, pl.DataFrame]]] | None = None
+
+    def what_if(self, monitor: Monitor, alpha: float, batches: Sequence[int]) -> pl.DataFrame:
+        """:meth:`Monitor.what_if` at ``alpha`` for the window batches ``batches``, in its order.
+
+        A batch's rows at ``alpha`` depend only on its probabilities (fixed once observed), its
+        labels (which change only by replacing its statistics: :func:`_version`) and the fitted
+        calibration scores (a calibrate builds a new cache), so only the batches that arrived or
+        changed since the last call at the same ``alpha`` are recomputed: about two per call of a
+        stream with labels one batch late, instead of the whole window.
+        """
+        records = {r.index: r for r in monitor.window_records()}
+        held = self._what_if[1] if self._what_if is not None and self._what_if[0] == alpha else {}
+        fresh = [
+            b
+            for b in batches
+            if (entry := held.get(b)) is None
+            or entry[0] is not records[b].rows
+            or entry[1] is not _version(records[b])
+        ]
+        if fresh:
+            computed = monitor.what_if(alpha, batches=fresh)
+            parts = computed.partition_by("batch", as_dict=True, maintain_order=True)
+            for b in fresh:
+                part = parts.get((b,), computed.clear())
+                held[b] = (records[b].rows, _version(records[b]), part)
+        self._what_if = (alpha, {b: held[b] for b in batches})
+        frames = [held[b][2] for b in batches]
+        if not frames:
+            return monitor.what_if(alpha, batches=())
+        order = {key: i for i, key in enumerate(monitor.what_if_calibrators())}
+        rank = pl.col("calibrator").replace_strict(order, return_dtype=pl.Int64)
+        return pl.concat(frames).sort(rank, "batch", maintain_order=True)
 
     def prune(self, monitor: Monitor) -> None:
         """Drop the per-batch entries of batches that are no longer in the window."""
@@ -887,12 +921,18 @@ def set_by_class(
     return pl.DataFrame(out | {"singleton_share": shares, "mean_set_size": sizes}, schema=schema)
 
 
-def what_if(monitor: Monitor, alpha: float, *, window_rows: int = 0) -> pl.DataFrame:
-    """:meth:`Monitor.what_if` at ``alpha`` for the most recent ``window_rows`` rows, keyed."""
+def what_if(
+    monitor: Monitor, alpha: float, *, window_rows: int = 0, cache: RowCache | None = None
+) -> pl.DataFrame:
+    """:meth:`Monitor.what_if` at ``alpha`` for the most recent ``window_rows`` rows, keyed.
+
+    With ``cache`` (a live view's), only the batches that changed since its last call are
+    recomputed (:meth:`RowCache.what_if`); the result is the same.
+    """
     if not monitor.what_if_calibrators():
         return pl.DataFrame()
     keep = window_batches(monitor, window_rows)
-    frame = monitor.what_if(alpha).filter(pl.col("batch").is_in(keep))
+    frame = monitor.what_if(alpha, batches=keep) if cache is None else cache.what_if(monitor, alpha, keep)
     return frame.with_columns(key=pl.concat_str("batch", "calibrator", separator="|"))
 
 

@@ -9,7 +9,7 @@ exactly that of all its rows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -97,7 +97,9 @@ class MonitorReads(MonitorState):
         return [key for key, cal in self._calibrators.items() if _levels_of(cal) is not None]
 
     @guarded
-    def what_if(self, alpha: float, calibrators: list[str] | None = None) -> pl.DataFrame:
+    def what_if(
+        self, alpha: float, calibrators: list[str] | None = None, *, batches: Iterable[int] | None = None
+    ) -> pl.DataFrame:
         """Sets and coverage of the window's rows recomputed at another level ``alpha``.
 
         Uses each calibrator's fitted calibration scores (no refitting): the threshold is the
@@ -111,6 +113,10 @@ class MonitorReads(MonitorState):
             Miscoverage level in (0, 1).
         calibrators : list of str, optional
             Which calibrators (default: all of :meth:`what_if_calibrators`).
+        batches : iterable of int, optional
+            Only these batches (default: every window batch); those not in the window are left
+            out. A live view recomputes only the batches that changed since its last call: a
+            batch's rows at ``alpha`` depend on nothing else.
 
         Returns
         -------
@@ -120,6 +126,7 @@ class MonitorReads(MonitorState):
             singleton_share``.
         """
         alpha = check_alpha(alpha)
+        wanted = None if batches is None else _batch_indices(batches)
         eligible = self.what_if_calibrators()
         keys = eligible if calibrators is None else list(calibrators)
         for key in keys:
@@ -137,6 +144,8 @@ class MonitorReads(MonitorState):
             levels = _levels_of(self._calibrators[key])
             assert levels is not None
             for record in self._stream.window_batches():
+                if wanted is not None and record.index not in wanted:
+                    continue
                 rows = record.rows
                 assert rows is not None
                 sets = levels.sets_at_alpha(rows.probs, alpha, ids=rows.ids)
@@ -548,6 +557,20 @@ class MonitorReads(MonitorState):
         if window is not None:
             out = out.tail(int(window))
         return out
+
+
+def _batch_indices(batches: Iterable[int]) -> set[int]:
+    """``batches`` as a set of batch indices; a clear error for anything else."""
+    if isinstance(batches, (str, bytes)) or not isinstance(batches, Iterable):
+        msg = f"batches must be an iterable of batch indices (int); got {type(batches).__name__}"
+        raise TypeError(msg)
+    out: set[int] = set()
+    for b in batches:
+        if isinstance(b, (bool, np.bool_)) or not isinstance(b, (int, np.integer)):
+            msg = f"batches must hold batch indices (int); got {b!r} ({type(b).__name__})"
+            raise TypeError(msg)
+        out.add(int(b))
+    return out
 
 
 def _levels_of(calibrator: Any) -> Any:

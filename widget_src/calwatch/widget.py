@@ -601,7 +601,7 @@ class MonitorWidget(anywidget.AnyWidget):
                 ),
                 "what_if": []
                 if self.alpha is None
-                else _json_rows(dashboard.what_if(mon, self.alpha, window_rows=n)),
+                else _json_rows(dashboard.what_if(mon, self.alpha, window_rows=n, cache=cache)),
             }
         out: dict[str, list[dict[str, Any]]] = {}
         for name, rows in fresh.items():
