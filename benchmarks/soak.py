@@ -27,8 +27,12 @@ Run: ``make soak [SOAK_ARGS="--minutes 12"]`` or ``python benchmarks/soak.py [--
 [--batches 100000] [--sample-seconds 10] [--rate 0] [--tab Coverage] [--prelude FILE]``
 (``--prelude``: Python code run in the kernel before the monitor is built, to try a patch).
 ``--interact`` does what a user would while it runs: at each sample it moves the α slider (on the
-Coverage tab) and adds a note pinned to the latest batch through the page, and records the
-milliseconds until the kernel holds each (``alpha_ms``, ``note_ms``).
+Coverage tab) and adds a note pinned to the latest batch through the page, and records, in ms
+from the input: when the kernel had recomputed the panels for the new α (``alpha_kernel_ms``, from
+the kernel's clock: the machine's monotonic clock is the page driver's too), when every what-if
+point on the screen showed the new α (``alpha_screen_ms``), and when the note was listed on the
+screen, after its way through the kernel (``note_screen_ms``). ``exec_ms`` is the round trip of an
+empty cell sent through the page (what running a cell waits for while the stream runs).
 """
 
 from __future__ import annotations
@@ -111,6 +115,8 @@ mon = cw.Monitor(
 P_cal, y_cal = batch(20_000)
 mon.calibrate(probs=P_cal, y=y_cal)
 go, stop = threading.Event(), threading.Event()
+alpha_seen = []  # (monotonic time, value): after the widget's own handler has recomputed the panels
+mon.widget().observe(lambda change: alpha_seen.append((time.monotonic(), change["new"])), names=["_alpha"])
 progress = {{"batches": 0, "done": False, "error": "", "seconds": 0.0}}
 
 
@@ -189,8 +195,10 @@ FIELDS = [
     "latency_ms_p95",
     "widget_seq",
     "loadavg_1m",
-    "alpha_ms",
-    "note_ms",
+    "alpha_kernel_ms",
+    "alpha_screen_ms",
+    "note_screen_ms",
+    "exec_ms",
 ]
 
 #: The α values ``--interact`` moves the slider through, one a sample.
@@ -297,18 +305,33 @@ def take_sample(
     return sample, state
 
 
-def interact(page: Any, kernel: Kernel, step: int, batch: int) -> dict[str, float]:
+WHAT_IF_POINTS = f'{INLINE} div.calwatch-panel[data-panel="what_if"] g.mark-symbol.role-mark path'
+NOTE_ITEMS = f"{INLINE} li.calwatch-note"
+#: True once every what-if point on the screen carries α = arg[1] in its aria-label.
+WHAT_IF_AT_JS = """([sel, alpha]) => {
+  const marks = [...document.querySelectorAll(sel)];
+  return marks.length > 0 && marks.every((m) => (m.getAttribute("aria-label") || "").includes("α: " + alpha));
+}"""
+COUNT_JS = "(sel) => document.querySelectorAll(sel).length"
+
+
+def interact(page: Any, kernel: Kernel, step: int, batch: int) -> dict[str, float | None]:
     """Move the α slider and add a note pinned to ``batch`` through the page, as a user would.
 
-    Returns the milliseconds from the input until the kernel holds it (the widget's ``alpha``;
-    the monitor's note count): the slider's and the note's round trips while the producer runs.
+    Returns the milliseconds from each input until the kernel had recomputed for the new α, until
+    the screen showed it, until the note was listed on the screen, and an empty cell's round trip.
     """
     alpha = ALPHAS[step % len(ALPHAS)]
+    begin = time.monotonic()
+    kernel.eval("1")
+    exec_ms = 1e3 * (time.monotonic() - begin)
     start = time.monotonic()
     page.locator(f"{INLINE} input.calwatch-alpha").fill(str(alpha))
-    kernel.wait_for("mon.widget().alpha", alpha, timeout_s=60.0)
-    alpha_ms = 1e3 * (time.monotonic() - start)
-    notes = int(kernel.eval("len(mon.notes())"))
+    page.wait_for_function(WHAT_IF_AT_JS, arg=[WHAT_IF_POINTS, f"{alpha:.3f}"], timeout=60_000)
+    alpha_screen_ms = 1e3 * (time.monotonic() - start)
+    seen = kernel.eval(f"[t for t, a in alpha_seen if a == {alpha!r}][-1:]")
+    alpha_kernel_ms = 1e3 * (seen[0] - start) if seen and seen[0] >= start else None
+    notes = int(page.evaluate(COUNT_JS, NOTE_ITEMS))
     page.eval_on_selector(f"{INLINE} details.calwatch-notes", "(el) => { el.open = true; }")
     page.locator(f"{INLINE} select.calwatch-note-target").select_option("batch")
     page.locator(f"{INLINE} input.calwatch-note-batch").fill(str(max(0, batch - 1)))
@@ -316,8 +339,14 @@ def interact(page: Any, kernel: Kernel, step: int, batch: int) -> dict[str, floa
     page.locator(f"{INLINE} textarea.calwatch-note-text").fill(f"soak note {step}: batch {batch - 1}")
     start = time.monotonic()
     page.locator(f"{INLINE} button.calwatch-note-add").click()
-    kernel.wait_for("len(mon.notes())", notes + 1, timeout_s=60.0)
-    return {"alpha_ms": round(alpha_ms, 1), "note_ms": round(1e3 * (time.monotonic() - start), 1)}
+    more = f"(sel) => document.querySelectorAll(sel).length > {notes}"
+    page.wait_for_function(more, arg=NOTE_ITEMS, timeout=60_000)
+    return {
+        "alpha_kernel_ms": _round(alpha_kernel_ms, 1),
+        "alpha_screen_ms": round(alpha_screen_ms, 1),
+        "note_screen_ms": round(1e3 * (time.monotonic() - start), 1),
+        "exec_ms": round(exec_ms, 1),
+    }
 
 
 def _round(x: float | None, digits: int = 2) -> float | None:
@@ -587,7 +616,12 @@ def summarise(
     for label, key in (("kernel per update", "kernel_ms_p95"), ("kernel -> pixels", "latency_ms_p95")):
         start, end = edge_median(samples, key, end=False), edge_median(samples, key, end=True)
         print(f"{label} p95 ms (median over the first / last 10% of samples): {start} -> {end}")
-    for label, key in (("α slider -> kernel", "alpha_ms"), ("note -> monitor", "note_ms")):
+    for label, key in (
+        ("α slider -> kernel recomputed", "alpha_kernel_ms"),
+        ("α slider -> screen", "alpha_screen_ms"),
+        ("note -> listed on screen", "note_screen_ms"),
+        ("empty cell round trip", "exec_ms"),
+    ):
         done = sorted(s[key] for s in samples if s.get(key) is not None)
         if done:
             print(

@@ -18,7 +18,7 @@ export function noteHeading(row: KeyedRow): string {
 
 export interface Notes {
   readonly el: HTMLElement;
-  /** Redraws the list from the `notes` rows. */
+  /** Redraws the list from the `notes` rows (nothing to do when they are the rows shown). */
   draw(rows: readonly KeyedRow[]): void;
   /** Points the form at a batch and opens it (from the row table). */
   pinTo(batch: number): void;
@@ -62,6 +62,8 @@ export function createNotes(model: AnyModel<WidgetModel>, doc: Document = docume
   el.append(summary, list, form);
 
   let count = 0;
+  /** The rows the list shows, in order. */
+  let shown: readonly KeyedRow[] = [];
   const drawSummary = () => {
     summary.textContent = count === 0 ? "Notes" : `Notes (${count})`;
   };
@@ -137,6 +139,11 @@ export function createNotes(model: AnyModel<WidgetModel>, doc: Document = docume
     el,
     draw(rows) {
       const sorted = [...rows].sort((a, b) => Number(a.note_id) - Number(b.note_id));
+      // Called after every applied update: rebuild the list only when a note came or changed
+      // (the store replaces a row object only when its row changes), or a long stream's notes
+      // would cost DOM nodes and time on every update.
+      if (sorted.length === shown.length && sorted.every((row, i) => row === shown[i])) return;
+      shown = sorted;
       count = sorted.length;
       drawSummary();
       list.replaceChildren(

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import type { VegaLiteSpec } from "./model";
 import { Chart } from "./charts";
 import { FakeModel } from "./test-utils";
-import widget, { epochNow, latencySink, renderView } from "./widget";
+import widget, { MAX_IDLE_GAP_MS, epochNow, idleGapMs, latencySink, renderView } from "./widget";
 
 const batchesSpec: VegaLiteSpec = {
   params: [{ name: "calibrator", value: "(all)" }],
@@ -187,6 +187,40 @@ describe("renderView", () => {
       expect(spy).toHaveBeenCalledTimes(4); // 1, then 2..20 merged; to each chart
       expect(timings().length - before).toBe(2); // the coverage chart's two changesets
       expect(log).toEqual(["1", "20"]);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
+  it("leaves the page idle after an apply of a fast stream for as long as the apply took", async () => {
+    expect(idleGapMs(0)).toBe(0);
+    expect(idleGapMs(120)).toBe(120);
+    expect(idleGapMs(10_000)).toBe(MAX_IDLE_GAP_MS);
+    expect(idleGapMs(Number.NaN)).toBe(0);
+    const model = newModel();
+    const { root } = mount(model);
+    model.receive({ kind: "replay", view: "v1", seq: 0, data: { batches: [] } });
+    await appliedSeq(root, 0);
+    const DRAW_MS = 60; // a slow render
+    const starts: number[] = [];
+    const ends: number[] = [];
+    const original = Chart.prototype.apply;
+    const spy = vi.spyOn(Chart.prototype, "apply").mockImplementation(async function (this: Chart, update) {
+      starts.push(performance.now());
+      await new Promise((r) => setTimeout(r, DRAW_MS));
+      await original.call(this, update);
+      ends.push(performance.now());
+    });
+    try {
+      model.receive({ kind: "upsert", seq: 1, data: { batches: [b(0, "aps", null)] } });
+      await vi.waitFor(() => expect(starts.length).toBe(2)); // both charts: the first apply is drawing
+      model.receive({ kind: "upsert", seq: 2, data: { batches: [b(0, "aps", 0.9), b(1, "aps", null)] } });
+      await appliedSeq(root, 2);
+      expect(starts.length).toBe(4); // two applies, each to both charts
+      const firstEnd = Math.max(ends[0] ?? 0, ends[1] ?? 0);
+      const firstTook = firstEnd - Math.min(starts[0] ?? 0, starts[1] ?? 0);
+      // the second apply began no sooner than the first took (2 ms: timer rounding)
+      expect((starts[2] ?? 0) - firstEnd).toBeGreaterThanOrEqual(Math.min(firstTook, MAX_IDLE_GAP_MS) - 2);
     } finally {
       spy.mockRestore();
     }

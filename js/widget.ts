@@ -18,7 +18,8 @@
 // everything accepted meanwhile (messages already received, those arriving while an apply is
 // being rendered, a resume's queue) is merged into a single update (mergeUpdates), then every
 // chart gets it as one changeset + runAsync, concurrently. A burst costs a few applies, not one
-// per message.
+// per message. After an apply the page stays idle as long as the apply took (at most 0.5 s:
+// idleGapMs) before the next one, so a fast stream never takes all of its time.
 
 import type { AnyModel, Initialize, Render } from "@anywidget/types";
 import { createAlerts } from "./alerts";
@@ -92,6 +93,17 @@ export function latencySink(): LatencySample[] {
 }
 
 /** Wall-clock time in ms since the Unix epoch (the kernel's clock, on the same machine). */
+/** The most idle time the page keeps between two applies of the stream (ms). */
+export const MAX_IDLE_GAP_MS = 500;
+
+/**
+ * Idle time before the next apply of the stream, after one that took `applyMs`: as long as it
+ * took (so drawing takes at most half the page's time), at most MAX_IDLE_GAP_MS.
+ */
+export function idleGapMs(applyMs: number): number {
+  return Number.isFinite(applyMs) && applyMs > 0 ? Math.min(applyMs, MAX_IDLE_GAP_MS) : 0;
+}
+
 export function epochNow(): number {
   return performance.timeOrigin + performance.now();
 }
@@ -392,30 +404,47 @@ export function renderView(
   const waiting: AcceptedUpdate[] = [];
   let applying = false;
   let flushTimer: ReturnType<typeof setTimeout> | null = null;
-  /** Hands everything waiting to the charts as one update; repeats while more arrived meanwhile. */
+  /** When the last apply ended and how long it took (ms, performance.now()). */
+  let lastApplyEnd = Number.NEGATIVE_INFINITY;
+  let lastApplyMs = 0;
+  /**
+   * Hands everything waiting to the charts as one update. Whatever arrives meanwhile waits for
+   * the next one, which starts no sooner than the last apply took (idleGapMs): a stream that
+   * arrives faster than the charts draw gets at most half the page's time, and the rest is left
+   * to the user's input, the notebook and the kernel's other messages.
+   */
   const flush = async () => {
     flushTimer = null;
+    if (waiting.length === 0 || disposed) return;
     applying = true;
+    const began = performance.now();
     try {
-      while (waiting.length > 0 && !disposed) {
-        const merged = mergeUpdates(waiting.splice(0));
-        if (merged === null) break;
-        const replaySeq = stream.replaySeq;
-        const update = store.apply(merged);
-        storeSeq = update.seq;
-        const start = performance.now();
-        await Promise.all(allCharts().map((chart) => chart.apply(update)));
-        updateTimings.push(performance.now() - start);
-        if (updateTimings.length > 100_000) updateTimings.splice(0, updateTimings.length - 100_000);
-        if (!disposed) {
-          markApplied(update, replaySeq);
-          drawDerived();
-          recordLatencies(update.seq);
-        }
+      const merged = mergeUpdates(waiting.splice(0));
+      if (merged === null) return;
+      const replaySeq = stream.replaySeq;
+      const update = store.apply(merged);
+      storeSeq = update.seq;
+      const start = performance.now();
+      await Promise.all(allCharts().map((chart) => chart.apply(update)));
+      updateTimings.push(performance.now() - start);
+      if (updateTimings.length > 100_000) updateTimings.splice(0, updateTimings.length - 100_000);
+      if (!disposed) {
+        markApplied(update, replaySeq);
+        drawDerived();
+        recordLatencies(update.seq);
       }
     } finally {
       applying = false;
+      lastApplyEnd = performance.now();
+      lastApplyMs = lastApplyEnd - began;
+      scheduleFlush();
     }
+  };
+  /** Starts the next apply in a task of its own, after the idle gap the last one asks for. */
+  const scheduleFlush = () => {
+    if (applying || flushTimer !== null || waiting.length === 0 || disposed) return;
+    const wait = idleGapMs(lastApplyMs) - (performance.now() - lastApplyEnd);
+    flushTimer = setTimeout(() => void flush().catch(reportError("stream")), Math.max(0, wait));
   };
   /** Latency of every upsert up to `seq` that carried the kernel's start time (now rendered). */
   const recordLatencies = (seq: number) => {
@@ -439,9 +468,7 @@ export function renderView(
     // microtasks, so applying right away would render every message on its own before the
     // browser even delivers the next one (kernel messages already received wait in the task
     // queue). Deferring lets those arrive first and be merged into the same update.
-    if (!applying && flushTimer === null && waiting.length > 0) {
-      flushTimer = setTimeout(() => void flush().catch(reportError("stream")), 0);
-    }
+    scheduleFlush();
     controls.setPending(stream.pending);
   };
 
