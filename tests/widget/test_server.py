@@ -101,7 +101,8 @@ def test_the_version_changes_after_a_save_and_a_long_poll_answers_at_once(served
     after = json.loads(body)
     assert status == 200 and after["version"] != before["version"]
     assert after["batches"] == before["batches"] + 1 == mon.n_batches
-    assert waited < 1.0, f"the new version took {waited:.2f} s to be served"
+    # woken by the save, not by the long poll's own timeout (no tighter bound: a loaded machine)
+    assert waited < LONG_POLL_S / 2, f"the long poll answered after {waited:.2f} s, not on the change"
     report = json.loads(_get(server, "/api/report")[2])
     assert report["version"] == after["version"] and report["model"]["_status"]["batches"] == mon.n_batches
 
