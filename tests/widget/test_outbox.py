@@ -14,19 +14,9 @@ from hypothesis import strategies as st
 from calwatch.outbox import Outbox
 
 from ..synthetic import softmax_data
+from .test_widget_incremental import _apply
 
 DATASETS = ("batches", "timeline", "overview")
-
-
-def apply(store: dict[str, dict[str, dict[str, Any]]], message: dict[str, Any]) -> None:
-    """What a view's RowStore does with an upsert: rows by key, tombstones remove their key."""
-    for name, rows in message["data"].items():
-        held = store.setdefault(name, {})
-        for row in rows:
-            if row.get("_deleted"):
-                held.pop(row["key"], None)
-            else:
-                held[row["key"]] = row
 
 
 row = st.builds(
@@ -80,13 +70,13 @@ def test_merged_upserts_leave_a_view_where_every_upsert_would(upserts: list[dict
     box = Outbox(rec.send, rec.set_traits, interval_s=3600.0)  # everything after the first merges
     expected: dict[str, dict[str, dict[str, Any]]] = {}
     for seq, data in enumerate(upserts, start=1):
-        apply(expected, {"data": data})
+        _apply(expected, data)
         box.add(seq, data, started=1000.0 - seq, traits={"_status": seq})
         box.flush()
     box.flush(force=True)
     got: dict[str, dict[str, dict[str, Any]]] = {}
     for message in rec.sent:
-        apply(got, message)
+        _apply(got, message["data"])
     assert {k: v for k, v in got.items() if v} == {k: v for k, v in expected.items() if v}
     assert rec.sent[0]["seq"] == 1  # the leading edge went out at once
     assert rec.sent[-1]["seq"] == len(upserts)
@@ -204,7 +194,7 @@ def test_a_stream_merged_by_the_widget_leaves_every_view_where_the_kernel_thinks
     import calwatch as cw
     from calwatch.widget import status_line
 
-    from .test_widget_incremental import K, Store, _apply, _batch, _calibrators, _rebuild
+    from .test_widget_incremental import K, Store, _batch, _calibrators, _rebuild
 
     mon = cw.Monitor(calibrators=_calibrators(selective=False))
     rng = np.random.default_rng(7)
