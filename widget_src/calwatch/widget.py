@@ -663,6 +663,7 @@ class MonitorWidget(anywidget.AnyWidget):
                 setattr(self, name, value)
 
     def _show_error(self, err: Exception) -> None:
+        """Draw ``err`` in the widget instead of losing it."""
         self._error = f"{type(err).__name__}: {err}"
 
     def _window_due(self) -> bool:
@@ -688,7 +689,7 @@ class MonitorWidget(anywidget.AnyWidget):
         try:
             self.refresh()
         except Exception as err:  # draw the error in the widget instead of losing it
-            self._error = f"{type(err).__name__}: {err}"
+            self._show_error(err)
 
     def _on_batches(self, batches: tuple[int, ...]) -> None:
         # Called after the monitor's call released its lock, maybe in a producer's thread: read the
@@ -708,7 +709,7 @@ class MonitorWidget(anywidget.AnyWidget):
                     traits["_alpha_info"] = self._info()
                 self._queue_upsert(data, started, traits=traits, urgent=not batches)
         except Exception as err:  # draw the error in the widget instead of losing it
-            self._error = f"{type(err).__name__}: {err}"
+            self._show_error(err)
             raise
         self._outbox.flush()
         self._kernel_ms.append(1000.0 * (time.perf_counter() - clock))
@@ -732,7 +733,7 @@ class MonitorWidget(anywidget.AnyWidget):
             if self._error.startswith(("α must", "window size")):
                 self._error = ""
         except Exception as err:  # draw the error in the widget instead of losing it
-            self._error = f"{type(err).__name__}: {err}"
+            self._show_error(err)
 
     def _on_kept_share(self, change: Any) -> None:
         """Re-tune every selective calibrator's threshold on the window at the chosen share."""
