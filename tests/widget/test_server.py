@@ -170,7 +170,9 @@ def test_the_cli_refuses_a_folder_that_is_not_a_snapshot(tmp_path, capsys):
     assert "calwatch serve:" in capsys.readouterr().err
 
 
-def test_the_cli_prints_the_url_with_its_token_and_stops_on_ctrl_c(tmp_path):
+@pytest.mark.parametrize("fetch_first", [True, False], ids=["after-a-request", "at-once"])
+def test_the_cli_prints_the_url_with_its_token_and_stops_on_ctrl_c(tmp_path, fetch_first):
+    # "at-once": Ctrl-C as soon as the URL is out, while the CLI may still be printing
     path = tmp_path / "not-saved-yet"  # the page waits for it (and the test for no report)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
@@ -186,8 +188,10 @@ def test_the_cli_prints_the_url_with_its_token_and_stops_on_ctrl_c(tmp_path):
         url = next(line.strip() for line in lines if "token=" in line)
         assert url.startswith("http://127.0.0.1:")
         assert "waiting for the first save" in "".join(lines)
-        with urllib.request.urlopen(url, timeout=30) as response:
-            assert response.status == 200 and b"Waiting for the first snapshot" in response.read()
+        if fetch_first:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                assert response.status == 200
+                assert b"Waiting for the first snapshot" in response.read()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
     finally:

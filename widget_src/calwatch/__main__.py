@@ -111,10 +111,13 @@ def _run_serve(args: argparse.Namespace) -> int:
         print(f"calwatch serve: {err}", file=sys.stderr)
         return 1
     waiting = "" if server.feed.current is not None else " (waiting for the first save)"
-    print(f"calwatch serve: {server.feed.path}{waiting}")
-    print(f"    {server.url}", flush=True)
-    print("Read-only; Ctrl-C stops the server (the snapshot stays as it is).", flush=True)
-    server.serve_forever()
+    try:  # Ctrl-C may come at any moment once the URL is out, not only inside serve_forever
+        print(f"calwatch serve: {server.feed.path}{waiting}")
+        print(f"    {server.url}", flush=True)
+        print("Read-only; Ctrl-C stops the server (the snapshot stays as it is).", flush=True)
+        server.serve_forever()
+    except KeyboardInterrupt:
+        server.stop()
     return 0
 
 
