@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from calwatch.frame_cache import CACHES_ATTRIBUTE
 from calwatch.monitor import Monitor
 from calwatch.regression_monitor import RegressionMonitor
 from calwatch.shift_watch import ShiftWatch
@@ -96,6 +97,7 @@ def compare(
     merged = copy.copy(runs[0])
     merged.__dict__.pop("_guard_state", None)  # its own lock, not the run's
     merged.__dict__.pop("_autosave", None)  # the run's autosaver saves the run, not the overlay
+    merged.__dict__.pop(CACHES_ATTRIBUTE, None)  # the run's kept reads, not the overlay's
     merged.name = f"{names[0]}: {runs[0].name} vs {names[1]}: {runs[1].name}"
     merged._calibrators = {
         f"{name}: {key}": cal

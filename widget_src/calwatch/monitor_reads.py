@@ -18,6 +18,7 @@ import polars as pl
 
 from calwatch.engine._validation import check_alpha
 from calwatch.engine.metrics.intervals import clopper_pearson
+from calwatch.frame_cache import frame_cache_of
 from calwatch.guard import guarded
 from calwatch.ids import uniform_scalar_ids
 from calwatch.kinds import KINDS, kind_of
@@ -367,8 +368,31 @@ class MonitorReads(MonitorState):
         labelled or not) with probability ≥ 95% while the batch is drawn like the calibration
         rows: an observed error outside it is evidence of a shift). Columns of the other kind
         are null, as are labelled metrics until a row of the batch is labelled.
+
+        The whole-stream summary is kept between calls and recomputed only for the batches that
+        changed since (:mod:`calwatch.frame_cache`): a reader polling it while a producer
+        streams holds the monitor's lock for the new batches' rows, not the whole stream's.
         """
-        return self.summary_of(self._records(batches))
+        if batches is not None:
+            return self.summary_of(self._records(batches))
+        records = self._stream.batches
+        return frame_cache_of(self, "summary").frame(
+            self._read_context(),
+            self._batch_tokens(),
+            lambda picked: self.summary_of([records[i] for i in picked]),
+        )
+
+    def _batch_tokens(self) -> list[object]:
+        """One token per batch that changes whenever the batch's reads can (:mod:`calwatch.frame_cache`)."""
+        return self._stream.batches.tokens()
+
+    def _read_context(self) -> tuple[object, ...]:
+        """What every batch's summary rows depend on besides the batch: the store and the calibrators."""
+        context: list[object] = [self._stream.batches]
+        for key, cal in self._calibrators.items():
+            kind = kind_of(cal)
+            context += [key, cal, repr(kind.target(cal)), repr(kind.calibrator_columns(cal))]
+        return tuple(context)
 
     @guarded
     def summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
@@ -465,11 +489,26 @@ class MonitorReads(MonitorState):
         Columns ``[batch,] calibrator, class, n_labelled, n_covered, coverage, coverage_lo,
         coverage_hi, target``; only classes with labelled rows appear.
         """
-        return self.class_coverage_of(self._records(batches), by_batch=by_batch)
+        if batches is not None:
+            return self.class_coverage_of(self._records(batches), by_batch=by_batch)
+        records = self._stream.batches
+        per_batch = frame_cache_of(self, "class_coverage").frame(
+            (*self._read_context(), getattr(self, "_encoder", None)),
+            self._batch_tokens(),
+            lambda picked: self.class_coverage_of([records[i] for i in picked]),
+        )
+        if by_batch:
+            return per_batch
+        counts = per_batch.select("batch", "calibrator", "class", "n_labelled", "n_covered")
+        return self._with_class_coverage(counts, by_batch=False)
 
     @guarded
     def class_coverage_of(self, records: Sequence[BatchRecord], *, by_batch: bool = True) -> pl.DataFrame:
         """:meth:`class_coverage` of some batch records (see :meth:`summary_of`)."""
+        return self._with_class_coverage(self._class_counts_of(records), by_batch=by_batch)
+
+    def _class_counts_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+        """Labelled and covered rows per batch, set calibrator and class (classes with labelled rows)."""
         classes = self.classes_
         with_sets = self._keys_with_sets()
         out: dict[str, list[Any]] = {
@@ -490,7 +529,10 @@ class MonitorReads(MonitorState):
             "batch": pl.Int64, "calibrator": pl.String, "class": pl.String,
             "n_labelled": pl.Int64, "n_covered": pl.Int64,
         }  # fmt: skip
-        frame = pl.DataFrame(out, schema=schema)
+        return pl.DataFrame(out, schema=schema)
+
+    def _with_class_coverage(self, frame: pl.DataFrame, *, by_batch: bool) -> pl.DataFrame:
+        """Per-class counts (pooled over batches unless ``by_batch``) with coverage, interval and target."""
         if not by_batch:
             frame = (
                 frame.group_by("calibrator", "class", maintain_order=True)

@@ -47,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from calwatch.frame_cache import CACHES_ATTRIBUTE
 from calwatch.invariants import problem_message
 from calwatch.kinds import KINDS, kind_named
 from calwatch.kinds.regression import PIT_BINS, RegressionBatchStats, row_fields
@@ -69,7 +70,7 @@ TASKS = ("classification", "regression")
 _TRANSIENT = frozenset(
     {
         "_adapter", "_model", "_listeners", "_widget", "_stream", "_guard_state", "_tables", "_row_log",
-        "_autosave",
+        "_autosave", CACHES_ATTRIBUTE,
     }
 )  # fmt: skip
 #: The row log's index inside a snapshot (its parts sit beside it, each with its own checksum).

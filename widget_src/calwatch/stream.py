@@ -286,6 +286,7 @@ class RecordStore(Sequence[BatchRecord]):
         self._zones: list[tzinfo | None] = []
         self._odd_names: dict[int, str] = {}
         self._odd_times: dict[int, datetime] = {}
+        self._generation = np.zeros(SETTLE_CHUNK, dtype=np.int64)  # settled stats replaced, per batch
 
     def __len__(self) -> int:
         n, hot = self._state
@@ -334,6 +335,16 @@ class RecordStore(Sequence[BatchRecord]):
         """Batches kept as columns."""
         return self._state[0]
 
+    def tokens(self) -> list[object]:
+        """What identifies each batch's statistics now, in batch order (for :mod:`calwatch.frame_cache`).
+
+        A settled batch's token is how many times its statistics were replaced since it settled
+        (an int); a recent batch's is its statistics dict (replaced, never changed in place) and
+        whether its raw rows are in the window. A token changes whenever the batch's reads can.
+        """
+        n, hot = self._state
+        return [*self._generation[:n].tolist(), *((r.stats, r.rows is not None) for r in hot)]
+
     def settle(self, keep: int | None = None) -> int:
         """Move the oldest recent records that left the window into columns; return how many.
 
@@ -356,6 +367,8 @@ class RecordStore(Sequence[BatchRecord]):
         self._n_rows = grown(self._n_rows, i + 1)
         self._wall_us = grown(self._wall_us, i + 1)
         self._tz_code = grown(self._tz_code, i + 1)
+        self._generation = grown(self._generation, i + 1)
+        self._generation[i] = 0
         self._n_rows[i] = record.n_rows
         if record.name != str(i):
             self._odd_names[i] = record.name
@@ -375,6 +388,7 @@ class RecordStore(Sequence[BatchRecord]):
     def put_stats(self, i: int, stats: dict[str, Any]) -> None:
         """Replace settled batch ``i``'s statistics (a :class:`_SettledRecord`'s ``stats = ...``)."""
         self._stats.put(i, stats)
+        self._generation[i] += 1
 
     def _settled(self, i: int) -> BatchRecord:
         observed = self._odd_times.get(i)
