@@ -59,6 +59,7 @@ from calwatch.scale.collect import (
 )
 from calwatch.scale.columns import LogColumns
 from calwatch.scale.duplicates import key_hashes, repeated
+from calwatch.scale.fold import FoldedPartials, sum_partials
 from calwatch.scale.kernel import partial_schema, partial_statistics
 from calwatch.scale.reduce import KEYS
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource
@@ -335,8 +336,6 @@ SHARD_BITS = 8
 SHARD, HASHES = "__cw_shard", "__cw_hashes"
 #: Column of the shard reduction's output: how many hashes repeated in the shard (null on partials).
 REPEATS = "__cw_repeats"
-#: Kernel outputs a task folds into its running partial table at a time (bounds its memory).
-FOLD_EVERY = 32
 #: The JVM's hash of ``(bucket, id)``, when the key is not integer-like.
 KEY = "__cw_key"
 #: Repeated hashes confirmed row by row at most; more (a table of many repeats) runs one exact
@@ -415,59 +414,28 @@ class _ShardedHashes:
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-class _FoldedPartials:
-    """One task's partials, summed as they come (what Spark's map-side aggregation did before its shuffle).
+def _sharded_partials(folded: FoldedPartials, schema: pa.Schema) -> pa.RecordBatch | None:
+    """A task's summed partials, each with its :data:`SHARD` and null :data:`HASHES` (``schema``: the output).
 
-    :meth:`batch` gives each summed row a shard from its ``(calibrator, field, index)``, the same
-    on every executor (``zlib.crc32``, not Python's salted ``hash``), so every partial of a
-    statistic meets in one shard's group however many tasks sent one.
+    A summed row's shard comes from its ``(calibrator, field, index)``, the same on every executor
+    (``zlib.crc32``, not Python's salted ``hash``), so every partial of a statistic meets in one
+    shard's group however many tasks sent one.
     """
+    import zlib
 
-    def __init__(self) -> None:
-        self.pending: list[pa.RecordBatch] = []
-        self.folded: pa.Table | None = None
-
-    def add(self, partials: pa.RecordBatch) -> None:
-        self.pending.append(partials)
-        if len(self.pending) >= FOLD_EVERY:
-            self.fold()
-
-    def fold(self) -> None:
-        batches = list(self.pending)
-        self.pending = []
-        tables = [pa.Table.from_batches(batches)] if batches else []
-        if self.folded is not None:
-            tables.append(self.folded)
-        if tables:
-            self.folded = _sum_partials(pa.concat_tables(tables))
-
-    def batch(self, schema: pa.Schema) -> pa.RecordBatch | None:
-        """The summed partials with their shards and null :data:`HASHES` (``schema``: the pass's output)."""
-        import zlib
-
-        self.fold()
-        if self.folded is None or self.folded.num_rows == 0:
-            return None
-        table = self.folded.combine_chunks()
-        names = pc.binary_join_element_wise(table.column("calibrator"), table.column("field"), "\0")
-        names = names.combine_chunks().dictionary_encode()
-        seeds = np.array([zlib.crc32(v.encode()) for v in names.dictionary.to_pylist()], dtype=np.int64)
-        index = table.column("index").to_numpy().astype(np.int64)
-        shards = (seeds[names.indices.to_numpy()] + index) % (1 << SHARD_BITS)
-        n = table.num_rows
-        arrays = [table.column(name).combine_chunks() for name in schema.names[:-2]]
-        arrays += [pa.array(shards.astype(np.int32)), pa.nulls(n, pa.binary())]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def _sum_partials(table: pa.Table) -> pa.Table:
-    """Partials summed per (bucket, calibrator, field, index), in the kernel's schema (Arrow's group-by)."""
-    summed = table.group_by(KEYS, use_threads=False).aggregate(
-        [("count", "sum"), ("total", "sum"), ("constant", "max")]
-    )
-    arrays = [summed.column(k) for k in KEYS]
-    arrays += [summed.column("count_sum"), summed.column("total_sum"), summed.column("constant_max")]
-    return pa.Table.from_arrays(arrays, schema=table.schema)
+    summed = folded.result()
+    if summed is None or summed.num_rows == 0:
+        return None
+    table = summed.combine_chunks()
+    names = pc.binary_join_element_wise(table.column("calibrator"), table.column("field"), "\0")
+    names = names.combine_chunks().dictionary_encode()
+    seeds = np.array([zlib.crc32(v.encode()) for v in names.dictionary.to_pylist()], dtype=np.int64)
+    index = table.column("index").to_numpy().astype(np.int64)
+    shards = (seeds[names.indices.to_numpy()] + index) % (1 << SHARD_BITS)
+    n = table.num_rows
+    arrays = [table.column(name).combine_chunks() for name in schema.names[:-2]]
+    arrays += [pa.array(shards.astype(np.int32)), pa.nulls(n, pa.binary())]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _with_hash_fields(partial: StructType) -> StructType:
@@ -510,7 +478,7 @@ def _shard_reducer(schema: pa.Schema, cap: int) -> Callable[[pa.Table], pa.Table
 
     def reduce(group: pa.Table) -> pa.Table:
         blobs = group.column(HASHES)
-        summed = _sum_partials(group.filter(blobs.is_null()).select(schema.names[:-2]))
+        summed = sum_partials(group.filter(blobs.is_null()).select(schema.names[:-2]))
         n = summed.num_rows
         arrays = [*summed.columns, pa.nulls(n, pa.binary()), pa.nulls(n, pa.int64())]
         # Cast, not just labelled: Spark may hand the group large string types (useLargeVarTypes).
@@ -595,7 +563,7 @@ class _Shipped:
         """The function ``mapInArrow`` runs on each partition (pickled with its few small captures).
 
         With ``hashes`` (the key hashing and the bucket's Arrow type), the task folds its partials
-        and yields them once, each with its :data:`SHARD` (:class:`_FoldedPartials`), then its
+        and yields them once, each with its :data:`SHARD` (:func:`_sharded_partials`), then its
         hash rows (:class:`_ShardedHashes`).
         """
         key, broadcast, kernel, rows = self.key, self.broadcast, KERNEL, ARROW_ROWS
@@ -618,7 +586,7 @@ class _Shipped:
 
         def run_hashing(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             frozen = remote.frozen_for(key, lambda: bytes(broadcast.value))
-            sharded, folded = _ShardedHashes(), _FoldedPartials()
+            sharded, folded = _ShardedHashes(), FoldedPartials()
             for batch in remote.coalesced(batches, rows):
                 out = remote.raising_marked(
                     keyed.kernel_batch(batch), frozen, columns, observed=observed, kernel=kernel
@@ -626,7 +594,7 @@ class _Shipped:
                 sharded.add(keyed.hashes(batch))  # after the kernel: null keys were refused there
                 if out.num_rows:
                     folded.add(out)
-            for last in (folded.batch(schema), sharded.batch(schema)):
+            for last in (_sharded_partials(folded, schema), sharded.batch(schema)):
                 if last is not None:
                     yield last
 

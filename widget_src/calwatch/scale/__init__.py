@@ -12,8 +12,9 @@ per-batch statistics from such a table without holding it in memory, and exactly
   ``RecordBatch`` of partial statistics keyed by (bucket, calibrator, field, index) out. Every
   statistic is a sum (or, for the few per-calibrator constants such as α, the same value
   everywhere), so partial tables from any split of the log reduce with a plain group-by sum;
-* :mod:`.reduce` — that reduction (polars here; Spark and Dask run their own) and the statistics
-  objects rebuilt from it;
+* :mod:`.fold` — that reduction as a running sum (Arrow's group-by), which ``observe_table``'s
+  chunks and Spark's tasks and shards fold with (Spark and Dask also run their own aggregations);
+* :mod:`.reduce` — the statistics objects rebuilt from the reduced table;
 * :mod:`.commit` — the reduced statistics merged into a monitor, all or nothing;
 * :mod:`.table` — the embedded default: parquet, polars and pyarrow sources streamed in chunks
   (``Monitor.observe_table`` / ``Monitor.label_table``);

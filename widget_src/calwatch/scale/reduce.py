@@ -1,9 +1,10 @@
 """Reduce the kernel's partial statistics and rebuild each bucket's statistics objects.
 
 The reduction is a group-by over (bucket, calibrator, field, index) taking ``sum(count)``,
-``sum(total)`` and ``max(constant)``; :func:`reduce_partials` does it with polars (Spark and Dask
-do the same with their own aggregations and hand the small result here). Integer counts come out
-exactly; float sums equal the in-memory monitor's to rounding (the order of additions differs).
+``sum(total)`` and ``max(constant)``; :func:`reduce_partials` does it with
+:mod:`calwatch.scale.fold` (Spark and Dask do the same with their own aggregations and hand the
+small result here). Integer counts come out exactly; float sums equal the in-memory monitor's to
+rounding (the order of additions differs).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from calwatch.scale.fold import KEYS, FoldedPartials
 from calwatch.scale.frozen import FrozenMonitor
 from calwatch.scale.kernel import (
     BUCKET,
@@ -26,8 +28,6 @@ from calwatch.scale.kernel import (
     N_ROWS,
 )
 from calwatch.stream import BatchStats
-
-KEYS = ["bucket", "calibrator", "field", "index"]
 
 
 @dataclass
@@ -45,9 +45,11 @@ class BucketStatistics:
 
 def reduce_partials(partials: Iterable[pa.RecordBatch | pa.Table | pl.DataFrame]) -> pl.DataFrame:
     """Sum partial statistics over every part (one row per bucket, calibrator, field and index)."""
-    frames = [p if isinstance(p, pl.DataFrame) else _frame(p) for p in partials]
-    frames = [f for f in frames if f.height]
-    if not frames:
+    folded = FoldedPartials()
+    for part in partials:
+        folded.add(part.to_arrow() if isinstance(part, pl.DataFrame) else part)
+    table = folded.result()
+    if table is None:
         return pl.DataFrame(
             schema={
                 "bucket": pl.Null,
@@ -59,16 +61,11 @@ def reduce_partials(partials: Iterable[pa.RecordBatch | pa.Table | pl.DataFrame]
                 "constant": pl.Float64,
             }
         )
-    return aggregate(pl.concat(frames, how="vertical_relaxed"))
+    return as_frame(table)
 
 
-def aggregate(frame: pl.DataFrame) -> pl.DataFrame:
-    """The group-by sum itself (also used to fold running partial tables as chunks arrive)."""
-    return frame.group_by(KEYS).agg(pl.col("count").sum(), pl.col("total").sum(), pl.col("constant").max())
-
-
-def _frame(part: pa.RecordBatch | pa.Table) -> pl.DataFrame:
-    table = pa.Table.from_batches([part]) if isinstance(part, pa.RecordBatch) else part
+def as_frame(table: pa.Table) -> pl.DataFrame:
+    """A reduced Arrow table as the polars frame :func:`bucket_statistics` reads."""
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     return frame
@@ -169,4 +166,4 @@ def _fill(row: dict[str, Any], name: str, index: Any, count: Any, total: Any, co
         row[name] = current + float(total.sum())
 
 
-__all__ = ["BucketStatistics", "aggregate", "bucket_statistics", "reduce_partials"]
+__all__ = ["KEYS", "BucketStatistics", "as_frame", "bucket_statistics", "reduce_partials"]

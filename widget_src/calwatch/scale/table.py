@@ -31,15 +31,14 @@ from calwatch.monitor_labels import LabelReport
 from calwatch.scale.columns import LogColumns
 from calwatch.scale.commit import commit_labels, commit_observed
 from calwatch.scale.duplicates import DuplicateCheck, confirm, grouped_hashes
+from calwatch.scale.fold import FoldedPartials
 from calwatch.scale.frozen import FrozenMonitor, freeze
 from calwatch.scale.kernel import partial_statistics
-from calwatch.scale.reduce import BucketStatistics, aggregate, bucket_statistics
+from calwatch.scale.reduce import BucketStatistics, as_frame, bucket_statistics
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource, registry_of
 
 #: Rows per chunk: large enough that per-chunk overheads vanish, small enough for flat memory.
 DEFAULT_CHUNK_ROWS = 250_000
-#: Partial tables folded together every this many chunks (bounds the partials kept).
-FOLD_EVERY = 32
 #: Chunks run through the kernel at once (numpy and Arrow release the GIL in the heavy parts).
 WORKERS = 2
 PREVIOUS = "__cw_previous"
@@ -145,26 +144,6 @@ def source_chunks(
                     yield batch
 
 
-@dataclass
-class _Folded:
-    """Partial statistics folded as they arrive (sum by key), so only a few tables are kept."""
-
-    frames: list[pl.DataFrame]
-
-    def add(self, part: pa.RecordBatch | pl.DataFrame) -> None:
-        frame = part if isinstance(part, pl.DataFrame) else pl.from_arrow(pa.Table.from_batches([part]))
-        assert isinstance(frame, pl.DataFrame)
-        if frame.height:
-            self.frames.append(frame)
-        if len(self.frames) >= FOLD_EVERY:
-            self.frames = [aggregate(pl.concat(self.frames, how="vertical_relaxed"))]
-
-    def result(self) -> pl.DataFrame | None:
-        if not self.frames:
-            return None
-        return aggregate(pl.concat(self.frames, how="vertical_relaxed"))
-
-
 def _progress(total: int | None, enabled: bool | None, what: str) -> Any:
     from tqdm.auto import tqdm
 
@@ -201,7 +180,7 @@ def observe_table(
     dataset = parquet_files(source)
     location = str(source) if isinstance(source, (str, os.PathLike)) else None
     table_source = TableSource("polars", frame, columns, location=location)
-    folded = _Folded([])
+    folded = FoldedPartials()
     workers = max(1, min(WORKERS, os.cpu_count() or 1))
     try:
         with (
@@ -230,7 +209,7 @@ def observe_table(
         if reduced is None:
             msg = "source has no rows: nothing to observe"
             raise ValueError(msg)
-        buckets = bucket_statistics(reduced, frozen, observed=True)
+        buckets = bucket_statistics(as_frame(reduced), frozen, observed=True)
         with monitor.lock:
             same_calibrators(monitor, calibrators)
             indices = commit_observed(monitor, buckets, table_source)
@@ -242,7 +221,7 @@ def observe_table(
 
 
 Grouped = tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]
-_ChunkResult = tuple[pl.DataFrame, Grouped, pl.DataFrame | None]
+_ChunkResult = tuple[pa.RecordBatch, Grouped, pl.DataFrame | None]
 
 
 @dataclass(frozen=True)
@@ -307,10 +286,7 @@ def _work(
     """
     out: list[_ChunkResult] = []
     for chunk in _item_chunks(item, names, chunk_rows):
-        part = pl.from_arrow(
-            pa.Table.from_batches([partial_statistics(chunk, frozen, columns, check_ids=False)])
-        )
-        assert isinstance(part, pl.DataFrame)  # converted here, off the folding thread
+        part = partial_statistics(chunk, frozen, columns, check_ids=False)
         labelled = _labelled_rows(chunk, columns) if columns.label is not None else None
         out.append((part, grouped_hashes(chunk, columns.bucket, columns.id), labelled))
     return out
@@ -455,7 +431,7 @@ def apply_labels(
         with _progress(None, progress, "label_table") as bar:
             for table_source in sources:
                 columns = _label_columns(table_source.columns)
-                folded = _Folded([])
+                folded = FoldedPartials()
                 for chunk in chunks_of(table_source):
                     folded.add(partial_statistics(chunk, frozen, columns, observed=False))
                     rows = _labelled_rows(chunk, columns)
@@ -464,7 +440,10 @@ def apply_labels(
                     bar.update(len(chunk))
                 reduced = folded.result()
                 if reduced is not None:
-                    deltas += [(table_source, d) for d in bucket_statistics(reduced, frozen, observed=False)]
+                    deltas += [
+                        (table_source, d)
+                        for d in bucket_statistics(as_frame(reduced), frozen, observed=False)
+                    ]
         matched = int(pl.concat(matched_ids).n_unique()) if matched_ids else 0
         unmatched = labels.count - matched
         relabelled = sum(d.n_relabelled for _, d in deltas)
