@@ -3,6 +3,7 @@
 import numpy as np
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 import calwatch as cw
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
@@ -132,6 +133,29 @@ def test_rows_frame(monitor):
     assert rows["covered_aps"].null_count() == 4
     with pytest.raises(ValueError, match="not in the window"):
         monitor.rows(batch=99)
+
+
+@pytest.mark.parametrize(
+    "classes", [None, np.array(["cat", "dog", "eel", "fox", "gnu"])], ids=["ints", "strings"]
+)
+def test_the_last_rows_are_the_tail_of_all_rows(data, classes):
+    """``rows(window=n)`` reads only the newest batches that hold ``n`` rows, and gives their tail."""
+    P, y = data(1000, K=5, seed=2)
+    mon = cw.Monitor(
+        calibrators={"aps": SplitConformalClassifier(score="aps", alpha=0.1), "risk": cw.RiskEstimator()},
+        classes=classes,
+    ).calibrate(probs=P, y=y if classes is None else classes[y])
+    names = np.arange(5) if classes is None else classes
+    for b, n in enumerate([30, 1, 45, 20]):
+        P, y = data(n, K=5, seed=10 + b)
+        mon.observe(probs=P, ids=[f"{b}-{i}" for i in range(n)])
+        if b % 2:  # half the batches labelled, so the label and coverage columns mix values and nulls
+            mon.label([f"{b}-{i}" for i in range(0, n, 2)], names[y[::2]])
+    every = mon.rows()
+    assert every.height == 96 and every["label"].null_count() == 96 - 1 - 10
+    for n in (0, 1, 19, 20, 21, 66, 95, 96, 500):
+        assert_frame_equal(mon.rows(window=n), every.tail(n))
+    assert every["set_aps"].dtype == pl.List(pl.String if classes is not None else pl.Int64)
 
 
 def test_polars_ids_and_string_classes(data):

@@ -23,6 +23,7 @@ from calwatch.guard import guarded
 from calwatch.ids import uniform_scalar_ids
 from calwatch.kinds import KINDS, kind_of
 from calwatch.kinds.admit import admitted_accuracy
+from calwatch.kinds.base import null_where
 from calwatch.monitor_state import MonitorState
 from calwatch.shift_watch import ShiftWatch, first_names
 from calwatch.stream import NO_LABEL, BatchRecord
@@ -572,6 +573,8 @@ class MonitorReads(MonitorState):
             if not records:
                 msg = f"batch {batch} is not in the window (its raw rows were dropped or never existed)"
                 raise ValueError(msg)
+        if window is not None:  # only the newest batches that hold the last ``window`` rows
+            records = _newest_holding(records, int(window))
         frames = []
         for record in records:
             rows = record.rows
@@ -585,9 +588,7 @@ class MonitorReads(MonitorState):
                 else rows.ids,
                 "prediction": classes[y_hat].tolist(),
                 "confidence": rows.probs.max(axis=1),
-                "label": [
-                    c if h else None for c, h in zip(classes[rows.labels].tolist(), has_label, strict=True)
-                ],
+                "label": _labels_or_null(classes, rows.labels, has_label),
             }
             for key, cal in self._calibrators.items():
                 kind = kind_of(cal)
@@ -599,6 +600,22 @@ class MonitorReads(MonitorState):
         if window is not None:
             out = out.tail(int(window))
         return out
+
+
+def _newest_holding(records: list[BatchRecord], n_rows: int) -> list[BatchRecord]:
+    """The newest ``records`` holding the last ``n_rows`` rows (all if fewer; one at least: the columns)."""
+    held, start = 0, len(records)
+    while start > 0 and (held < n_rows or start == len(records)):
+        start -= 1
+        held += records[start].n_rows
+    return records[start:]
+
+
+def _labels_or_null(classes: npt.NDArray[Any], labels: npt.NDArray[np.int64], has_label: Any) -> pl.Series:
+    """Each row's label as its class, null where it has none (no label at all: a column of nulls)."""
+    if not has_label.any():
+        return pl.Series([None] * len(labels))
+    return null_where(pl.Series(classes[labels].tolist()), ~has_label)
 
 
 def _batch_indices(batches: Iterable[int]) -> set[int]:

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+import polars as pl
 
 from calwatch.models import ModelOutputs
 from calwatch.stream import BatchRecord, BatchRows, BatchStats
@@ -220,3 +221,9 @@ def calibrator_inputs(calibrator: Any, outputs: ModelOutputs, categories: Any) -
 def int_array(values: Any) -> npt.NDArray[np.int64]:
     """``values`` as an int64 array (a list read from parquet, or an array)."""
     return np.asarray(values, dtype=np.int64)
+
+
+def null_where(values: pl.Series, missing: npt.NDArray[np.bool_]) -> pl.Series:
+    """``values`` with null where ``missing`` (e.g. a row's coverage before its label came)."""
+    nulls = pl.repeat(None, len(values), dtype=values.dtype, eager=True)
+    return values.zip_with(pl.Series(~missing), nulls)
