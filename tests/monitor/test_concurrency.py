@@ -20,6 +20,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
+from calwatch import charts, dashboard
+from calwatch.widget import dashboard_datasets
 
 from ..synthetic import softmax_data
 
@@ -309,3 +311,43 @@ def test_a_relabel_is_not_a_new_observation_for_detectors_or_aci():
     assert twice.calibrators["aci"].alpha_t_ == once.calibrators["aci"].alpha_t_
     assert twice.status()["rows_labelled"] == once.status()["rows_labelled"] == 4 * BATCH
     assert not twice.summary()["n_covered"].equals(once.summary()["n_covered"])  # counts took the corrections
+
+
+def test_the_dashboards_views_read_one_moment_while_a_producer_moves_the_window(frequent_switches):
+    """Views that read the window's records and then their rows hold the lock in between.
+
+    Without it a producer moves a batch out of the window (its rows become None) half-way through
+    a view: in a kernel, the static output's post-cell refresh raised ``AttributeError`` so.
+    """
+    mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)}, window=2_000)
+    P, y = softmax_data(2000, K=K, seed=0)
+    mon.calibrate(probs=P, y=y)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def producer():
+        try:
+            for b in range(400):
+                P, y = softmax_data(100, K=K, seed=b)
+                ids = [f"{b}-{i}" for i in range(100)]
+                mon.observe(probs=P, ids=ids)
+                mon.label(ids, y)
+        except BaseException as err:
+            errors.append(err)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    views = 0
+    try:
+        while not done.is_set():
+            dashboard_datasets(mon)  # the reliability diagram and sets by class of the window's rows
+            charts.datasets(mon)
+            dashboard.what_if(mon, 0.2)
+            views += 1
+    finally:
+        done.set()
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert views > 0 and mon.status()["batches"] == 400

@@ -16,6 +16,7 @@ import altair as alt
 import numpy as np
 import polars as pl
 
+from calwatch.guard import one_moment
 from calwatch.kinds import KINDS, find_kind
 from calwatch.kinds.admit import AdmitKind
 from calwatch.kinds.regression import RegressionKind
@@ -43,6 +44,7 @@ Source = pl.DataFrame | None
 ChartSpec = alt.Chart | alt.LayerChart
 
 
+@one_moment
 def datasets(
     monitor: Monitor, batches: tuple[int, ...] | None = None, *, resolution: Resolution | None = None
 ) -> dict[str, pl.DataFrame]:
@@ -62,6 +64,7 @@ def datasets(
     return bucket_datasets(monitor, buckets, resolution) | window_datasets(monitor)
 
 
+@one_moment
 def bucket_datasets(
     monitor: Monitor, buckets: Sequence[tuple[BatchRecord, int]], resolution: Resolution
 ) -> dict[str, pl.DataFrame]:
@@ -90,6 +93,7 @@ def bucket_datasets(
     }
 
 
+@one_moment
 def window_datasets(monitor: Monitor) -> dict[str, pl.DataFrame]:
     """The datasets built from the window's raw rows, always whole.
 
@@ -121,6 +125,7 @@ def window_dataset_names(monitor: Monitor) -> list[str]:
 _EMPTY = pl.DataFrame(schema={"key": pl.String})
 
 
+@one_moment
 def batch_summary(monitor: Monitor, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
     """The ``batches`` dataset one batch per row (exact per batch, whatever the stream's length)."""
     single = Resolution()
@@ -1042,6 +1047,7 @@ def build(kind: str, monitor: Monitor) -> ChartSpec:
     return builder(frame)  # type: ignore[no-any-return]
 
 
+@one_moment
 def overview(monitor: Monitor, *, width: int = 420) -> alt.VConcatChart:
     """Every chart of the monitor stacked vertically, each with its own scales (for pages)."""
     kinds = chart_kinds(monitor)

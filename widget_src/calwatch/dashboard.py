@@ -44,6 +44,7 @@ import polars as pl
 from calwatch import charts
 from calwatch.cards import overview_rows
 from calwatch.engine.metrics.intervals import clopper_pearson
+from calwatch.guard import one_moment
 from calwatch.kinds import find_kind
 from calwatch.kinds.sets import POPCOUNT
 
@@ -235,6 +236,7 @@ def layout(kinds: Sequence[str], panels: Sequence[str] = PANELS) -> list[dict[st
     return out
 
 
+@one_moment
 def panels_for(monitor: Monitor) -> list[str]:
     """The dashboard panels that apply to a monitor."""
     if getattr(monitor, "task", None) == "regression":
@@ -388,6 +390,7 @@ def set_by_class_spec() -> dict[str, Any]:
     return _finish(bars, "Singleton share by predicted class (window)")
 
 
+@one_moment
 def timeline(
     monitor: Monitor, batches: Sequence[int] | None = None, *, width: int | None = None
 ) -> pl.DataFrame:
@@ -494,6 +497,7 @@ def _specs_json(kinds: tuple[str, ...], panels: tuple[str, ...]) -> str:
 
 
 # --------------------------------------------------------------------------- window rows
+@one_moment
 def window_batches(monitor: Monitor, window_rows: int = 0) -> list[int]:
     """Indices of the most recent window batches holding at most ``window_rows`` rows (0 = all).
 
@@ -780,6 +784,7 @@ def _labelled_run(record: Any, wanted: int | None, cache: RowCache | None) -> Ru
     return conf[keep], (top == labels)[keep]
 
 
+@one_moment
 def reliability(
     monitor: Monitor,
     *,
@@ -837,6 +842,7 @@ def _sorted_labelled(
     return cache.sorted_window(records, wanted, lambda r: _labelled_run(r, wanted, cache))
 
 
+@one_moment
 def keep_current(
     monitor: Monitor,
     cache: RowCache,
@@ -885,6 +891,7 @@ def _set_totals(
     return cache.window_sums(records, lambda r: _set_counts(r, K, cache))
 
 
+@one_moment
 def set_by_class(
     monitor: Monitor,
     *,
@@ -921,6 +928,7 @@ def set_by_class(
     return pl.DataFrame(out | {"singleton_share": shares, "mean_set_size": sizes}, schema=schema)
 
 
+@one_moment
 def what_if(
     monitor: Monitor, alpha: float, *, window_rows: int = 0, cache: RowCache | None = None
 ) -> pl.DataFrame:
@@ -936,6 +944,7 @@ def what_if(
     return frame.with_columns(key=pl.concat_str("batch", "calibrator", separator="|"))
 
 
+@one_moment
 def what_if_info(monitor: Monitor, alpha: float | None, *, window_rows: int = 0) -> dict[str, Any]:
     """What the α control applies to: the calibrators, the window batches and rows."""
     records = {r.index: r.n_rows for r in monitor.window_records()}
@@ -953,6 +962,7 @@ def what_if_info(monitor: Monitor, alpha: float | None, *, window_rows: int = 0)
 
 
 # --------------------------------------------------------------------------- overview cards
+@one_moment
 def overview(monitor: Monitor, *, batch_range: Sequence[int] | None = None) -> pl.DataFrame:
     """Status cards of a monitor, over all batches or ``batch_range``.
 
@@ -975,11 +985,13 @@ def overview(monitor: Monitor, *, batch_range: Sequence[int] | None = None) -> p
     )
 
 
+@one_moment
 def note_rows(monitor: Monitor, start: int = 0) -> list[dict[str, Any]]:
     """The monitor's notes from ``start`` on as ``notes`` dataset rows (key: the note id)."""
     return [{"key": str(r["note_id"]), **r} for r in monitor.notes().slice(start).to_dicts()]
 
 
+@one_moment
 def rows_page(
     monitor: Monitor,
     batch: int,

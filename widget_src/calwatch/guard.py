@@ -73,4 +73,21 @@ def guarded(method: F) -> F:
     return cast(F, wrapper)
 
 
-__all__ = ["Guard", "guard_of", "guarded"]
+def one_moment(view: F) -> F:
+    """Run a view of a monitor (its first argument) under the monitor's lock.
+
+    A view that reads several things (window records and their rows, summaries, notes) must read
+    them at one moment: between two reads a producer thread may move a batch out of the window
+    (its rows become ``None``) or label it. The lock is re-entrant, so views calling views (and
+    the widget, which already holds it) nest freely. Nothing here waits on a front end.
+    """
+
+    @functools.wraps(view)
+    def wrapper(monitor: Any, /, *args: Any, **kwargs: Any) -> Any:
+        with guard_of(monitor).lock:
+            return view(monitor, *args, **kwargs)
+
+    return cast(F, wrapper)
+
+
+__all__ = ["Guard", "guard_of", "guarded", "one_moment"]

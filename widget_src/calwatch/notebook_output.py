@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import altair as alt
 
 from calwatch import charts
+from calwatch.guard import one_moment
 from calwatch.report import coverage_table, report_parts, script_json
 from calwatch.widget import _bundle
 
@@ -98,6 +99,7 @@ def _headline(monitor: Monitor) -> str:
     return f"<p>{_esc(facts)}</p><ul>{chips}</ul>" if chips else f"<p>{_esc(facts)}</p>"
 
 
+@one_moment
 def dashboard_html(monitor: Monitor, uid: str) -> str:
     """The dashboard's static output: the frozen dashboard, its script-free fallback and the guard.
 

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from calwatch.guard import one_moment
+
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
 
@@ -62,6 +64,7 @@ def write_report(source: Monitor | str | os.PathLike[str], path: str | os.PathLi
     return target
 
 
+@one_moment
 def render_report(monitor: Monitor, *, snapshot: dict[str, Any] | None = None) -> str:
     """The report page as a string (see :func:`write_report`)."""
     return report_page(report_parts(monitor, snapshot=snapshot))
@@ -95,6 +98,7 @@ class ReportParts:
         return script_json(fields | self.payload | extra)
 
 
+@one_moment
 def report_parts(monitor: Monitor, *, snapshot: dict[str, Any] | None = None) -> ReportParts:
     """The title, sections and dashboard state of a monitor's report (see :func:`report_page`).
 
@@ -201,6 +205,7 @@ def _warnings_table(monitor: Monitor) -> str:
     return _table(monitor.warnings(), empty="No shift warnings.", columns=columns)
 
 
+@one_moment
 def coverage_table(monitor: Monitor) -> str:
     """Coverage (and risk) by calibrator over the whole stream, as an escaped HTML table.
 

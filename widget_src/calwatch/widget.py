@@ -26,6 +26,7 @@ import traitlets
 
 from calwatch import charts, dashboard, health
 from calwatch.cards import CardTotals, ExactIntervals
+from calwatch.guard import one_moment
 from calwatch.live import LiveDatasets, bucketed_names
 from calwatch.outbox import Outbox
 from calwatch.resolution import Resolution, bucket_width
@@ -81,6 +82,7 @@ def _in_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
+@one_moment
 def status_line(monitor: Any) -> dict[str, Any]:
     """The status line's data: the monitor's counters, and where its table batches came from."""
     status: dict[str, Any] = dict(monitor.status())
@@ -94,6 +96,7 @@ def _classes(monitor: Monitor) -> list[str]:
     return [] if monitor.calibration_ is None else [str(c) for c in monitor.classes_.tolist()]
 
 
+@one_moment
 def view_state(monitor: Monitor) -> dict[str, Any]:
     """The synced traits a view of ``monitor`` starts from (also what a static report renders)."""
     from calwatch.kinds import find_kind
@@ -120,6 +123,7 @@ def view_state(monitor: Monitor) -> dict[str, Any]:
     }
 
 
+@one_moment
 def notice_lines(monitor: Monitor) -> list[str]:
     """What the monitor does by rule (``Monitor.notices()``), one line each, for the status line."""
     notices = getattr(monitor, "notices", None)  # the regression monitor applies no such rule
@@ -131,6 +135,7 @@ def notice_lines(monitor: Monitor) -> list[str]:
     ]
 
 
+@one_moment
 def warning_rows(monitor: Monitor) -> list[dict[str, Any]]:
     """The shift warning log as JSON-safe dicts, oldest first."""
     watch = monitor.shift_watch
@@ -143,6 +148,7 @@ def warning_rows(monitor: Monitor) -> list[dict[str, Any]]:
 BUCKETED = ("batches", "set_sizes", "class_coverage", "admit_class", "shift", "pit")
 
 
+@one_moment
 def view_datasets(
     monitor: Monitor,
     batches: tuple[int, ...] | None = None,
@@ -164,6 +170,7 @@ def view_datasets(
     return out | dashboard_datasets(monitor) if dashboard_data else out
 
 
+@one_moment
 def dashboard_datasets(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
     """The dashboard's datasets at the monitor's own settings (no α, whole window, no brush).
 
@@ -181,6 +188,7 @@ def dashboard_datasets(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+@one_moment
 def health_rows(
     monitor: Monitor, rows: Any = None, *, promises: tuple[dict[str, str], dict[str, float]] | None = None
 ) -> list[dict[str, Any]]:
