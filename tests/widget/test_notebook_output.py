@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import re
+import threading
+import time
 from html.parser import HTMLParser
 from typing import Any
 
@@ -92,6 +94,45 @@ def test_static_output_refreshes_only_when_the_stream_changed(monkeypatch):
     assert calls[1][2] == calls[0][2] == static.display_id
     assert "1 batches" in calls[1][1]["text/html"]
     assert static.refresh() is False
+
+
+def test_a_producer_threads_changes_redraw_the_static_output_only_when_due(monkeypatch):
+    """Cells run while a producer thread feeds the monitor do not each rebuild the whole output."""
+    import IPython.display
+
+    calls: list[str] = []
+    monkeypatch.setattr(IPython.display, "display", lambda b, raw, display_id: calls.append("display"))
+    monkeypatch.setattr(IPython.display, "update_display", lambda b, raw, display_id: calls.append("update"))
+    mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)}, name="p")
+    P, y = softmax_data(300, seed=1)
+    mon.calibrate(probs=P, y=y)
+    static = notebook_output.static_for(mon.widget())
+    static.display()
+
+    def produce(seed: int) -> None:
+        P, y = softmax_data(50, seed=seed)
+        mon.observe(probs=P, y=y)
+
+    for seed in range(2, 5):  # three cells end while a producer thread streams
+        thread = threading.Thread(target=produce, args=(seed,))
+        thread.start()
+        thread.join()
+        notebook_output._refresh_all()
+    assert calls == ["display"]  # drawn 0 s ago: not due
+    assert static.render_s > 0 and not static.due()
+    monkeypatch.setattr(notebook_output, "STATIC_MIN_INTERVAL_S", 0.0)
+    monkeypatch.setattr(notebook_output, "STATIC_COST_SHARE", 1.0)  # due once a drawing's time has passed
+    time.sleep(static.render_s)
+    notebook_output._refresh_all()
+    assert calls == ["display", "update"]  # due: the producer's batches are drawn
+    monkeypatch.setattr(notebook_output, "STATIC_MIN_INTERVAL_S", 3600.0)
+    produce(9)  # a change in the main thread (the cell's own): drawn at the cell's end
+    notebook_output._refresh_all()
+    assert calls == ["display", "update", "update"]
+    thread = threading.Thread(target=produce, args=(10,))
+    thread.start()
+    thread.join()
+    assert static.refresh() is False and static.refresh(force=True) is True
 
 
 def test_chart_output_is_static_svg_and_png_of_the_same_chart():

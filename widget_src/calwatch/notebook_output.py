@@ -17,7 +17,14 @@ second output of its own (:class:`StaticDashboard`): a ``text/html`` output that
   same output area, so a live JupyterLab shows the dashboard once.
 
 The output is refreshed (``update_display``) when a cell that changed the stream ends (IPython's
-``post_run_cell``): once per cell, not per batch, because it carries the 1.4 MB bundle.
+``post_run_cell``): once per cell, not per batch, because it carries the 1.4 MB bundle and all
+the data (seconds to build for a long stream, under the monitor's lock). A stream fed by another
+thread changes during every cell, so its changes refresh the output at most once every
+:data:`STATIC_MIN_INTERVAL_S` seconds (longer when one refresh takes more than a
+:data:`STATIC_COST_SHARE` of that): running a cell must not cost seconds while a producer runs.
+Changes made in the main thread (the cells' own ``observe`` and ``label`` calls, the controls)
+still refresh it at the end of their cell, and :meth:`StaticDashboard.refresh` with
+``force=True`` refreshes it at once.
 
 :func:`offline_chart` does the same for ``Monitor.chart``: its output is an SVG (and a PNG for
 untrusted JupyterLab) drawn in the kernel by vl-convert, with no script and no widget.
@@ -30,6 +37,8 @@ import contextlib
 import functools
 import html
 import itertools
+import math
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -45,6 +54,10 @@ if TYPE_CHECKING:
     from calwatch.widget import MonitorWidget
 
 #: The MIME type of the dashboard's static output (plain HTML: every exporter knows it).
+#: A stream fed by another thread redraws the static output at most this often (seconds)...
+STATIC_MIN_INTERVAL_S = 30.0
+#: ...and at most this share of the time goes to drawing it (a 3 s drawing: once a minute).
+STATIC_COST_SHARE = 0.05
 HTML = "text/html"
 #: How long (ms) a static output in a live JupyterLab waits for the widget's view next to it to
 #: draw before it shows itself (the view renders asynchronously, often after the static output;
@@ -143,16 +156,22 @@ class StaticDashboard:
         self.display_id = self.uid
         self.shown_seq: int | None = None
         self.shown = False
+        self.shown_at = -math.inf  # time.monotonic() of the last drawing
+        self.render_s = 0.0  # how long the last drawing took to build
 
     def bundle(self) -> dict[str, str]:
         """The output's mimebundle at the widget's current state."""
         widget = self._widget()
         if widget is None:
             return {}
+        started = time.monotonic()
         self.shown_seq = widget.seq
         monitor = widget.monitor
         text = f"<calwatch dashboard: {monitor.name}>"
-        return {HTML: dashboard_html(monitor, self.uid), "text/plain": text}
+        bundle = {HTML: dashboard_html(monitor, self.uid), "text/plain": text}
+        self.shown_at = time.monotonic()
+        self.render_s = self.shown_at - started
+        return bundle
 
     def display(self) -> None:
         """Display the output (after the widget's view) and refresh it when a cell ends."""
@@ -165,15 +184,25 @@ class StaticDashboard:
     def refresh(self, *, force: bool = False) -> bool:
         """Redraw every display of the output if the stream changed since it was drawn.
 
-        Returns whether it was redrawn.
+        A change made in the main thread redraws it at once; one made only by other threads (a
+        producer) when :meth:`due`. Returns whether it was redrawn.
         """
         from IPython.display import update_display
 
         widget = self._widget()
-        if widget is None or not self.shown or (not force and widget.seq == self.shown_seq):
+        if widget is None or not self.shown:
             return False
+        if not force:
+            drawn = -1 if self.shown_seq is None else self.shown_seq
+            if widget.seq == self.shown_seq or (widget.seq_by_main_thread <= drawn and not self.due()):
+                return False
         update_display(self.bundle(), raw=True, display_id=self.display_id)  # type: ignore[no-untyped-call]
         return True
+
+    def due(self) -> bool:
+        """Whether a change made by another thread may redraw the output now (see the module's doc)."""
+        wait = max(STATIC_MIN_INTERVAL_S, self.render_s / STATIC_COST_SHARE)
+        return time.monotonic() - self.shown_at >= wait
 
 
 _STATIC: weakref.WeakKeyDictionary[Any, StaticDashboard] = weakref.WeakKeyDictionary()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -268,6 +269,7 @@ class MonitorWidget(anywidget.AnyWidget):
         super().__init__(**kwargs)
         self._monitor = monitor
         self._seq = 0
+        self._seq_by_main_thread = 0  # the last update after a change made in the main thread
         self._panels: list[Any] = []
         try:  # the kernel's event loop, where trailing refreshes run (also for producer threads)
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -337,6 +339,16 @@ class MonitorWidget(anywidget.AnyWidget):
     def seq(self) -> int:
         """Number of updates sent so far."""
         return self._seq
+
+    @property
+    def seq_by_main_thread(self) -> int:
+        """The :attr:`seq` of the last update that followed a change made in the main thread.
+
+        In a kernel the main thread runs the cells (and the front end's controls): a change made
+        there is the user's own, one a producer thread made is not (see
+        :class:`calwatch.notebook_output.StaticDashboard`).
+        """
+        return self._seq_by_main_thread
 
     @property
     def kernel_ms(self) -> list[float]:
@@ -716,6 +728,8 @@ class MonitorWidget(anywidget.AnyWidget):
                 if batches:
                     traits["_alpha_info"] = self._info()
                 self._queue_upsert(data, started, traits=traits, urgent=not batches)
+                if threading.current_thread() is threading.main_thread():
+                    self._seq_by_main_thread = self._seq
         except Exception as err:  # draw the error in the widget instead of losing it
             self._show_error(err)
             raise
