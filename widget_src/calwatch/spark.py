@@ -175,7 +175,8 @@ def _observed_and_checked(shipped: _Shipped, df: DataFrame, columns: LogColumns)
         _with_hash_fields(partial),
     )
     out_schema = _with_repeat_fields(partial)
-    reduce_shard = _shard_reducer(pa.schema([_arrow_field(f) for f in out_schema.fields]), CONFIRM_AT_MOST)
+    arrow_out = pa.schema([_arrow_field(df.sparkSession, f) for f in out_schema.fields])
+    reduce_shard = _shard_reducer(arrow_out, CONFIRM_AT_MOST)
     found = _collect(hashed.groupBy(_col(SHARD)).applyInArrow(reduce_shard, out_schema))
     is_partial = pl.col(REPEATS).is_null()
     reduced = found.filter(is_partial).drop(HASHES, REPEATS)
@@ -460,11 +461,24 @@ def _with_repeat_fields(partial: StructType) -> StructType:
     return StructType([*partial.fields, *extra])
 
 
-def _arrow_field(field: StructField) -> pa.Field:
-    """A Spark field as the Arrow field Spark exchanges it as."""
+def _arrow_field(spark: SparkSession, field: StructField) -> pa.Field:
+    """A field of a UDF's result as the Arrow field Spark takes back (see :func:`_arrow_type`)."""
+    return pa.field(field.name, _arrow_type(spark, field.dataType, returned=True))
+
+
+def _arrow_type(spark: SparkSession, spark_type: DataType, *, returned: bool = False) -> pa.DataType:
+    """The Arrow type in which Spark hands ``spark_type`` to Python workers, or takes it back.
+
+    It depends on the session: a ``TimestampType`` (an instant) comes in the session's time zone
+    (``spark.sql.session.timeZone``) and goes back in UTC, and under
+    ``spark.sql.execution.arrow.useLargeVarTypes`` strings and binaries have 64-bit offsets both
+    ways (``applyInArrow`` refuses a result of other types).
+    """
     from pyspark.sql.pandas.types import to_arrow_type
 
-    return pa.field(field.name, to_arrow_type(field.dataType))
+    zone = "UTC" if returned else spark.conf.get("spark.sql.session.timeZone")
+    large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes")).lower() == "true"
+    return to_arrow_type(spark_type, timezone=zone, prefers_large_types=large)
 
 
 def _shard_reducer(schema: pa.Schema, cap: int) -> Callable[[pa.Table], pa.Table]:
@@ -611,7 +625,12 @@ def _reduced(partials: DataFrame) -> DataFrame:
 
 
 def _collect(df: DataFrame, renames: dict[str, str] | None = None) -> pl.DataFrame:
-    """A small DataFrame on the driver as polars; a kernel error from an executor re-raised as itself."""
+    """A small DataFrame on the driver as polars; a kernel error from an executor re-raised as itself.
+
+    Instants (``TimestampType``) come in the session's time zone, as Spark shows them and as
+    ``mapInArrow`` hands them to the kernel: ``toArrow`` labels them UTC, and a bucket named in
+    UTC would not be the hour the log's reader sees.
+    """
     try:
         table = df.toArrow()
     except Exception as err:
@@ -619,9 +638,23 @@ def _collect(df: DataFrame, renames: dict[str, str] | None = None) -> pl.DataFra
         if found is None:
             raise
         raise found from None
-    frame = pl.from_arrow(table)
+    try:
+        frame = pl.from_arrow(_in_session_zone(table, df.sparkSession.conf.get("spark.sql.session.timeZone")))
+    except (pl.exceptions.PolarsError, pa.ArrowException):  # a zone polars cannot name stays UTC
+        frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     return frame
+
+
+def _in_session_zone(table: pa.Table, zone: str | None) -> pa.Table:
+    """``table`` with its zoned timestamp columns relabelled to ``zone`` (the same instants)."""
+    fields = [
+        field.with_type(pa.timestamp(field.type.unit, tz=zone))
+        if pa.types.is_timestamp(field.type) and field.type.tz is not None and zone
+        else field
+        for field in table.schema
+    ]
+    return table.cast(pa.schema(fields)) if fields != list(table.schema) else table
 
 
 def _partial_type(bucket_type: DataType) -> StructType:
@@ -635,14 +668,12 @@ def _partial_type(bucket_type: DataType) -> StructType:
 
 def _arrow_schema(df: DataFrame, names: Sequence[str], what: str) -> pa.Schema:
     """The Arrow schema of ``df``'s columns ``names`` (raises naming a missing or unconvertible column)."""
-    from pyspark.sql.pandas.types import to_arrow_type
-
     check_names(df.columns, names, what)
     fields = []
     for name in names:
         spark_type = df.schema[name].dataType
         try:
-            fields.append(pa.field(name, to_arrow_type(spark_type)))
+            fields.append(pa.field(name, _arrow_type(df.sparkSession, spark_type)))
         except Exception as err:
             msg = f"column {name!r}: Arrow cannot carry its Spark type {spark_type.simpleString()} ({err})"
             raise ValueError(msg) from err
