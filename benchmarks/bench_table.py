@@ -10,6 +10,10 @@ temporary folder (never committed). Each path runs in a fresh process, so its pe
 * ``Monitor.observe_table`` on the parquet file (the embedded default);
 * ``calwatch.spark.observe`` in Spark ``local[2]`` and ``local[1]``, with and without its id check
   (the session and its Python workers warmed up on a 2% sample first, not timed);
+* the JVM's own cost beside it: the same log through a bare ``mapInArrow`` in ``local[2]`` whose
+  function reads every Arrow batch and returns nothing but its row count (Spark's scan and its
+  rows-to-Arrow transfer to the Python workers only, in batches of calwatch's size), warmed up
+  the same way; its rows/s and calwatch's time over it are printed;
 * ``calwatch.dask.observe`` with the synchronous scheduler (when dask is installed).
 
 CPU ns/row is the measuring process's own CPU time (all its threads; not the JVM's or Spark's
@@ -124,6 +128,8 @@ def measure(path_name: str, log: Path) -> dict[str, Any]:
             .config("spark.sql.shuffle.partitions", "8").config("spark.driver.memory", "2g").getOrCreate()
         )  # fmt: skip
         df = spark.read.parquet(str(log))
+        if path_name.endswith(BARE):
+            return _bare_map_in_arrow(spark, df, baseline)
         # Warm-up, not measured: the JVM, the session and the Python workers (each imports calwatch
         # once, 5-10 s on 2 cores) are a once-per-session cost, not the monitor's per-row one. A
         # 2% sample runs a task per core (``limit`` ran one: the second worker started, and the
@@ -163,6 +169,41 @@ def measure(path_name: str, log: Path) -> dict[str, Any]:
         "check": sorted(summary.rows()),
         "batches": mon.n_batches,
     }
+
+
+#: The path name's tail of the bare ``mapInArrow`` run (the JVM's own cost).
+BARE = "bare mapInArrow"
+
+
+def _bare_map_in_arrow(spark: Any, df: Any, baseline: float) -> dict[str, Any]:
+    """The log's columns through a ``mapInArrow`` that only counts its rows: Spark's scan and transfer.
+
+    The Python function reads every batch Spark hands it and yields one row, its row count, per
+    task; the batches are calwatch's size (``spark.sql.execution.arrow.maxRecordsPerBatch`` set
+    as ``calwatch.spark`` sets it while it runs), so the difference to ``calwatch.spark.observe``
+    is calwatch's own work: the kernel, the id check's hashes and the shuffle of the partials.
+    """
+    import calwatch.spark
+
+    def count(batches: Any) -> Any:
+        import pyarrow as pa
+
+        yield pa.RecordBatch.from_pydict({"n": [sum(batch.num_rows for batch in batches)]})
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(calwatch.spark.ARROW_ROWS))
+    columns = ["id", "day", "p0", "p1"]
+    df.sample(fraction=0.02, seed=1).select(*columns).mapInArrow(count, "n long").collect()  # warm-up
+    cpu_start = _cpu_seconds()
+    start = time.perf_counter()
+    rows = sum(row[0] for row in df.select(*columns).mapInArrow(count, "n long").collect())
+    seconds = time.perf_counter() - start
+    cpu = _cpu_seconds() - cpu_start
+    spark.stop()
+    return {
+        "seconds": seconds, "cpu_seconds": cpu, "rows": int(rows), "baseline_mib": baseline,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "check": None, "batches": 0, "bare": True,
+    }  # fmt: skip
 
 
 def _cpu_seconds() -> float:
@@ -205,11 +246,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{BUCKETS} days) in {time.perf_counter() - started:.0f} s")  # fmt: skip
         paths = [
             "in-memory loop", "observe_table", "spark local[2]", "spark local[2], no id check",
-            "spark local[1]", "dask",
+            f"spark local[2], {BARE}", "spark local[1]", "dask",
         ]  # fmt: skip
         results = {name: run(name, log) for name in paths}
         done = {k: v for k, v in results.items() if isinstance(v, dict)}
-        checks = {json.dumps(v["check"]) for v in done.values()}
+        checks = {json.dumps(v["check"]) for v in done.values() if not v.get("bare")}
         print(
             f"\nMonitoring a {args.rows:,}-row parquet log: rows/s and peak RSS "
             "(each path in its own process)"
@@ -221,16 +262,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "observe_table" in done
             else None
         )
-        header = f"{'path':<28} {'rows/s':>12} {'vs loop':>8} {'peak RSS MiB':>13} {'batches':>8}"
+        header = f"{'path':<32} {'rows/s':>12} {'vs loop':>8} {'peak RSS MiB':>13} {'batches':>8}"
         print(f"{header} {'CPU ns/row':>11}")
         for name, result in results.items():
             if isinstance(result, str):
-                print(f"{name:<28} {result}")
+                print(f"{name:<32} {result}")
                 continue
             rate = result["rows"] / result["seconds"]
             ratio = rate / (base["rows"] / base["seconds"]) if base else float("nan")
             print(
-                f"{name:<28} {rate:>12,.0f} {ratio:>7.2f}x {result['peak_rss_mib']:>13,.0f} "
+                f"{name:<32} {rate:>12,.0f} {ratio:>7.2f}x {result['peak_rss_mib']:>13,.0f} "
                 f"{result['batches']:>8} {1e9 * result['cpu_seconds'] / result['rows']:>11,.0f}"
             )
         if len(checks) != 1:
@@ -250,6 +291,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             per_core = table_rate / rate  # both run on the same two cores
             print(f"{name} target (>= 1M rows/s, within 3x of observe_table per core: {per_core:.2f}x): "
                   f"{'PASS' if rate >= 1e6 and per_core <= 3 else 'FAIL'}")  # fmt: skip
+        bare = done.get(f"spark local[2], {BARE}")
+        if bare is not None and bare["rows"] != args.rows:
+            print(f"FAIL: the bare mapInArrow saw {bare['rows']:,} rows of {args.rows:,}")
+            return 1
+        for name in ("spark local[2]", "spark local[2], no id check"):
+            spark = done.get(name)
+            if spark is None or bare is None:
+                continue
+            bare_rate, rate = bare["rows"] / bare["seconds"], spark["rows"] / spark["seconds"]
+            print(f"the JVM's own cost: Spark's scan and rows-to-Arrow transfer alone (a bare mapInArrow, "
+                  f"local[2]) {bare_rate:,.0f} rows/s; {name} {rate:,.0f} rows/s, "
+                  f"{bare_rate / rate:.2f}x the bare transfer's time")  # fmt: skip
         if args.big_rows:
             big = folder / "big.parquet"
             log.unlink()
