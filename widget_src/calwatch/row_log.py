@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from calwatch.heap import release_free_memory
 from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows
 
@@ -155,6 +156,7 @@ class RowLog:
                 self.rows_unlabelled -= sum(_unlabelled(r.rows) for r in self.buffer)
                 self.buffer, self._buffered_rows = [], 0
                 raise
+            release_free_memory()  # the part's rows are freed: give the heap's free pages back
 
     def flush(self) -> None:
         """Write the gathered rows as one part."""
