@@ -86,6 +86,44 @@ def test_a_label_for_an_id_reused_after_its_row_left_goes_to_the_newest_row() ->
     assert mon.label(["y5"], [int(task.y[5])]).batches == (1,)  # from the row log
 
 
+def test_a_label_reads_the_newest_parts_only_until_its_ids_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parts are read newest first, 1, 2, 4... at a time, and no further once every id is found.
+
+    An id reused across parts counts in its newest row only, as in the window; an unknown id
+    reads the whole log (and is counted unmatched).
+    """
+    import polars as pl
+
+    from calwatch import row_log
+
+    task = real_task("digits")
+    mon = _monitor(100, shift=None)
+    mon._row_log.part_rows = 100  # type: ignore[attr-defined]  # one part per batch that leaves
+    P = task.P[:100]
+    for b in range(12):  # x-ids in batches 0 and 6: logged twice, in parts 0 and 6
+        mon.observe(probs=P, ids=[f"{'x' if b % 6 == 0 else b}-{i}" for i in range(100)])
+    assert len(mon._row_log.parts) == 11  # type: ignore[attr-defined]
+    read: list[list[str]] = []
+    scan = pl.scan_parquet
+
+    def counting(files, *args, **kwargs):  # type: ignore[no-untyped-def]
+        rows = [f for f in ([files] if isinstance(files, str) else files) if Path(f).name.startswith("rows-")]
+        if rows:  # the row parts (the label log has parts of its own)
+            read.append(rows)
+        return scan(files, *args, **kwargs)
+
+    monkeypatch.setattr(row_log.pl, "scan_parquet", counting)
+    assert mon.label(["10-1", "10-2"], [0, 1]).batches == (10,)
+    assert [len(r) for r in read] == [1]  # the newest part only
+    read.clear()
+    assert mon.label(["x-5"], [int(task.y[5])]).batches == (6,)  # newest row of the reused id
+    assert [len(r) for r in read] == [1, 2, 4]  # parts 10; 9-8; 7-4: found in part 6, stop
+    read.clear()
+    report = mon.label(["7-3", "never-seen"], [0, 0])
+    assert report.batches == (7,) and report.unmatched == 1
+    assert sum(len(r) for r in read) == 11  # an unknown id: the whole log was read
+
+
 def test_the_row_log_survives_save_and_load(tmp_path: Path) -> None:
     mon, twin = _monitor(1_000), _monitor(10**6, row_log=False)
     batches = _stream([mon, twin], n_batches=12, m=500, seed=1)

@@ -191,24 +191,31 @@ class RowLog:
             if hit.shape[0]:
                 found.append(LoggedRows(record.index, take_rows(record.rows, hit)))
                 wanted.difference_update(record.rows.ids[i] for i in hit)
-        by_layout: dict[str, list[dict[str, Any]]] = {}
-        for part in self.parts:
-            by_layout.setdefault(json.dumps(part["mapping"], sort_keys=True), []).append(part)
         hits_by_batch: dict[int, BatchRows] = {}
-        for parts in by_layout.values():
-            mapping = parts[0]["mapping"]
-            needle = [i for i in wanted if _id_fits(i, mapping["id_kind"])]
-            if not needle:
-                continue
-            keys = encode_ids(needle)[1]
-            files = [str(self.folder / p["file"]) for p in parts]
-            hits = pl.scan_parquet(files).filter(pl.col("id").is_in(keys.implode())).collect()
-            if hits.height == 0:
-                continue
-            # an id logged twice counts in its latest batch only
-            hits = hits.sort("batch").unique("id", keep="last", maintain_order=True)
-            for (batch,), rows in hits.group_by(["batch"], maintain_order=True):
-                hits_by_batch[int(batch)] = batch_rows_of(rows, mapping)
+        # Newest parts first, a few more each round, until every id is found: a row's newest batch
+        # wins, so older parts can only hold rows of ids already found. Labels come for recent
+        # rows, so a label call reads the newest part or two, not the whole log (one that names
+        # an unknown id still reads every part).
+        end, take = len(self.parts), 1
+        while end > 0 and wanted:
+            chunk, end, take = self.parts[max(0, end - take) : end], max(0, end - take), 2 * take
+            found_now: set[Hashable] = set()
+            for mapping, parts in _by_layout(chunk):
+                needle = [i for i in wanted if _id_fits(i, mapping["id_kind"])]
+                if not needle:
+                    continue
+                keys = encode_ids(needle)[1]
+                files = [str(self.folder / p["file"]) for p in parts]
+                hits = pl.scan_parquet(files).filter(pl.col("id").is_in(keys.implode())).collect()
+                if hits.height == 0:
+                    continue
+                # an id logged twice counts in its latest batch only
+                hits = hits.sort("batch").unique("id", keep="last", maintain_order=True)
+                for (batch,), rows in hits.group_by(["batch"], maintain_order=True):
+                    logged = batch_rows_of(rows, mapping)
+                    hits_by_batch[int(batch)] = logged
+                    found_now.update(logged.ids)
+            wanted.difference_update(found_now)
         for batch in sorted(hits_by_batch):
             found.append(LoggedRows(batch, self._current_labels(batch, hits_by_batch[batch])))
         return found
@@ -418,6 +425,14 @@ def _categories(rows: BatchRows) -> npt.NDArray[Any]:
         msg = "some logged batches have Mondrian categories and others do not"
         raise SnapshotError(msg)
     return rows.categories
+
+
+def _by_layout(parts: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Parts grouped by their column mapping (parts of one layout are scanned together)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for part in parts:
+        groups.setdefault(json.dumps(part["mapping"], sort_keys=True), []).append(part)
+    return [(group[0]["mapping"], group) for group in groups.values()]
 
 
 def batch_rows_of(frame: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
