@@ -33,12 +33,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from calwatch.guard import FairRLock
+
 
 class Saveable(Protocol):
     """What :class:`AutoSave` needs of a monitor."""
 
     @property
-    def lock(self) -> threading.RLock:
+    def lock(self) -> FairRLock:
         """The monitor's re-entrant lock."""
 
     @property

@@ -22,9 +22,9 @@ the data (seconds to build for a long stream, under the monitor's lock). A strea
 thread changes during every cell, so its changes refresh the output at most once every
 :data:`STATIC_MIN_INTERVAL_S` seconds (longer when one refresh takes more than a
 :data:`STATIC_COST_SHARE` of that): running a cell must not cost seconds while a producer runs.
-Changes made in the main thread (the cells' own ``observe`` and ``label`` calls, the controls)
-still refresh it at the end of their cell, and :meth:`StaticDashboard.refresh` with
-``force=True`` refreshes it at once.
+Batches the cell itself observed or labelled (in the main thread) still refresh it at the end
+of the cell; notes and acknowledgements made in the widget wait like a producer's batches; and
+:meth:`StaticDashboard.refresh` with ``force=True`` refreshes it at once.
 
 :func:`offline_chart` does the same for ``Monitor.chart``: its output is an SVG (and a PNG for
 untrusted JupyterLab) drawn in the kernel by vl-convert, with no script and no widget.

@@ -342,11 +342,11 @@ class MonitorWidget(anywidget.AnyWidget):
 
     @property
     def seq_by_main_thread(self) -> int:
-        """The :attr:`seq` of the last update that followed a change made in the main thread.
+        """The :attr:`seq` of the last update that followed batches observed or labelled in the main thread.
 
-        In a kernel the main thread runs the cells (and the front end's controls): a change made
-        there is the user's own, one a producer thread made is not (see
-        :class:`calwatch.notebook_output.StaticDashboard`).
+        In a kernel the main thread runs the cells: batches a cell observed or labelled are the
+        user's own, those a producer thread fed are not, nor are notes and acknowledgements from
+        the controls (see :class:`calwatch.notebook_output.StaticDashboard`).
         """
         return self._seq_by_main_thread
 
@@ -728,7 +728,7 @@ class MonitorWidget(anywidget.AnyWidget):
                 if batches:
                     traits["_alpha_info"] = self._info()
                 self._queue_upsert(data, started, traits=traits, urgent=not batches)
-                if threading.current_thread() is threading.main_thread():
+                if batches and threading.current_thread() is threading.main_thread():
                     self._seq_by_main_thread = self._seq
         except Exception as err:  # draw the error in the widget instead of losing it
             self._show_error(err)
