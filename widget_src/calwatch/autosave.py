@@ -33,14 +33,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from calwatch.guard import FairRLock
-
 
 class Saveable(Protocol):
     """What :class:`AutoSave` needs of a monitor."""
 
     @property
-    def lock(self) -> FairRLock:
+    def lock(self) -> threading.RLock:
         """The monitor's re-entrant lock."""
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import getpass
 import os
+import threading
 import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -20,7 +21,7 @@ from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.errors import NotFittedError
 from calwatch.engine.shift.blocks import block_keys
-from calwatch.guard import FairRLock, Guard, guard_of, guarded
+from calwatch.guard import Guard, guard_of, guarded
 from calwatch.ids import as_id_list
 from calwatch.kinds import KINDS, kind_of
 from calwatch.kinds.admit import require_embeddings
@@ -803,7 +804,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         return guard_of(self)
 
     @property
-    def lock(self) -> FairRLock:
+    def lock(self) -> threading.RLock:
         """The monitor's lock (re-entrant). Every public method holds it while it runs.
 
         Hold it to read several views at one moment of a stream that another thread feeds, e.g.
