@@ -41,3 +41,19 @@ def pets_monitor(seed=0, *, calibrators=None, window=100_000):
             mon.label([f"b{b - 1}-{i}" for i in range(300)], names[y_prev[:300]])
     mon.note("drift starts <b>here</b>", batch=3, author="ana")
     return mon
+
+
+def stream_monitor(window, K=4, **extra):
+    """A calibrated monitor of the set, adaptive and risk kinds (plus ``extra`` calibrators)."""
+    import calwatch as cw
+
+    calibrators = {
+        "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
+        "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True, seed=3),
+        "aci": cw.Adaptive(cw.SplitConformalClassifier(score="lac", alpha=0.2), gamma=0.01),
+        "risk": cw.RiskEstimator(),
+        **extra,
+    }
+    mon = cw.Monitor(calibrators=calibrators, window=window)
+    P, y = softmax_data(500, K=K, seed=0)
+    return mon.calibrate(probs=P, y=y)

@@ -20,25 +20,16 @@ from calwatch import stream as stream_module
 from calwatch.engine.selective.calibrator import SelectiveCalibrator
 from calwatch.frame_cache import BatchFrameCache, same_context, same_token
 
-from ..synthetic import softmax_data
+from ..synthetic import softmax_data, stream_monitor
 
 K = 4
 FAST = {"epochs": 1, "steps_per_epoch": 3, "sample_size": 64, "progress": False, "n_threads": 1}
 
 
 def _monitor(window: int = 80) -> cw.Monitor:
-    mon = cw.Monitor(
-        calibrators={
-            "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
-            "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True, seed=3),
-            "aci": cw.Adaptive(cw.SplitConformalClassifier(score="lac", alpha=0.2), gamma=0.01),
-            "risk": cw.RiskEstimator(),
-            "sel": SelectiveCalibrator(coverage=0.7, seed=0, **FAST),
-        },
-        window=window,
-    )
-    P, y = softmax_data(400, K=K, seed=0)
-    return mon.calibrate(probs=P, y=y)
+    """Set, adaptive, risk and selective calibrators (the last one re-tunable)."""
+    mon: cw.Monitor = stream_monitor(window, K=K, sel=SelectiveCalibrator(coverage=0.7, seed=0, **FAST))
+    return mon
 
 
 def _assert_reads_are_fresh(mon: cw.Monitor) -> None:

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import calwatch as cw
+from calwatch.spark import session_conf
 from tests.scale.engines import DaskEngine, Engine, SparkEngine, task_with
 from tests.scale.logs import assert_same_statistics, calibrated, log_frame, prob_names, replay
 
@@ -132,21 +133,6 @@ def test_timestamp_buckets_and_ids_equal_the_in_memory_monitor(
     assert_same_statistics(table, memory)
 
 
-@contextlib.contextmanager
-def _large_var_types(spark: Any) -> Iterator[None]:
-    """``spark.sql.execution.arrow.useLargeVarTypes`` on for the block, the session's setting put back."""
-    key = "spark.sql.execution.arrow.useLargeVarTypes"
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, "true")
-    try:
-        yield
-    finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
-
-
 @pytest.mark.parametrize("check_ids", [True, False], ids=["id-check", "no-id-check"])
 def test_spark_large_string_columns_equal_the_in_memory_monitor(spark: Any, check_ids: bool) -> None:
     import calwatch.spark as cw_spark
@@ -166,7 +152,7 @@ def test_spark_large_string_columns_equal_the_in_memory_monitor(spark: Any, chec
     engine = SparkEngine(spark)
     columns = {"id": "id", "probs": prob_names(3), "bucket": "bucket", "label": "y", "category": "cat"}
     before = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes")
-    with _large_var_types(spark):
+    with session_conf(spark, "spark.sql.execution.arrow.useLargeVarTypes", "true"):
         log = engine.table(frame, 3)
         probe = log.select("id", "bucket", "cat").mapInArrow(_string_types, "types string")
         assert {row[0] for row in probe.collect()} == {"large_string,large_string,large_string"}

@@ -12,23 +12,14 @@ from polars.testing import assert_frame_equal
 import calwatch as cw
 from calwatch import dashboard
 
-from ..synthetic import softmax_data
+from ..synthetic import softmax_data, stream_monitor
 
 K = 4
 
 
 def _monitor(window: int) -> cw.Monitor:
-    mon = cw.Monitor(
-        calibrators={
-            "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
-            "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True, seed=3),
-            "aci": cw.Adaptive(cw.SplitConformalClassifier(score="lac", alpha=0.2), gamma=0.01),
-            "risk": cw.RiskEstimator(),
-        },
-        window=window,
-    )
-    P, y = softmax_data(500, K=K, seed=0)
-    return mon.calibrate(probs=P, y=y)
+    mon: cw.Monitor = stream_monitor(window, K=K)
+    return mon
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
