@@ -94,10 +94,6 @@ class BatchFrameCache:
         self._context, self._tokens, self._frame = context, tokens, frame
         return frame.clone()
 
-    def clear(self) -> None:
-        """Forget the kept frame (the next read recomputes everything)."""
-        self._context, self._tokens, self._frame = None, [], None
-
 
 #: The attribute a monitor keeps its caches in: not state (snapshots and copies leave it out).
 CACHES_ATTRIBUTE = "_frame_caches"

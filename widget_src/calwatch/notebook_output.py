@@ -184,8 +184,9 @@ class StaticDashboard:
     def refresh(self, *, force: bool = False) -> bool:
         """Redraw every display of the output if the stream changed since it was drawn.
 
-        A change made in the main thread redraws it at once; one made only by other threads (a
-        producer) when :meth:`due`. Returns whether it was redrawn.
+        Batches observed or labelled in the main thread (by the cell) redraw it at once; any
+        other change (a producer's batches, a note from the widget) when :meth:`due`. Returns
+        whether it was redrawn.
         """
         from IPython.display import update_display
 
@@ -200,7 +201,7 @@ class StaticDashboard:
         return True
 
     def due(self) -> bool:
-        """Whether a change made by another thread may redraw the output now (see the module's doc)."""
+        """Whether a change the cell did not make may redraw the output now (see the module's doc)."""
         wait = max(STATIC_MIN_INTERVAL_S, self.render_s / STATIC_COST_SHARE)
         return time.monotonic() - self.shown_at >= wait
 

@@ -269,7 +269,7 @@ class MonitorWidget(anywidget.AnyWidget):
         super().__init__(**kwargs)
         self._monitor = monitor
         self._seq = 0
-        self._seq_by_main_thread = 0  # the last update after a change made in the main thread
+        self._seq_by_main_thread = 0  # the last update after batches the main thread fed
         self._panels: list[Any] = []
         try:  # the kernel's event loop, where trailing refreshes run (also for producer threads)
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
