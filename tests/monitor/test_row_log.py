@@ -124,6 +124,51 @@ def test_a_label_reads_the_newest_parts_only_until_its_ids_are_found(monkeypatch
     assert sum(len(r) for r in read) == 11  # an unknown id: the whole log was read
 
 
+def test_rows_read_before_the_lock_count_as_if_read_under_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``label`` reads logged rows before it takes the monitor's lock; what happens in between counts.
+
+    Between the read and the locked call, another thread may relabel the same rows, push the
+    window's rows into new parts, or log more: the call must still equal a twin that kept every
+    row in memory, and under the lock read only the parts written since (never the old ones).
+    """
+    import polars as pl
+
+    from calwatch import row_log
+
+    task = real_task("digits")
+    mon, twin = _monitor(200, shift="default"), _monitor(10**6, row_log=False)
+    mon._row_log.part_rows = 100  # type: ignore[attr-defined]  # one part per batch that leaves
+    P, y = task.P[:100], task.y[:100]
+    for b in range(6):
+        for m in (mon, twin):
+            m.observe(probs=P, ids=[f"{b}-{i}" for i in range(100)])
+    for m in (mon, twin):  # the label log holds batch 1's first labels
+        m.label([f"1-{i}" for i in range(0, 100, 2)], (y[::2] + 1) % 10)
+    ids = [f"1-{i}" for i in range(0, 100, 4)] + [f"2-{i}" for i in range(30)] + [f"5-{i}" for i in range(10)]
+    ids.append("never-seen")
+    labels = np.concatenate([y[::4], y[:30], y[:10], [0]])
+    prefetched = mon._prefetch_logged(ids)  # type: ignore[attr-defined]
+    assert prefetched is not None and sorted(prefetched.hits) == [1, 2]  # batch 5 is in the window
+    for m in (mon, twin):  # another thread, meanwhile: relabels batch 1, moves batch 5 to the log
+        m.label([f"1-{i}" for i in range(0, 100, 8)], y[::8])
+        for b in (6, 7):
+            m.observe(probs=P, ids=[f"{b}-{i}" for i in range(100)])
+    read: list[str] = []
+    scan = pl.scan_parquet
+
+    def counting(files, *args, **kwargs):  # type: ignore[no-untyped-def]
+        read.extend(Path(f).name for f in ([files] if isinstance(files, str) else files))
+        return scan(files, *args, **kwargs)
+
+    monkeypatch.setattr(row_log.pl, "scan_parquet", counting)
+    report = mon._label_locked(ids, labels, prefetched)  # type: ignore[attr-defined]
+    assert report == twin.label(ids, labels)
+    assert report.batches == (1, 2, 5) and report.unmatched == 1 and report.relabelled == 25
+    old_parts = {p["file"] for p in mon._row_log.parts[: prefetched.parts_seen]}  # type: ignore[attr-defined]
+    assert read and not old_parts & set(read)  # under the lock: the new parts and labels only
+    _same(mon, twin)
+
+
 def test_the_row_log_survives_save_and_load(tmp_path: Path) -> None:
     mon, twin = _monitor(1_000), _monitor(10**6, row_log=False)
     batches = _stream([mon, twin], n_batches=12, m=500, seed=1)

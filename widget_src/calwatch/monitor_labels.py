@@ -21,6 +21,7 @@ from calwatch.guard import guarded
 from calwatch.ids import as_id_list
 from calwatch.kinds import kind_of
 from calwatch.monitor_state import MonitorState
+from calwatch.row_log import Prefetched
 from calwatch.row_log import take_rows as _take
 from calwatch.shift_watch import detectors_kept_on_failure
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats
@@ -56,7 +57,6 @@ class LabelReport:
 class MonitorLabels(MonitorState):
     """Joining late labels to their rows (part of :class:`~calwatch.monitor.Monitor`)."""
 
-    @guarded
     def label(self, ids: Any, y: Any) -> LabelReport:
         """Join late labels to the rows they belong to and update those batches' coverage.
 
@@ -81,13 +81,40 @@ class MonitorLabels(MonitorState):
         with its first label and do not take it again (a relabel is not a new observation).
         A label whose row left the window is applied from the row log (:mod:`calwatch.row_log`)
         exactly as it would have been in the window: however late a label comes, it counts.
+        Those rows are read from disk before the call takes the monitor's lock (the parts are
+        immutable), so a producer thread does not wait on the row log.
         """
+        return self._label_locked(ids, y, self._prefetch_logged(ids))
+
+    def _prefetch_logged(self, ids: Any) -> Prefetched | None:
+        """The row log's rows of the ids not in the window, read without holding the lock.
+
+        Under the lock only the window is looked at (which ids are missing) and how far the log
+        goes; the parquet reads happen after it is released. Anything unusual (bad ids, a log
+        replaced by ``load``) leaves the work to the locked call, which reads what it needs
+        itself and raises the proper error.
+        """
+        row_log = self.__dict__.get("_row_log")
+        if row_log is None or not row_log.parts:
+            return None
+        try:
+            id_list = as_id_list(ids)
+            with self._guard.lock:
+                index = self._stream.id_index
+                missing = [i for i in id_list if i not in index]
+                seen = (len(row_log.parts), len(row_log.labels.parts))
+            return row_log.prefetch(missing, *seen) if missing and len(set(missing)) == len(missing) else None
+        except Exception:  # the locked call validates and reads again
+            return None
+
+    @guarded
+    def _label_locked(self, ids: Any, y: Any, prefetched: Prefetched | None) -> LabelReport:
         encoder = self._require_encoder()
         id_list = as_id_list(ids)
         labels = encoder.encode(y, "y", n_rows=len(id_list))
         found, where = self._locate(id_list)
         row_log = self.__dict__.get("_row_log")
-        logged = self._logged(row_log, id_list, labels, found)
+        logged = self._logged(row_log, id_list, labels, found, prefetched)
         matched = where.shape[0] + sum(len(rows.ids) for _, rows, _ in logged)
         unmatched = len(id_list) - matched
         if matched == 0:
@@ -146,7 +173,11 @@ class MonitorLabels(MonitorState):
 
     @staticmethod
     def _logged(
-        row_log: Any, id_list: list[Hashable], labels: IntArray, found: npt.NDArray[np.bool_]
+        row_log: Any,
+        id_list: list[Hashable],
+        labels: IntArray,
+        found: npt.NDArray[np.bool_],
+        prefetched: Prefetched | None = None,
     ) -> list[tuple[int, BatchRows, IntArray]]:
         """The rows of ids not in the window that the row log holds: ``(batch, rows, labels)``.
 
@@ -158,7 +189,7 @@ class MonitorLabels(MonitorState):
         missing = np.flatnonzero(~found)
         position = {id_list[i]: int(i) for i in missing}
         out = []
-        for hit in row_log.find([id_list[i] for i in missing]):
+        for hit in row_log.find([id_list[i] for i in missing], prefetched):
             order = np.argsort([position[i] for i in hit.rows.ids], kind="stable")
             rows = _take(hit.rows, order)
             out.append((hit.batch, rows, labels[[position[i] for i in rows.ids]]))

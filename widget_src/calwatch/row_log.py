@@ -60,6 +60,9 @@ class LabelLog:
         self.folder = Path(tempfile.mkdtemp(prefix="calwatch-labels-")) if folder is None else folder
         self.parts: list[Path] = []
         self._staged: list[Path] = []
+        # The buckets each part holds (read once per part, or known when it was staged): a row's
+        # current label reads only the parts of its bucket, however long the log has grown.
+        self._buckets: dict[Path, frozenset[Any]] = {}
         if folder is None:
             weakref.finalize(self, shutil.rmtree, str(self.folder), True)
 
@@ -74,6 +77,28 @@ class LabelLog:
         known = log.join(ids.select(ID), on=ID, how="semi")
         return known.group_by([ID, BUCKET]).agg(pl.col(LABEL).sort_by(SEQ).last())
 
+    def latest_in(self, bucket: Any, ids: pl.Series, parts: Sequence[Path]) -> pl.DataFrame:
+        """``(ID, LABEL)``: the last label, in ``parts`` (a slice of :attr:`parts`), of each id of one bucket.
+
+        Only the parts holding ``bucket`` are read. Parts never change once committed, so this may
+        run without the monitor's lock on a slice of :attr:`parts` taken under it.
+        """
+        files = [str(part) for part in parts if bucket in self.buckets_of(part)]
+        if not files:
+            return pl.DataFrame({ID: ids.clear(), LABEL: pl.Series([], dtype=pl.Int64)})
+        log = pl.scan_parquet(files).filter(pl.col(BUCKET) == bucket)
+        known = log.join(pl.DataFrame({ID: ids}).lazy(), on=ID, how="semi")
+        return known.group_by(ID).agg(pl.col(LABEL).sort_by(SEQ).last()).collect()
+
+    def buckets_of(self, part: Path) -> frozenset[Any]:
+        """The buckets a committed part holds (read from the file the first time it is asked)."""
+        known = self._buckets.get(part)
+        if known is None:
+            held = pl.scan_parquet(part).select(pl.col(BUCKET).unique()).collect()
+            known = frozenset(held[BUCKET].to_list())
+            self._buckets[part] = known
+        return known
+
     def stage(self, rows: pl.DataFrame) -> None:
         """Write labelled rows ``(ID, BUCKET, LABEL)`` as a staged part (in the log after :meth:`commit`)."""
         if rows.height == 0:
@@ -82,12 +107,14 @@ class LabelLog:
         seq = pl.lit(len(self.parts), pl.Int64).alias(SEQ)
         rows.select(ID, BUCKET, LABEL).with_columns(seq).write_parquet(staged)
         self._staged.append(staged)
+        self._buckets[staged] = frozenset(rows[BUCKET].unique().to_list())
 
     def commit(self) -> None:
         """Make the staged parts part of the log (one labelling call, one sequence number)."""
         for staged in self._staged:
             part = self.folder / f"labels-{len(self.parts):06d}-{staged.stem.rsplit('-', 1)[-1]}.parquet"
             staged.replace(part)
+            self._buckets[part] = self._buckets.pop(staged)
             self.parts.append(part)
         self._staged = []
 
@@ -95,6 +122,7 @@ class LabelLog:
         """Drop the staged parts (their call failed)."""
         for staged in self._staged:
             staged.unlink(missing_ok=True)
+            self._buckets.pop(staged, None)
         self._staged = []
 
 
@@ -104,6 +132,29 @@ class LoggedRows:
 
     batch: int
     rows: BatchRows
+
+
+@dataclass(frozen=True)
+class Prefetched:
+    """What :meth:`RowLog.prefetch` read without the monitor's lock, for :meth:`RowLog.find` under it.
+
+    Attributes
+    ----------
+    log : RowLog
+        The log it read (a monitor that loaded a snapshot since has another: then it is unused).
+    parts_seen, label_parts_seen : int
+        How many row parts and label parts it read; later ones are read under the lock.
+    searched : frozenset
+        The ids it looked for.
+    hits : dict of int to BatchRows
+        The rows it found, per batch, with their labels as of ``label_parts_seen``.
+    """
+
+    log: RowLog
+    parts_seen: int
+    label_parts_seen: int
+    searched: frozenset[Hashable]
+    hits: dict[int, BatchRows]
 
 
 def _listed(part: dict[str, Any]) -> dict[str, Any]:
@@ -178,11 +229,14 @@ class RowLog:
         self.buffer, self._buffered_rows = [], 0
 
     # ------------------------------------------------------------------ reading
-    def find(self, ids: list[Hashable]) -> list[LoggedRows]:
+    def find(self, ids: list[Hashable], prefetched: Prefetched | None = None) -> list[LoggedRows]:
         """The logged rows of these ids, per batch (a row's labels are its current ones).
 
         An id logged in several batches (ids may be reused once their row left the window) is
         found in its latest batch, as :meth:`Monitor.label` finds the newest row of an id.
+
+        ``prefetched`` (from :meth:`prefetch`, read without the monitor's lock) answers for the
+        parts and labels it saw; only what was logged since is read here. Runs under the lock.
         """
         if not (self.parts or self.buffer) or not ids:
             return []
@@ -194,21 +248,59 @@ class RowLog:
             if hit.shape[0]:
                 found.append(LoggedRows(record.index, take_rows(record.rows, hit)))
                 wanted.difference_update(record.rows.ids[i] for i in hit)
+        use = prefetched if prefetched is not None and prefetched.log is self else None
+        seen = 0 if use is None else use.parts_seen
+        hits = self._search(self.parts[seen:], wanted)  # parts written since the prefetch: newer
+        labels_seen = dict.fromkeys(hits, 0)
+        if use is not None and wanted <= use.searched:
+            # Every id still wanted was looked for in the older parts, without the lock.
+            for batch, rows in use.hits.items():
+                keep = np.flatnonzero([i in wanted for i in rows.ids])
+                if keep.shape[0]:
+                    hits[batch], labels_seen[batch] = take_rows(rows, keep), use.label_parts_seen
+        elif seen:
+            older = self._search(self.parts[:seen], wanted)
+            hits.update(older)
+            labels_seen.update(dict.fromkeys(older, 0))
+        label_parts = list(self.labels.parts)
+        for batch in sorted(hits):
+            rows = _with_labels(self.labels, batch, hits[batch], label_parts[labels_seen[batch] :])
+            found.append(LoggedRows(batch, rows))
+        return found
+
+    def prefetch(self, ids: list[Hashable], parts_seen: int, label_parts_seen: int) -> Prefetched:
+        """Look for ids in the first ``parts_seen`` row parts, labels from the first ``label_parts_seen``.
+
+        Safe without the monitor's lock: committed parts never change and the lists only grow,
+        so reading a prefix of each is reading one moment. A label call does this slow part (the
+        parquet reads) before it takes the lock, and :meth:`find` under the lock reads only what
+        was logged since; producers and readers do not wait on the disk.
+        """
+        hits = self._search(self.parts[:parts_seen], set(ids))
+        label_parts = self.labels.parts[:label_parts_seen]
+        for batch, rows in hits.items():
+            hits[batch] = _with_labels(self.labels, batch, rows, label_parts)
+        return Prefetched(self, parts_seen, label_parts_seen, frozenset(ids), hits)
+
+    def _search(self, parts: Sequence[dict[str, Any]], wanted: set[Hashable]) -> dict[int, BatchRows]:
+        """The rows of ``wanted`` ids in these parts, per batch (found ids leave ``wanted``).
+
+        Newest parts first, a few more each round, until every id is found: a row's newest batch
+        wins, so older parts can only hold rows of ids already found. Labels come for recent rows,
+        so a label call reads the newest part or two, not the whole log (one that names an
+        unknown id still reads every part). Labels are those the rows had when written.
+        """
         hits_by_batch: dict[int, BatchRows] = {}
-        # Newest parts first, a few more each round, until every id is found: a row's newest batch
-        # wins, so older parts can only hold rows of ids already found. Labels come for recent
-        # rows, so a label call reads the newest part or two, not the whole log (one that names
-        # an unknown id still reads every part).
-        end, take = len(self.parts), 1
+        end, take = len(parts), 1
         while end > 0 and wanted:
-            chunk, end, take = self.parts[max(0, end - take) : end], max(0, end - take), 2 * take
+            chunk, end, take = parts[max(0, end - take) : end], max(0, end - take), 2 * take
             found_now: set[Hashable] = set()
-            for mapping, parts in _by_layout(chunk):
+            for mapping, group in _by_layout(chunk):
                 needle = [i for i in wanted if _id_fits(i, mapping["id_kind"])]
                 if not needle:
                     continue
                 keys = encode_ids(needle)[1]
-                files = [str(self.folder / p["file"]) for p in parts]
+                files = [str(self.folder / p["file"]) for p in group]
                 wanted_ids = pl.col("id").is_in(keys.implode())
                 # Two passes: the ids and batches alone (cheap), then the whole rows of the row
                 # groups in those batches' range only (parts are written in batch order, in row
@@ -218,32 +310,15 @@ class RowLog:
                     continue
                 low, high = where["batch"].min(), where["batch"].max()
                 span = pl.col("batch").is_between(low, high)
-                hits = pl.scan_parquet(files).filter(span & wanted_ids).collect()
+                rows_found = pl.scan_parquet(files).filter(span & wanted_ids).collect()
                 # an id logged twice counts in its latest batch only
-                hits = hits.sort("batch").unique("id", keep="last", maintain_order=True)
-                for (batch,), rows in hits.group_by(["batch"], maintain_order=True):
+                rows_found = rows_found.sort("batch").unique("id", keep="last", maintain_order=True)
+                for (batch,), rows in rows_found.group_by(["batch"], maintain_order=True):
                     logged = batch_rows_of(rows, mapping)
                     hits_by_batch[int(batch)] = logged
                     found_now.update(logged.ids)
             wanted.difference_update(found_now)
-        for batch in sorted(hits_by_batch):
-            found.append(LoggedRows(batch, self._current_labels(batch, hits_by_batch[batch])))
-        return found
-
-    def _current_labels(self, batch: int, rows: BatchRows) -> BatchRows:
-        """The rows with the labels given since they were logged."""
-        if not self.labels.parts:
-            return rows
-        ids = pl.DataFrame({ID: encode_ids(rows.ids)[1]}).lazy()
-        previous = self.labels.previous(ids)
-        if previous is None:
-            return rows
-        later = previous.filter(pl.col(BUCKET) == batch).collect()
-        if later.height:
-            where = {key: k for k, key in enumerate(encode_ids(rows.ids)[1].to_list())}
-            for key, label in zip(later[ID].to_list(), later[LABEL].to_list(), strict=True):
-                rows.labels[where[key]] = int(label)
-        return rows
+        return hits_by_batch
 
     def stage_labels(self, batch: int, ids: list[Hashable], labels: npt.NDArray[np.intp]) -> None:
         """Stage new labels of logged rows (they count once :meth:`commit_labels` is called)."""
@@ -315,6 +390,19 @@ class RowLog:
             msg = f"rowlog/index.json is malformed: {err}"
             raise SnapshotError(msg) from err
         return log
+
+
+def _with_labels(labels: LabelLog, batch: int, rows: BatchRows, parts: Sequence[Path]) -> BatchRows:
+    """The rows with the labels these label parts gave them (in order: a later part wins)."""
+    if not parts:
+        return rows
+    ids = encode_ids(rows.ids)[1]
+    later = labels.latest_in(batch, ids, parts)
+    if later.height:
+        where = {key: k for k, key in enumerate(ids.to_list())}
+        for key, label in zip(later[ID].to_list(), later[LABEL].to_list(), strict=True):
+            rows.labels[where[key]] = int(label)
+    return rows
 
 
 def _unlabelled(rows: BatchRows | None) -> int:
@@ -475,6 +563,7 @@ __all__ = [
     "SEQ",
     "LabelLog",
     "LoggedRows",
+    "Prefetched",
     "RowLog",
     "batch_rows_of",
     "check_file",
