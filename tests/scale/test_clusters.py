@@ -334,6 +334,13 @@ def test_spark_id_check_is_exact_whatever_the_hashes_say(spark: Any, monkeypatch
         with pytest.raises(ValueError, match="id column 'id'"):
             cw_spark.observe(mon, bad, **log)
         assert mon.n_batches == 0
+        # A small table's few shards (above) and the most shards (a plan without a size estimate)
+        # find the same repeat: a key's hashes share their top bits however many choose a shard.
+        assert cw_spark._shard_bits(good) < cw_spark.SHARD_BITS
+        monkeypatch.setattr(cw_spark, "_shard_bits", lambda df: cw_spark.SHARD_BITS)
+        with pytest.raises(ValueError, match="id column 'id'"):
+            cw_spark.observe(mon, bad, **log)
+        assert mon.n_batches == 0
         monkeypatch.setattr(cw_spark, "CONFIRM_AT_MOST", 0)  # the exact grouped query decides
         with pytest.raises(ValueError, match="id column 'id'"):
             cw_spark.observe(mon, bad, **log)
