@@ -13,6 +13,7 @@ import contextlib
 import queue
 import sys
 import threading
+import time
 
 import numpy as np
 import polars as pl
@@ -21,6 +22,7 @@ from polars.testing import assert_frame_equal
 
 import calwatch as cw
 from calwatch import charts, dashboard
+from calwatch.guard import YIELD_AT_MOST_S, guard_of
 from calwatch.widget import dashboard_datasets
 
 from ..synthetic import softmax_data
@@ -245,6 +247,70 @@ def test_listeners_hear_of_a_change_after_the_lock_is_released(fed):
     with pytest.raises(ValueError, match="distinct"):  # a rejected call notifies nobody
         fed.label(["x-1", "x-1"], [0, 0])
     assert len(heard) == 1
+
+
+def _wait_until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+@pytest.mark.parametrize("attempt", range(3))  # the same order every time, whatever the timing
+def test_a_waiting_label_goes_before_observations_not_yet_queued(attempt):
+    """Producers hold one place in the lock's queue, and a waiting label goes before the rest.
+
+    With a plain lock, queued in the order P1, P2, L, the label would come after both producers'
+    batches; the window holds two batches, so its rows would have left (``labels_from_log``).
+    """
+    P, y = softmax_data(BATCH, K=K, seed=3 + attempt)
+    mon = cw.Monitor(
+        calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)}, window=2 * BATCH
+    )
+    cal_P, cal_y = softmax_data(600, K=K, seed=0)
+    mon.calibrate(probs=cal_P, y=cal_y)
+    mon.observe(probs=P, ids=[f"a-{i}" for i in range(BATCH)])
+    guard = guard_of(mon)
+    reports = []
+
+    def observe(name):
+        return threading.Thread(
+            target=lambda: mon.observe(probs=P, ids=[f"{name}-{i}" for i in range(BATCH)])
+        )
+
+    with mon.lock:
+        first, second = observe("p1"), observe("p2")
+        first.start()
+        _wait_until(guard.turnstile.locked)  # p1 is queued for the lock
+        second.start()  # p2 waits behind it
+        time.sleep(0.02)
+        labeller = threading.Thread(
+            target=lambda: reports.append(mon.label([f"a-{i}" for i in range(BATCH)], y))
+        )
+        labeller.start()
+        _wait_until(lambda: guard.urgent == 1)
+    for thread in (first, second, labeller):
+        thread.join(10)
+    status = mon.status()
+    assert reports[0].matched == BATCH and status["batches"] == 3
+    assert status["labels_from_log"] == 0  # labelled in the window: before p2's batch came
+
+
+def test_a_thread_holding_the_lock_never_waits_at_the_gate():
+    """An observation made while its thread holds the lock does not yield to a label waiting for it
+    (the label could not get in before the lock is released anyway)."""
+    mon = _monitor()
+    P, y = softmax_data(BATCH, K=K, seed=4)
+    mon.observe(probs=P, ids=[f"a-{i}" for i in range(BATCH)])
+    with mon.lock:
+        labeller = threading.Thread(target=lambda: mon.label([f"a-{i}" for i in range(BATCH)], y))
+        labeller.start()
+        _wait_until(lambda: guard_of(mon).urgent == 1)
+        started = time.monotonic()
+        mon.observe(probs=P, ids=[f"b-{i}" for i in range(BATCH)])
+        assert time.monotonic() - started < YIELD_AT_MOST_S / 2
+    labeller.join(10)
+    assert mon.status()["rows_labelled"] == BATCH
 
 
 def _detector_states(mon):

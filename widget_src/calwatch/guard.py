@@ -11,26 +11,77 @@ serving callback) while the notebook and the widget read it and its controls cal
 * listeners (the widget) are told of a change only after the call that made it has released
   the lock, in the thread that made it; they read the monitor through its public methods, or
   hold :attr:`Monitor.lock <calwatch.monitor.Monitor.lock>` to read several things at once.
-  Nothing waits on the front end while holding the lock.
+  Nothing waits on the front end while holding the lock;
+* producers do not crowd out a labeller (:func:`guarded_yielding`, :func:`guarded_urgent`):
+  observations queue for the lock one at a time, and a label waiting for it goes before the
+  observations not yet queued. Otherwise, with N producers a labeller gets one turn in N + 1,
+  its rows leave the window while it waits, and every label then comes from the row log on
+  disk (about ten times the cost).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar, cast
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The longest a yielding call waits for urgent ones before it competes for the lock anyway
+#: (a courtesy, never a deadlock: an urgent call held up elsewhere does not stop the stream).
+YIELD_AT_MOST_S = 1.0
+
 
 class Guard:
-    """A re-entrant lock, how deep the current holder is in guarded calls, and notifications to send."""
+    """A re-entrant lock, how deep the current holder is in guarded calls, and notifications to send.
+
+    Observations (``yielding`` calls) queue for the lock one at a time, through ``turnstile``:
+    however many producer threads there are, they hold one place in the lock's queue, so a
+    labeller or a reader waits for at most one observation. And while a label (an ``urgent``
+    call, counted in ``urgent``) waits for the lock, the next observation waits at ``gate`` until
+    it is in (at most :data:`YIELD_AT_MOST_S`). Without this, with N producers a labeller got one
+    turn in N + 1 while it needs one per observed batch: it fell behind the window for good.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.depth = 0
         self.pending: list[tuple[int, ...]] = []
+        self.urgent = 0
+        self.gate = threading.Condition(threading.Lock())
+        self.turnstile = threading.Lock()
+
+    @contextlib.contextmanager
+    def held(self, *, urgent: bool = False, yielding: bool = False) -> Iterator[None]:
+        """Hold the lock: an ``urgent`` caller goes before the ``yielding`` ones not yet queued.
+
+        A thread that already holds the lock takes it again at once (it is re-entering; waiting
+        at the turnstile or the gate could deadlock with a producer queued behind it).
+        """
+        if yielding and not cast(Any, self.lock)._is_owned():
+            with self.turnstile:
+                if self.urgent:
+                    with self.gate:
+                        self.gate.wait_for(lambda: self.urgent == 0, timeout=YIELD_AT_MOST_S)
+                self.lock.acquire()
+        elif urgent:
+            with self.gate:
+                self.urgent += 1
+            try:
+                self.lock.acquire()
+            finally:
+                with self.gate:
+                    self.urgent -= 1
+                    if self.urgent == 0:
+                        self.gate.notify_all()
+        else:
+            self.lock.acquire()
+        try:
+            yield
+        finally:
+            self.lock.release()
 
 
 class Guarded(Protocol):
@@ -53,11 +104,24 @@ def guarded(method: F) -> F:
 
     Notifications queued by a call that raises are dropped (the call changed nothing).
     """
+    return _guarded(method, urgent=False, yielding=False)
 
+
+def guarded_urgent(method: F) -> F:
+    """:func:`guarded`, going before the :func:`guarded_yielding` calls that come while it waits."""
+    return _guarded(method, urgent=True, yielding=False)
+
+
+def guarded_yielding(method: F) -> F:
+    """:func:`guarded`, letting the :func:`guarded_urgent` calls already waiting go first."""
+    return _guarded(method, urgent=False, yielding=True)
+
+
+def _guarded(method: F, *, urgent: bool, yielding: bool) -> F:
     @functools.wraps(method)
     def wrapper(self: Guarded, /, *args: Any, **kwargs: Any) -> Any:
         guard = self._guard
-        with guard.lock:
+        with guard.held(urgent=urgent, yielding=yielding):
             guard.depth += 1
             try:
                 result = method(self, *args, **kwargs)
@@ -90,4 +154,12 @@ def one_moment(view: F) -> F:
     return cast(F, wrapper)
 
 
-__all__ = ["Guard", "guard_of", "guarded", "one_moment"]
+__all__ = [
+    "YIELD_AT_MOST_S",
+    "Guard",
+    "guard_of",
+    "guarded",
+    "guarded_urgent",
+    "guarded_yielding",
+    "one_moment",
+]

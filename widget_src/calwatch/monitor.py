@@ -21,7 +21,7 @@ from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.errors import NotFittedError
 from calwatch.engine.shift.blocks import block_keys
-from calwatch.guard import Guard, guard_of, guarded
+from calwatch.guard import Guard, guard_of, guarded, guarded_yielding
 from calwatch.ids import as_id_list
 from calwatch.kinds import KINDS, kind_of
 from calwatch.kinds.admit import require_embeddings
@@ -474,7 +474,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         )
 
     # ------------------------------------------------------------------ observe
-    @guarded
+    @guarded_yielding
     def observe(
         self,
         X: Any = None,

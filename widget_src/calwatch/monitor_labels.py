@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import stacked_rows
-from calwatch.guard import guarded
+from calwatch.guard import guarded_urgent
 from calwatch.ids import as_id_list
 from calwatch.kinds import kind_of
 from calwatch.monitor_state import MonitorState
@@ -87,27 +87,27 @@ class MonitorLabels(MonitorState):
         return self._label_locked(ids, y, self._prefetch_logged(ids))
 
     def _prefetch_logged(self, ids: Any) -> Prefetched | None:
-        """The row log's rows of the ids not in the window, read without holding the lock.
+        """The row log's rows of the ids not in the window, read without the monitor's lock.
 
-        Under the lock only the window is looked at (which ids are missing) and how far the log
-        goes; the parquet reads happen after it is released. Anything unusual (bad ids, a log
-        replaced by ``load``) leaves the work to the locked call, which reads what it needs
-        itself and raises the proper error.
+        A hint, read without the lock: how far the log goes, then which ids the window lacks
+        (a window may move meanwhile). The locked call reads under the lock whatever the hint
+        missed (ids that left the window since, parts written since: :meth:`RowLog.find`), so
+        the result is exact however stale the hint. Anything unusual (bad ids, a log replaced by
+        ``load``) leaves the work to the locked call, which raises the proper error.
         """
         row_log = self.__dict__.get("_row_log")
         if row_log is None or not row_log.parts:
             return None
         try:
             id_list = as_id_list(ids)
-            with self._guard.lock:
-                index = self._stream.id_index
-                missing = [i for i in id_list if i not in index]
-                seen = (len(row_log.parts), len(row_log.labels.parts))
+            seen = (len(row_log.parts), len(row_log.labels.parts))
+            index = self._stream.id_index
+            missing = [i for i in id_list if i not in index]
             return row_log.prefetch(missing, *seen) if missing and len(set(missing)) == len(missing) else None
         except Exception:  # the locked call validates and reads again
             return None
 
-    @guarded
+    @guarded_urgent
     def _label_locked(self, ids: Any, y: Any, prefetched: Prefetched | None) -> LabelReport:
         encoder = self._require_encoder()
         id_list = as_id_list(ids)

@@ -27,7 +27,7 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.engine.metrics.intervals import clopper_pearson
-from calwatch.guard import guarded
+from calwatch.guard import guarded, guarded_urgent, guarded_yielding
 from calwatch.ids import as_id_list, uniform_scalar_ids
 from calwatch.kinds import kind_of
 from calwatch.kinds.regression import (
@@ -231,7 +231,7 @@ class RegressionMonitor(Monitor):
         return self
 
     # ------------------------------------------------------------------ observe
-    @guarded
+    @guarded_yielding
     def observe(
         self,
         X: Any = None,
@@ -302,7 +302,7 @@ class RegressionMonitor(Monitor):
         return index
 
     # ------------------------------------------------------------------ labels
-    @guarded
+    @guarded_urgent
     def label(self, ids: Any, y: Any) -> LabelReport:
         """Join late true values to their rows: PIT, interval coverage and CRPS of those batches."""
         id_list = as_id_list(ids)
