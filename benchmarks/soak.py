@@ -24,7 +24,8 @@ against elapsed minutes) and prints rows/s, RSS at start / middle / end and the 
 also on Ctrl-C, SIGTERM or an error.
 
 Run: ``make soak [SOAK_ARGS="--minutes 12"]`` or ``python benchmarks/soak.py [--minutes 60]
-[--batches 100000] [--sample-seconds 10] [--rate 0] [--tab Coverage] [--prelude FILE]``
+[--batches 100000] [--sample-seconds 10] [--rate 0] [--tab Coverage] [--screenshots MINUTES]
+[--prelude FILE]``
 (``--prelude``: Python code run in the kernel before the monitor is built, to try a patch).
 ``--interact`` does what a user would while it runs: at each sample it moves the α slider (on the
 Coverage tab) and adds a note pinned to the latest batch through the page, and records, in ms
@@ -432,6 +433,11 @@ def _load(load: tuple[float, ...]) -> str:
     return " / ".join(f"{x:.2f}" for x in load)
 
 
+def _screenshot(page: Any, out: Path, elapsed_s: float) -> None:
+    """The dashboard as the page shows it now (what a person watching would see)."""
+    page.locator(INLINE).first.screenshot(path=str(out / f"soak-screen-{elapsed_s / 60:05.1f}min.png"))
+
+
 def _stop_producer(kernel: Kernel) -> None:
     with contextlib.suppress(Exception):
         kernel.run("stop.set(); go.set()")
@@ -458,6 +464,13 @@ def main(argv: list[str] | None = None) -> int:
         "--interact",
         action="store_true",
         help="at each sample move the α slider and add a note through the page (opens the Coverage tab)",
+    )
+    parser.add_argument(
+        "--screenshots",
+        type=float,
+        default=0.0,
+        metavar="MINUTES",
+        help="save the dashboard as the page shows it every MINUTES (and at the end) as soak-screen-*.png",
     )
     parser.add_argument(
         "--prelude",
@@ -530,7 +543,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         next_at = t0
         started = False
+        next_screen = 0.0
         while True:
+            if args.screenshots and time.monotonic() - t0 >= next_screen:
+                _screenshot(page, args.out, time.monotonic() - t0)
+                next_screen += 60.0 * args.screenshots
             sample, state = take_sample(t0, page, kernel, kernel_pid, server, profile, args.rows)
             if args.interact and started and not state["done"]:
                 sample |= interact(page, kernel, len(samples), int(state["batches"]))
@@ -559,6 +576,8 @@ def main(argv: list[str] | None = None) -> int:
         widget_errors = page.eval_on_selector_all(
             f"{INLINE} .calwatch-error", "(els) => els.filter((e) => !e.hidden).map((e) => e.textContent)"
         )
+        if args.screenshots:
+            _screenshot(page, args.out, time.monotonic() - t0)
         final = {
             **state,
             "seq": last_seq,
