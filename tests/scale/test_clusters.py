@@ -337,6 +337,9 @@ def test_spark_id_check_is_exact_whatever_the_hashes_say(spark: Any, monkeypatch
         # A small table's few shards (above) and the most shards (a plan without a size estimate)
         # find the same repeat: a key's hashes share their top bits however many choose a shard.
         assert cw_spark._shard_bits(good) < cw_spark.SHARD_BITS
+        monkeypatch.setattr(cw_spark, "BLOB_HASHES", 2)  # and a shard's hashes split over rows
+        with pytest.raises(ValueError, match="id column 'id'"):
+            cw_spark.observe(mon, bad, **log)
         monkeypatch.setattr(cw_spark, "_shard_bits", lambda df: cw_spark.SHARD_BITS)
         with pytest.raises(ValueError, match="id column 'id'"):
             cw_spark.observe(mon, bad, **log)
