@@ -23,4 +23,22 @@ describe("notes list", () => {
     expect(notes.el.querySelectorAll("li.calwatch-note").length).toBe(0);
     notes.dispose();
   });
+
+  it("stays at its end when a note comes, unless the reader scrolled up", () => {
+    const model = new FakeModel({ _warnings: [], _default_author: "", _readonly: false });
+    const notes = createNotes(model);
+    const list = notes.el.querySelector<HTMLOListElement>("ol.calwatch-notes-list");
+    if (list === null) throw new Error("no list");
+    // jsdom lays nothing out: a list 100 px high holding 500 px of notes
+    Object.defineProperty(list, "scrollHeight", { configurable: true, get: () => 500 });
+    Object.defineProperty(list, "clientHeight", { configurable: true, get: () => 100 });
+    const row = (i: number): KeyedRow => ({ key: String(i), note_id: i, text: `n${i}`, author: "a" });
+    list.scrollTop = 400; // at the end
+    notes.draw([row(0), row(1)]);
+    expect(list.scrollTop).toBe(500); // the new note is in view
+    list.scrollTop = 120; // reading older notes
+    notes.draw([row(0), row(1), row(2)]);
+    expect(list.scrollTop).toBe(120); // left where the reader is
+    notes.dispose();
+  });
 });

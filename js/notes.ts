@@ -146,6 +146,9 @@ export function createNotes(model: AnyModel<WidgetModel>, doc: Document = docume
       shown = sorted;
       count = sorted.length;
       drawSummary();
+      // The list scrolls (a few hundred notes would push the charts a page down); one read at
+      // its end stays at its end, so a note just added is in view.
+      const atEnd = list.scrollHeight - list.scrollTop - list.clientHeight < 4;
       list.replaceChildren(
         ...sorted.map((row) => {
           const li = doc.createElement("li");
@@ -163,6 +166,7 @@ export function createNotes(model: AnyModel<WidgetModel>, doc: Document = docume
         }),
       );
       list.hidden = count === 0;
+      if (atEnd) list.scrollTop = list.scrollHeight;
     },
     pinTo(b) {
       target.value = "batch";
