@@ -47,6 +47,7 @@ PART_ROW_GROUP_ROWS = 4096
 _KEYED = ("packed_sets", "risks")
 #: Per-calibrator fields written per row (dict of key -> dict of name -> array).
 _NESTED = ("admit", "selective", "extra")
+_ANY_BUCKET: Any = object()  # previous(): every bucket
 
 
 class LabelLog:
@@ -66,29 +67,26 @@ class LabelLog:
         if folder is None:
             weakref.finalize(self, shutil.rmtree, str(self.folder), True)
 
-    def previous(self, ids: pl.LazyFrame) -> pl.LazyFrame | None:
+    def previous(
+        self, ids: pl.LazyFrame, *, parts: Sequence[Path] | None = None, bucket: Any = _ANY_BUCKET
+    ) -> pl.LazyFrame | None:
         """``(ID, BUCKET, LABEL)``: the last label of each logged row whose id is in ``ids``'s ``ID``.
 
-        None while nothing was labelled.
+        ``parts`` (default: all of :attr:`parts`) are the label parts searched, a later part
+        winning; with ``bucket``, only that bucket's rows are looked at and only the parts holding
+        it are read. Parts never change once committed, so this may run without the monitor's
+        lock on a slice of :attr:`parts` taken under it. None while no part is searched.
         """
-        if not self.parts:
+        files = list(self.parts if parts is None else parts)
+        if bucket is not _ANY_BUCKET:
+            files = [part for part in files if bucket in self.buckets_of(part)]
+        if not files:
             return None
-        log = pl.scan_parquet([str(p) for p in self.parts])
+        log = pl.scan_parquet([str(part) for part in files])
+        if bucket is not _ANY_BUCKET:
+            log = log.filter(pl.col(BUCKET) == bucket)
         known = log.join(ids.select(ID), on=ID, how="semi")
         return known.group_by([ID, BUCKET]).agg(pl.col(LABEL).sort_by(SEQ).last())
-
-    def latest_in(self, bucket: Any, ids: pl.Series, parts: Sequence[Path]) -> pl.DataFrame:
-        """``(ID, LABEL)``: the last label, in ``parts`` (a slice of :attr:`parts`), of each id of one bucket.
-
-        Only the parts holding ``bucket`` are read. Parts never change once committed, so this may
-        run without the monitor's lock on a slice of :attr:`parts` taken under it.
-        """
-        files = [str(part) for part in parts if bucket in self.buckets_of(part)]
-        if not files:
-            return pl.DataFrame({ID: ids.clear(), LABEL: pl.Series([], dtype=pl.Int64)})
-        log = pl.scan_parquet(files).filter(pl.col(BUCKET) == bucket)
-        known = log.join(pl.DataFrame({ID: ids}).lazy(), on=ID, how="semi")
-        return known.group_by(ID).agg(pl.col(LABEL).sort_by(SEQ).last()).collect()
 
     def buckets_of(self, part: Path) -> frozenset[Any]:
         """The buckets a committed part holds (read from the file the first time it is asked)."""
@@ -397,7 +395,8 @@ def _with_labels(labels: LabelLog, batch: int, rows: BatchRows, parts: Sequence[
     if not parts:
         return rows
     ids = encode_ids(rows.ids)[1]
-    later = labels.latest_in(batch, ids, parts)
+    found = labels.previous(pl.DataFrame({ID: ids}).lazy(), parts=parts, bucket=batch)
+    later = pl.DataFrame() if found is None else found.collect()
     if later.height:
         where = {key: k for k, key in enumerate(ids.to_list())}
         for key, label in zip(later[ID].to_list(), later[LABEL].to_list(), strict=True):
