@@ -10,6 +10,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 import numpy as np
+import pytest
 
 import calwatch as cw
 from calwatch import charts, notebook_output
@@ -153,3 +154,75 @@ def test_empty_stream_still_gives_an_output():
     page = notebook_output.dashboard_html(mon, "calwatch-static-e")
     assert "0 batches" in _fallback(page) and "<img" not in _fallback(page)
     assert "image/svg+xml" in mon.chart("coverage")._repr_mimebundle_()
+
+
+def _keyed(datasets: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    return {name: {r["key"]: r for r in rows} for name, rows in datasets.items()}
+
+
+def test_the_static_copy_takes_the_views_rows_and_shows_what_a_rebuild_shows(monkeypatch):
+    """Past the display's bucketing, with late labels and notes: the same page, without a rebuild."""
+    from calwatch import resolution
+
+    monkeypatch.setattr(resolution, "MAX_POINTS", 4)  # six batches: buckets of two
+    mon = pets_monitor()
+    widget = mon.widget()
+    static = notebook_output.static_for(widget)
+    fast = static._read(widget)
+    assert static.rebuilt is False
+    slow = notebook_output.read_static(mon)  # every dataset from the monitor
+    assert fast.parts.payload["model"] == slow.parts.payload["model"]
+    held, rebuilt = _keyed(fast.parts.payload["datasets"]), _keyed(slow.parts.payload["datasets"])
+    assert held.keys() == rebuilt.keys() and held["batches"] and held["timeline"]
+    for name, rows in rebuilt.items():
+        assert held[name].keys() == rows.keys(), name
+        for key, row in rows.items():
+            for field, value in row.items():  # the cards are running sums: equal to rounding
+                mine = held[name][key][field]
+                same = mine == value or (isinstance(value, float) and abs(mine - value) <= 1e-12)
+                assert same, f"{name}[{key}].{field}: {mine} != {value}"
+    assert (fast.headline, fast.table) == (slow.headline, slow.table)
+    assert fast.coverage is not None and slow.coverage is not None
+    drawn = notebook_output._coverage_spec(fast.coverage)
+    assert drawn == notebook_output._coverage_spec(slow.coverage) == charts.build("coverage", mon).to_dict()
+    pages = [_fallback(notebook_output.draw_static(read, static.uid)) for read in (fast, slow)]
+    assert pages[0].replace(fast.parts.generated, "") == pages[1].replace(slow.parts.generated, "")
+
+
+def test_the_static_copy_rebuilds_when_the_views_rows_are_not_the_streams(monkeypatch):
+    mon = pets_monitor()
+    widget = mon.widget()
+    static = notebook_output.static_for(widget)
+    widget.batch_range = (1, 3)  # the views show a brushed range: not the whole stream
+    static._read(widget)
+    assert static.rebuilt is True
+    widget.batch_range = None
+    static._read(widget)
+    assert static.rebuilt is False
+    # A change whose notification is still on its way to the widget: wait for it, then rebuild.
+    monkeypatch.setattr(notebook_output, "CURRENT_WAIT_S", 0.05)
+    guard = notebook_output.guard_of(mon)
+    guard.count_undelivered(1)
+    started = time.monotonic()
+    static._read(widget)
+    assert static.rebuilt is True and time.monotonic() - started >= 0.05
+    # ... and when it arrives while the output waits, the views' rows are taken after all.
+    monkeypatch.setattr(notebook_output, "CURRENT_WAIT_S", 30.0)
+    threading.Timer(0.1, guard.count_undelivered, args=(-1,)).start()
+    static._read(widget)
+    assert static.rebuilt is False and guard.undelivered == 0
+
+
+def test_a_call_owes_its_notifications_until_every_listener_returned():
+    mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)}, name="n")
+    P, y = softmax_data(300, seed=1)
+    mon.calibrate(probs=P, y=y)
+    guard = notebook_output.guard_of(mon)
+    seen: list[int] = []
+    mon.subscribe(lambda batches: seen.append(guard.undelivered))
+    mon.observe(probs=P[:50], ids=[f"a{i}" for i in range(50)])
+    mon.label([f"a{i}" for i in range(50)], y[:50])
+    assert seen == [1, 1] and guard.undelivered == 0
+    with pytest.raises(ValueError, match="ids"):
+        mon.observe(probs=P[:5], ids=["a0", "a1", "a2", "a3", "a4"])  # ids seen before: refused
+    assert seen == [1, 1] and guard.undelivered == 0  # a refused call owes nothing

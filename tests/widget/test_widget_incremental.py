@@ -70,6 +70,7 @@ class Follower:
         self.store: Store = {}
         _apply(self.store, self.widget.replay_payload())
         self.seq = self.widget.seq
+        self.current_checked = 0
 
     def check(self, what: str) -> None:
         self.widget.refresh()  # the window panels as they are now (a kernel refreshes them every 0.5 s)
@@ -90,6 +91,31 @@ class Follower:
         for name in expected:
             assert {r["key"]: r for r in replay[name]} == self.store.get(name, {}), f"{what}: replay {name}"
         self._check_panels(what)
+        self._check_current_datasets(what)
+        for name, rows in self.widget.sent_rows.items():  # the index of held keys keeps no dead buckets
+            by_bucket: dict[Any, set[str]] = {}
+            for key, row in rows.items():
+                by_bucket.setdefault(row.get("batch"), set()).add(key)
+            assert self.widget._held_by_bucket.get(name, {}) == by_bucket, f"{what}: held keys of {name}"
+
+    def _check_current_datasets(self, what: str) -> None:
+        """What a static copy or report takes from the views' rows equals a whole rebuild."""
+        held = self.widget.current_datasets()
+        brushed = self.widget.batch_range is not None
+        if self.mon.calibration_ is None or self.mon.n_batches == 0 or brushed:
+            assert held is None, f"{what}: the views' rows are not a whole rebuild's here"
+            return
+        assert held is not None, f"{what}: every change was delivered, nothing brushed"
+        self.current_checked += 1
+        fresh = view_datasets(self.mon, dashboard_data=True)
+        assert held.keys() == fresh.keys(), what
+        for name, rows in fresh.items():
+            mine = {r["key"]: r for r in held[name]}
+            assert len(mine) == len(held[name]) and mine.keys() == {r["key"] for r in rows}, f"{what}: {name}"
+            for row in rows:
+                for field, value in row.items():
+                    assert _close(mine[row["key"]][field], value), f"{what}: {name}[{row['key']}].{field}"
+                assert mine[row["key"]].keys() == row.keys(), f"{what}: {name}[{row['key']}]"
 
     def _check_panels(self, what: str) -> None:
         mon, widget = self.mon, self.widget
@@ -190,6 +216,7 @@ def test_updates_equal_a_rebuild_after_random_calls(seed, selective, refresh_sha
         view.check(what)
     assert mon.n_batches > 16  # several resolutions went by
     assert mon.window_records()[0].index > 0  # batches left the window
+    assert view.current_checked >= 3  # the views held a whole rebuild's rows at times
 
 
 def test_regression_monitor_updates_equal_a_rebuild(monkeypatch):

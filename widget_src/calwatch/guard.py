@@ -43,6 +43,10 @@ class Guard:
     call, counted in ``urgent``) waits for the lock, the next observation waits at ``gate`` until
     it is in (at most :data:`YIELD_AT_MOST_S`). Without this, with N producers a labeller got one
     turn in N + 1 while it needs one per observed batch: it fell behind the window for good.
+
+    ``undelivered`` counts the notifications of committed calls whose listeners have not all
+    returned yet (they run after the lock is released). Read under the lock, 0 means every
+    listener (a live view among them) has seen every change made so far.
     """
 
     def __init__(self) -> None:
@@ -52,6 +56,13 @@ class Guard:
         self.urgent = 0
         self.gate = threading.Condition(threading.Lock())
         self.turnstile = threading.Lock()
+        self.undelivered = 0
+        self._counting = threading.Lock()  # undelivered goes up under the lock and down outside it
+
+    def count_undelivered(self, change: int) -> None:
+        """Add ``change`` to :attr:`undelivered` (safe from any thread, lock held or not)."""
+        with self._counting:
+            self.undelivered += change
 
     @contextlib.contextmanager
     def held(self, *, urgent: bool = False, yielding: bool = False) -> Iterator[None]:
@@ -130,8 +141,12 @@ def _guarded(method: F, *, urgent: bool, yielding: bool) -> F:
                 pending: list[tuple[int, ...]] = []
                 if guard.depth == 0:
                     pending, guard.pending = guard.pending, []
-        for batches in pending:
-            self._send_notifications(batches)
+            guard.count_undelivered(len(pending))  # the call committed: its notifications are owed
+        try:
+            for batches in pending:
+                self._send_notifications(batches)
+        finally:
+            guard.count_undelivered(-len(pending))
         return result
 
     return cast(F, wrapper)

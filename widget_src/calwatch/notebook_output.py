@@ -40,13 +40,15 @@ import itertools
 import math
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import altair as alt
+import polars as pl
 
 from calwatch import charts
-from calwatch.guard import one_moment
-from calwatch.report import coverage_table, report_parts, script_json
+from calwatch.guard import guard_of, one_moment
+from calwatch.report import ReportParts, coverage_table, report_parts, script_json
 from calwatch.widget import _bundle
 
 if TYPE_CHECKING:
@@ -59,6 +61,9 @@ STATIC_MIN_INTERVAL_S = 30.0
 #: ...and at most this share of the time goes to drawing it (a 3 s drawing: once a minute).
 STATIC_COST_SHARE = 0.05
 HTML = "text/html"
+#: How long (s) a static output waits for a producer's last change to reach the widget's views
+#: before it rebuilds the datasets from the monitor instead of copying the views' rows.
+CURRENT_WAIT_S = 0.5
 #: How long (ms) a static output in a live JupyterLab waits for the widget's view next to it to
 #: draw before it shows itself (the view renders asynchronously, often after the static output;
 #: on a loaded machine in seconds). A trusted notebook reopened without its kernel shows the
@@ -112,24 +117,47 @@ def _headline(monitor: Monitor) -> str:
     return f"<p>{_esc(facts)}</p><ul>{chips}</ul>" if chips else f"<p>{_esc(facts)}</p>"
 
 
-@one_moment
-def dashboard_html(monitor: Monitor, uid: str) -> str:
-    """The dashboard's static output: the frozen dashboard, its script-free fallback and the guard.
+@dataclass(frozen=True)
+class StaticRead:
+    """What a static output shows, read at one moment under the monitor's lock (drawn after)."""
 
-    Parameters
-    ----------
-    monitor : Monitor
-        The monitor shown.
-    uid : str
-        The output's id (one per :class:`StaticDashboard`): the elements of two outputs on one
-        page do not mix.
+    parts: ReportParts
+    headline: str
+    table: str
+    coverage: list[dict[str, Any]] | None  # the coverage chart's rows (None: no chart); drawn after
+    name: str
+
+
+@one_moment
+def read_static(monitor: Monitor, datasets: dict[str, list[dict[str, Any]]] | None = None) -> StaticRead:
+    """Read what :func:`dashboard_html` shows, at one moment (under the monitor's lock).
+
+    ``datasets``: the dashboard's datasets when already at hand, read under the same hold of
+    the lock (a live widget's :meth:`~calwatch.widget.MonitorWidget.current_datasets`);
+    default: built from the monitor, which reads every batch.
     """
-    parts = report_parts(monitor)
+    parts = report_parts(monitor, datasets=datasets)
+    return StaticRead(
+        parts=parts,
+        headline=_headline(monitor),
+        table=coverage_table(monitor),
+        coverage=_coverage_rows(monitor, parts.payload["datasets"]),
+        name=monitor.name,
+    )
+
+
+def draw_static(read: StaticRead, uid: str) -> str:
+    """The static output's HTML from what was read (no lock: the SVG takes a while to draw).
+
+    ``uid`` is the output's id (one per :class:`StaticDashboard`): the elements of two outputs
+    on one page do not mix.
+    """
+    parts = read.parts
     image = ""
-    if monitor.calibration_ is not None and monitor.n_batches and "coverage" in charts.chart_kinds(monitor):
-        image = _svg_image(charts.build("coverage", monitor).to_dict(), f"coverage of {monitor.name}")
+    if read.coverage is not None:
+        image = _svg_image(_coverage_spec(read.coverage), f"coverage of {read.name}")
     fallback = (
-        f"<h3>{_esc(parts.title)}</h3>{_headline(monitor)}{image}{coverage_table(monitor)}"
+        f"<h3>{_esc(parts.title)}</h3>{read.headline}{image}{read.table}"
         f'<p class="calwatch-static-note">{_esc(parts.generated)}; a static copy of the live '
         "dashboard.</p>"
     )
@@ -141,6 +169,36 @@ def dashboard_html(monitor: Monitor, uid: str) -> str:
         wait=LIVE_WAIT_MS,
         view_mime=WIDGET_VIEW,
     )
+
+
+def dashboard_html(monitor: Monitor, uid: str) -> str:
+    """The dashboard's static output: the frozen dashboard, its script-free fallback and the guard.
+
+    Read at one moment (:func:`read_static`, rebuilding every dataset from the monitor), drawn
+    after (:func:`draw_static`).
+    """
+    return draw_static(read_static(monitor), uid)
+
+
+def _coverage_rows(
+    monitor: Monitor, datasets: dict[str, list[dict[str, Any]]]
+) -> list[dict[str, Any]] | None:
+    """The ``batches`` rows the coverage chart draws (None where the dashboard has no such chart).
+
+    The rows are the dashboard's own, never changed once made (a view's update replaces a row),
+    so the chart may be built from them after the monitor's lock is released.
+    """
+    rows = datasets.get(charts.CHARTS["coverage"][1]) or []
+    if monitor.calibration_ is None or not rows or "coverage" not in charts.chart_kinds(monitor):
+        return None
+    return list(rows)
+
+
+def _coverage_spec(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The coverage chart's Vega-Lite spec with ``rows`` inline, in batch order."""
+    frame = pl.DataFrame(rows, infer_schema_length=None).sort("batch", maintain_order=True)
+    spec: dict[str, Any] = charts.CHARTS["coverage"][0](frame).to_dict()
+    return spec
 
 
 class StaticDashboard:
@@ -158,6 +216,7 @@ class StaticDashboard:
         self.shown = False
         self.shown_at = -math.inf  # time.monotonic() of the last drawing
         self.render_s = 0.0  # how long the last drawing took to build
+        self.rebuilt = False  # whether the last drawing rebuilt the datasets from the monitor
 
     def bundle(self) -> dict[str, str]:
         """The output's mimebundle at the widget's current state."""
@@ -168,10 +227,31 @@ class StaticDashboard:
         self.shown_seq = widget.seq
         monitor = widget.monitor
         text = f"<calwatch dashboard: {monitor.name}>"
-        bundle = {HTML: dashboard_html(monitor, self.uid), "text/plain": text}
+        bundle = {HTML: draw_static(self._read(widget), self.uid), "text/plain": text}
         self.shown_at = time.monotonic()
         self.render_s = self.shown_at - started
         return bundle
+
+    def _read(self, widget: MonitorWidget) -> StaticRead:
+        """What to show: from the rows the widget's views hold, else rebuilt from the monitor.
+
+        The views' rows are those of a rebuild once every change has reached the widget
+        (:meth:`~calwatch.widget.MonitorWidget.current_datasets`); a producer thread's last
+        change may be on its way (its notification is sent after its call releases the lock), so
+        this waits for it up to :data:`CURRENT_WAIT_S` before rebuilding (seconds under the lock
+        on a long stream). A thread that holds the lock already (inside a call) rebuilds at once.
+        """
+        monitor = widget.monitor
+        lock = guard_of(monitor).lock
+        waits = not cast(Any, lock)._is_owned()
+        give_up = time.monotonic() + CURRENT_WAIT_S
+        while True:
+            with lock:
+                datasets = widget.current_datasets()
+                if datasets is not None or not waits or time.monotonic() >= give_up:
+                    self.rebuilt = datasets is None
+                    return read_static(monitor, datasets)
+            time.sleep(0.005)
 
     def display(self) -> None:
         """Display the output (after the widget's view) and refresh it when a cell ends."""

@@ -99,7 +99,12 @@ class ReportParts:
 
 
 @one_moment
-def report_parts(monitor: Monitor, *, snapshot: dict[str, Any] | None = None) -> ReportParts:
+def report_parts(
+    monitor: Monitor,
+    *,
+    snapshot: dict[str, Any] | None = None,
+    datasets: dict[str, list[dict[str, Any]]] | None = None,
+) -> ReportParts:
     """The title, sections and dashboard state of a monitor's report (see :func:`report_page`).
 
     Parameters
@@ -108,12 +113,17 @@ def report_parts(monitor: Monitor, *, snapshot: dict[str, Any] | None = None) ->
         The monitor (live or loaded from a snapshot).
     snapshot : dict, optional
         The snapshot's manifest plus its ``path``, shown under Provenance.
+    datasets : dict, optional
+        The dashboard's datasets when already at hand (a live widget's
+        :meth:`~calwatch.widget.MonitorWidget.current_datasets`); default: built from the monitor.
     """
     from calwatch import __version__
     from calwatch.widget import view_datasets, view_state
 
     state = view_state(monitor) | {"_selected": "", "_paused": False, "_error": ""}
-    payload = {"model": state, "datasets": view_datasets(monitor, dashboard_data=True)}
+    if datasets is None:
+        datasets = view_datasets(monitor, dashboard_data=True)
+    payload = {"model": state, "datasets": datasets}
     generated = datetime.now(UTC).isoformat(timespec="seconds")
     sections = [
         _section("Warnings", _warnings_table(monitor)),

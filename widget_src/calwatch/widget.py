@@ -27,7 +27,7 @@ import traitlets
 
 from calwatch import charts, dashboard, health
 from calwatch.cards import CardTotals, ExactIntervals
-from calwatch.guard import one_moment
+from calwatch.guard import guard_of, one_moment
 from calwatch.live import LiveDatasets, bucketed_names
 from calwatch.outbox import Outbox
 from calwatch.resolution import Resolution, bucket_width
@@ -71,6 +71,15 @@ def _json_rows_from_dicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if isinstance(value, float) and not math.isfinite(value):
                 row[key] = None
     return rows
+
+
+def _unindex(index: dict[Any, set[str]], key: str, batch: Any) -> None:
+    """Take ``key`` out of ``batch``'s held keys, and the bucket out once it holds none."""
+    keys = index.get(batch)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:  # a bucket gone at a coarser resolution: no entry left behind
+            del index[batch]
 
 
 def _in_kernel() -> bool:
@@ -175,13 +184,25 @@ def view_datasets(
 def dashboard_datasets(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
     """The dashboard's datasets at the monitor's own settings (no α, whole window, no brush).
 
-    ``overview`` (cards), ``health`` (the strip), ``notes``, and the window panels ``reliability``
-    and ``set_by_class``; ``what_if`` is empty (it needs the α slider of a live widget).
+    ``overview`` (cards), ``timeline``, and the bounded ones of :func:`window_datasets`.
     """
-    out: dict[str, list[dict[str, Any]]] = {name: [] for name in dashboard.DATASETS}
-    out["notes"] = _json_rows_from_dicts(dashboard.note_rows(monitor))
+    out = window_datasets(monitor)
     out["overview"] = _json_rows(dashboard.overview(monitor))
     out["timeline"] = _json_rows(dashboard.timeline(monitor))
+    return out
+
+
+@one_moment
+def window_datasets(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
+    """The dashboard's datasets whose cost does not grow with the stream, at the monitor's settings.
+
+    ``health`` (the strip), ``notes``, and the window panels ``reliability`` and ``set_by_class``
+    (whole window, no brush); ``what_if`` is empty (it needs the α slider of a live widget).
+    Not ``overview`` and ``timeline``: they read every batch (:func:`dashboard_datasets`).
+    """
+    bounded = [name for name in dashboard.DATASETS if name not in ("overview", "timeline")]
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in bounded}
+    out["notes"] = _json_rows_from_dicts(dashboard.note_rows(monitor))
     out["health"] = health_rows(monitor)
     if monitor.calibration_ is not None and monitor.n_batches > 0:
         out["reliability"] = _json_rows(dashboard.reliability(monitor))
@@ -443,6 +464,30 @@ class MonitorWidget(anywidget.AnyWidget):
             data[name] = list(rows.values())
         return data
 
+    def current_datasets(self) -> dict[str, list[dict[str, Any]]] | None:
+        """Every dataset of :func:`view_datasets` ``(monitor, dashboard_data=True)``, without a rebuild.
+
+        A rebuild reads every batch: seconds under the monitor's lock at 10⁵ batches. The rows
+        views hold are kept current batch by batch, so when they are at the whole stream's
+        resolutions and every change has reached this widget (no notification still owed), they
+        are those rows (the same keys and values; the cards are running sums, equal to rounding).
+        The bounded datasets (:func:`window_datasets`) are computed afresh at the monitor's own
+        settings, the cards from the running sums. Returns None when the held rows are not
+        those (a brushed range, a change not yet delivered, nothing observed): rebuild then. Call
+        it under the monitor's lock, or its answer may be stale on return.
+        """
+        mon = self._monitor
+        n = mon.n_batches
+        if mon.calibration_ is None or n == 0 or guard_of(mon).undelivered:
+            return None
+        if self._detail != Resolution.whole(n) or self._timeline_width != bucket_width(n):
+            return None
+        data: dict[str, list[dict[str, Any]]] = {name: [] for name in charts.DATASETS}
+        data |= {name: list(rows.values()) for name, rows in self._sent.items()}
+        data |= window_datasets(mon)
+        data["overview"] = _json_rows_from_dicts(self._card_totals.cards(warning_rows(mon)))
+        return data
+
     @property
     def sent_rows(self) -> dict[str, dict[str, dict[str, Any]]]:
         """The rows every view holds of the datasets kept current row by row, per dataset by key.
@@ -473,12 +518,14 @@ class MonitorWidget(anywidget.AnyWidget):
             else:
                 lost = [k for b in buckets or () for k in index.get(b, ()) if k not in fresh]
             for key in lost:
-                held = sent.pop(key)
-                index.get(held.get("batch"), set()).discard(key)
+                _unindex(index, key, sent.pop(key).get("batch"))
                 out.append({"key": key, "_deleted": True})
         for row in rows:
             key = row["key"]
-            if sent.get(key) != row:
+            held = sent.get(key)
+            if held != row:
+                if held is not None and held.get("batch") != row.get("batch"):
+                    _unindex(index, key, held.get("batch"))  # a window row keyed without its batch
                 sent[key] = row
                 index.setdefault(row.get("batch"), set()).add(key)
                 out.append(row)
