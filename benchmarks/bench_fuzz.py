@@ -4,8 +4,10 @@ Runs ``tests/monitor/test_fuzz_boundary.py`` (observe, label, what_if, calibrate
 inputs) and ``tests/monitor/test_fuzz_load.py`` (damaged and edited snapshots) with
 ``CALWATCH_FUZZ_EXAMPLES`` examples per test (default 1,000; `make test` runs 60 and 40), and
 prints how many examples ran, how long it took and what failed (a failure is a bug to fix: the
-falsifying example is printed by hypothesis). `make test` runs the same examples every time
-(derandomised, ``tests/conftest.py``); this explores with fresh randomness on every run.
+falsifying example is printed by hypothesis). A failing module's whole output (pytest's and
+hypothesis's, stdout and stderr) is kept in ``test-artifacts/fuzz/`` and its summary lines printed:
+a failure that does not come back on the next run is still on record. `make test` runs the same
+examples every time (derandomised, ``tests/conftest.py``); this explores with fresh randomness.
 
 Run: ``python benchmarks/bench_fuzz.py [--examples 1000]``.
 """
@@ -55,8 +57,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{Path(module).name:<40}{tests:>7}{ran:>10,}{elapsed:>9.0f}  {result}")
         if done.returncode != 0:
             failed += 1
-            print(done.stdout[-4000:])
+            kept = keep_output(module, done)
+            print(f"  whole output: {kept}")
+            for line in failure_lines(done.stdout):
+                print(f"  {line}")
     return 0 if failed == 0 else 1
+
+
+def keep_output(module: str, done: subprocess.CompletedProcess[str]) -> Path:
+    """Write a failing module's whole stdout and stderr to ``test-artifacts/fuzz/``; return the path."""
+    folder = ROOT / "test-artifacts" / "fuzz"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = folder / f"{Path(module).stem}-{stamp}.log"
+    path.write_text(f"exit status {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}\n")
+    return path
+
+
+def failure_lines(stdout: str, most: int = 40) -> list[str]:
+    """pytest's short summary, hypothesis's falsifying examples and the errors, at most ``most`` lines."""
+    marks = ("FAILED ", "ERROR ", "Falsifying example", "E   ", "reproduce_failure")
+    return [line for line in stdout.splitlines() if line.startswith(marks) or "Error:" in line][:most]
 
 
 if __name__ == "__main__":
