@@ -31,6 +31,7 @@ test: lint $(VENV)/.stamp-test $(RTC_VENV)/.stamp chromium java
 	CALWATCH_CHROMIUM=$(CHROMIUM) $(PY) -m pytest $(PYTEST_WORKERS)
 
 bench: $(VENV)/.stamp-bench
+	bash benchmarks/drift_env.sh  # the peers bench_table.py runs beside calwatch (own venv, built once)
 	$(PY) benchmarks/run_all.py
 
 # Shift detectors against NannyML, Evidently and alibi-detect on identical chunks; the competitors

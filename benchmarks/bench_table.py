@@ -14,7 +14,13 @@ temporary folder (never committed). Each path runs in a fresh process, so its pe
   function reads every Arrow batch and returns nothing but its row count (Spark's scan and its
   rows-to-Arrow transfer to the Python workers only, in batches of calwatch's size), warmed up
   the same way; its rows/s and calwatch's time over it are printed;
-* ``calwatch.dask.observe`` with the synchronous scheduler (when dask is installed).
+* ``calwatch.dask.observe`` with the synchronous scheduler (when dask is installed);
+* the peers beside them, each in its own process in the competitors' environment
+  (``benchmarks/.venv-drift``, built by ``bash benchmarks/drift_env.sh``; ``make bench`` builds
+  it): NannyML's CBPE over the whole log and Evidently's drift preset per day over the first
+  ``--evidently-rows`` rows (``benchmarks/table_peers.py`` says what each computes). Neither
+  computes calwatch's statistics, so they are not in the equality check: they are what a team
+  would run instead, on the same file, the same chunks and the same cores.
 
 CPU ns/row is the measuring process's own CPU time (all its threads; not the JVM's or Spark's
 and Dask's worker processes) per row: on shared cores it says what a path costs when the wall
@@ -25,7 +31,8 @@ must stay flat (targets: ≥ 5 M rows/s on the binary log,
 ≥ the in-memory loop, peak RSS under 500 MiB; Spark ``local[2]`` ≥ 1 M rows/s and within 3× of
 ``observe_table`` per core).
 
-Run: ``python benchmarks/bench_table.py [--rows 10000000] [--big-rows 100000000]``.
+Run: ``python benchmarks/bench_table.py [--rows 10000000] [--big-rows 100000000]
+[--evidently-rows 1000000]``.
 """
 
 from __future__ import annotations
@@ -206,6 +213,41 @@ def _bare_map_in_arrow(spark: Any, df: Any, baseline: float) -> dict[str, Any]:
     }  # fmt: skip
 
 
+#: The competitors' environment and script (``benchmarks/drift_env.sh``, ``table_peers.py``).
+PEERS_PYTHON = Path(__file__).resolve().parent / ".venv-drift" / "bin" / "python"
+PEERS = Path(__file__).resolve().parent / "table_peers.py"
+#: Reference rows the peers fit on (the calibration rows with their labels, resampled to size).
+REFERENCE_ROWS = 100_000
+
+
+def write_reference(path: Path) -> None:
+    """The peers' labelled reference: the calibration rows resampled to :data:`REFERENCE_ROWS`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    P_cal, y_cal, _ = task()
+    pick = np.random.default_rng(2).integers(0, len(y_cal), size=REFERENCE_ROWS)
+    p1 = P_cal[pick, 1]
+    y_pred = (p1 >= 0.5).astype(np.int64)
+    pq.write_table(pa.table({"p1": p1, "y_pred": y_pred, "y_true": y_cal[pick].astype(np.int64)}), path)
+
+
+def run_peer(tool: str, log: Path, reference: Path, rows: int | None) -> dict[str, Any] | str:
+    """One peer on the log in a fresh process of the competitors' venv; a string says why not."""
+    if not PEERS_PYTHON.exists():
+        return "did not run: no benchmarks/.venv-drift (bash benchmarks/drift_env.sh builds it)"
+    extra = [] if rows is None else ["--rows", str(rows)]
+    completed = subprocess.run(
+        [str(PEERS_PYTHON), str(PEERS), tool, str(log), str(reference), *extra],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if completed.returncode != 0:
+        tail = (completed.stderr or completed.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"did not run: {tail[0][:120]}"
+    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result
+
+
 def _cpu_seconds() -> float:
     """This process's CPU time, user and system, all threads (not a JVM's or worker processes')."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -230,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--big-rows", type=int, default=100_000_000, help="0 skips the flat-memory run")
+    parser.add_argument("--evidently-rows", type=int, default=1_000_000, help="Evidently's prefix (0: all)")
     parser.add_argument("--measure", nargs=2, metavar=("PATH", "LOG"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
@@ -274,6 +317,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{name:<32} {rate:>12,.0f} {ratio:>7.2f}x {result['peak_rss_mib']:>13,.0f} "
                 f"{result['batches']:>8} {1e9 * result['cpu_seconds'] / result['rows']:>11,.0f}"
             )
+        reference = folder / "reference.parquet"
+        write_reference(reference)
+        evidently_rows = args.evidently_rows or None
+        prefix = "" if evidently_rows is None else f", first {min(evidently_rows, args.rows):,} rows"
+        peers = {
+            "NannyML CBPE": run_peer("nannyml", log, reference, None),
+            f"Evidently drift{prefix}": run_peer("evidently", log, reference, evidently_rows),
+        }
+        for name, result in peers.items():
+            if isinstance(result, str):
+                print(f"{name:<32} {result}")
+                continue
+            rate = result["rows"] / result["seconds"]
+            ratio = rate / (base["rows"] / base["seconds"]) if base else float("nan")
+            print(f"{name:<32} {rate:>12,.0f} {ratio:>7.2f}x {result['peak_rss_mib']:>13,.0f} "
+                  f"{result['chunks']:>8} {'':>11}  {result['what']}")  # fmt: skip
         if len(checks) != 1:
             print("FAIL: the paths' statistics differ")
             return 1
