@@ -212,6 +212,22 @@ def test_the_static_copy_rebuilds_when_the_views_rows_are_not_the_streams(monkey
     static._read(widget)
     assert static.rebuilt is False and guard.undelivered == 0
 
+    # An update of the widget that raised may have left its rows part-updated: rebuild until the
+    # next full send.
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(widget, "_bucket_update", broken)
+    P, _ = softmax_data(40, seed=77)
+    with pytest.warns(RuntimeWarning, match="injected"):
+        mon.observe(probs=P, ids=[f"late-{i}" for i in range(40)])
+    monkeypatch.undo()
+    static._read(widget)
+    assert static.rebuilt is True
+    widget.refresh_layout()
+    static._read(widget)
+    assert static.rebuilt is False
+
 
 def test_a_call_owes_its_notifications_until_every_listener_returned():
     mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)}, name="n")

@@ -307,6 +307,7 @@ class MonitorWidget(anywidget.AnyWidget):
         self._kernel_ms: deque[float] = deque(maxlen=MAX_TIMINGS)
         self._intervals = ExactIntervals()
         self._live_data: LiveDatasets  # set by refresh_layout, and again after each calibrate
+        self._updates_failed = False  # an update raised since the last full send (refresh_layout)
         #: Per-batch summary rows and their running per-calibrator sums (the overview cards), and
         #: the same over the brushed range (built when a range is brushed).
         self._card_totals = self._new_card_totals()
@@ -429,6 +430,7 @@ class MonitorWidget(anywidget.AnyWidget):
                 setattr(self, trait, value)
             self._alpha_info = self._info()
         with self._monitor.lock:
+            self._updates_failed = False  # every held row is sent again below
             self._live_data = LiveDatasets(self._monitor)  # the calibrators (and detectors) changed
             self._card_totals = self._new_card_totals()
             self._card_totals.update(self._live_data.card_rows(None))
@@ -473,12 +475,13 @@ class MonitorWidget(anywidget.AnyWidget):
         are those rows (the same keys and values; the cards are running sums, equal to rounding).
         The bounded datasets (:func:`window_datasets`) are computed afresh at the monitor's own
         settings, the cards from the running sums. Returns None when the held rows are not
-        those (a brushed range, a change not yet delivered, nothing observed): rebuild then. Call
+        those (a brushed range, a change not yet delivered, an update that failed since the
+        last full send, nothing observed): rebuild then. Call
         it under the monitor's lock, or its answer may be stale on return.
         """
         mon = self._monitor
         n = mon.n_batches
-        if mon.calibration_ is None or n == 0 or guard_of(mon).undelivered:
+        if mon.calibration_ is None or n == 0 or guard_of(mon).undelivered or self._updates_failed:
             return None
         if self._detail != Resolution.whole(n) or self._timeline_width != bucket_width(n):
             return None
@@ -778,6 +781,7 @@ class MonitorWidget(anywidget.AnyWidget):
                 if batches and threading.current_thread() is threading.main_thread():
                     self._seq_by_main_thread = self._seq
         except Exception as err:  # draw the error in the widget instead of losing it
+            self._updates_failed = True  # the held rows may be part-updated: copies rebuild
             self._show_error(err)
             raise
         self._outbox.flush()
