@@ -193,9 +193,12 @@ def test_the_static_copy_rebuilds_when_the_views_rows_are_not_the_streams(monkey
     mon = pets_monitor()
     widget = mon.widget()
     static = notebook_output.static_for(widget)
+    monkeypatch.setattr(notebook_output, "CURRENT_WAIT_S", 30.0)
     widget.batch_range = (1, 3)  # the views show a brushed range: not the whole stream
+    started = time.monotonic()
     static._read(widget)
     assert static.rebuilt is True
+    assert time.monotonic() - started < 15.0  # rebuilt at once: no change is on its way
     widget.batch_range = None
     static._read(widget)
     assert static.rebuilt is False

@@ -242,13 +242,14 @@ class StaticDashboard:
         on a long stream). A thread that holds the lock already (inside a call) rebuilds at once.
         """
         monitor = widget.monitor
-        lock = guard_of(monitor).lock
-        waits = not cast(Any, lock)._is_owned()
+        guard = guard_of(monitor)
+        waits = not cast(Any, guard.lock)._is_owned()
         give_up = time.monotonic() + CURRENT_WAIT_S
         while True:
-            with lock:
+            with guard.lock:
                 datasets = widget.current_datasets()
-                if datasets is not None or not waits or time.monotonic() >= give_up:
+                owed = datasets is None and guard.undelivered > 0  # the one reason worth waiting for
+                if not (owed and waits and time.monotonic() < give_up):
                     self.rebuilt = datasets is None
                     return read_static(monitor, datasets)
             time.sleep(0.005)
