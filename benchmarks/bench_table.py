@@ -320,10 +320,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         reference = folder / "reference.parquet"
         write_reference(reference)
         evidently_rows = args.evidently_rows or None
-        prefix = "" if evidently_rows is None else f", first {min(evidently_rows, args.rows):,} rows"
+        prefix = "" if evidently_rows is None else f", first {min(evidently_rows, args.rows) / 1e6:g}M rows"
         peers = {
             "NannyML CBPE": run_peer("nannyml", log, reference, None),
-            f"Evidently drift{prefix}": run_peer("evidently", log, reference, evidently_rows),
+            f"Evidently{prefix}": run_peer("evidently", log, reference, evidently_rows),
         }
         for name, result in peers.items():
             if isinstance(result, str):
