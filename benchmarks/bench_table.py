@@ -237,15 +237,31 @@ def run_peer(tool: str, log: Path, reference: Path, rows: int | None) -> dict[st
     if not PEERS_PYTHON.exists():
         return "did not run: no benchmarks/.venv-drift (bash benchmarks/drift_env.sh builds it)"
     extra = [] if rows is None else ["--rows", str(rows)]
-    completed = subprocess.run(
-        [str(PEERS_PYTHON), str(PEERS), tool, str(log), str(reference), *extra],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    return _last_json([str(PEERS_PYTHON), str(PEERS), tool, str(log), str(reference), *extra])
+
+
+def _last_json(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any] | str:
+    """The JSON object a fresh process prints last; a string says why there is none."""
+    completed = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if completed.returncode != 0:
         tail = (completed.stderr or completed.stdout).strip().splitlines()[-1:] or ["no output"]
         return f"did not run: {tail[0][:120]}"
     result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
     return result
+
+
+def print_row(name: str, result: dict[str, Any] | str, base: dict[str, Any] | None) -> None:
+    """One line of the table: rows/s, against the loop, peak RSS, batches and CPU (or why not)."""
+    if isinstance(result, str):
+        print(f"{name:<32} {result}")
+        return
+    rate = result["rows"] / result["seconds"]
+    ratio = rate / (base["rows"] / base["seconds"]) if base else float("nan")
+    if "what" in result:  # a peer: its chunks, what it computed (its CPU is not measured)
+        tail = f"{result['chunks']:>8} {'':>11}  {result['what']}"
+    else:
+        tail = f"{result['batches']:>8} {1e9 * result['cpu_seconds'] / result['rows']:>11,.0f}"
+    print(f"{name:<32} {rate:>12,.0f} {ratio:>7.2f}x {result['peak_rss_mib']:>13,.0f} {tail}")
 
 
 def _cpu_seconds() -> float:
@@ -256,16 +272,8 @@ def _cpu_seconds() -> float:
 
 def run(path_name: str, log: Path) -> dict[str, Any] | str:
     """``measure`` in a fresh process (its own peak RSS); a string says why it could not run."""
-    completed = subprocess.run(
-        [sys.executable, __file__, "--measure", path_name, str(log)],
-        capture_output=True, text=True, check=False,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )  # fmt: skip
-    if completed.returncode != 0:
-        tail = (completed.stderr or completed.stdout).strip().splitlines()[-1:] or ["no output"]
-        return f"did not run: {tail[0][:120]}"
-    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
-    return result
+    command = [sys.executable, __file__, "--measure", path_name, str(log)]
+    return _last_json(command, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -308,15 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         header = f"{'path':<32} {'rows/s':>12} {'vs loop':>8} {'peak RSS MiB':>13} {'batches':>8}"
         print(f"{header} {'CPU ns/row':>11}")
         for name, result in results.items():
-            if isinstance(result, str):
-                print(f"{name:<32} {result}")
-                continue
-            rate = result["rows"] / result["seconds"]
-            ratio = rate / (base["rows"] / base["seconds"]) if base else float("nan")
-            print(
-                f"{name:<32} {rate:>12,.0f} {ratio:>7.2f}x {result['peak_rss_mib']:>13,.0f} "
-                f"{result['batches']:>8} {1e9 * result['cpu_seconds'] / result['rows']:>11,.0f}"
-            )
+            print_row(name, result, base)
         reference = folder / "reference.parquet"
         write_reference(reference)
         evidently_rows = args.evidently_rows or None
@@ -326,13 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"Evidently{prefix}": run_peer("evidently", log, reference, evidently_rows),
         }
         for name, result in peers.items():
-            if isinstance(result, str):
-                print(f"{name:<32} {result}")
-                continue
-            rate = result["rows"] / result["seconds"]
-            ratio = rate / (base["rows"] / base["seconds"]) if base else float("nan")
-            print(f"{name:<32} {rate:>12,.0f} {ratio:>7.2f}x {result['peak_rss_mib']:>13,.0f} "
-                  f"{result['chunks']:>8} {'':>11}  {result['what']}")  # fmt: skip
+            print_row(name, result, base)
         if len(checks) != 1:
             print("FAIL: the paths' statistics differ")
             return 1
