@@ -172,8 +172,9 @@ describe("renderView", () => {
       const log = watchAppliedSeq(root);
       const before = timings().length;
       model.receive({ kind: "upsert", seq: 1, data: { batches: [b(0, "aps", null)] } });
-      await new Promise((r) => setTimeout(r, 0)); // the first apply has started, and waits
-      expect(spy).toHaveBeenCalledTimes(2); // both charts at once, not one after the other
+      // The first apply starts once the page's idle gap after the replay's apply has passed (as
+      // long as that apply took: a few ms on a busy machine), and then waits at the gate.
+      await vi.waitFor(() => expect(spy).toHaveBeenCalledTimes(2)); // both charts at once
       for (let seq = 2; seq <= 20; seq++) {
         model.receive({ kind: "upsert", seq, data: { batches: [b(seq - 2, "aps", 0.9), b(seq - 1, "aps", null)] } });
         await new Promise((r) => setTimeout(r, 0)); // each in a task of its own
