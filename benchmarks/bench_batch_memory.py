@@ -51,6 +51,18 @@ def rss_mib() -> float:
     return float(psutil.Process().memory_info().rss) / 2**20
 
 
+def anon_mib() -> float:
+    """Resident anonymous memory (MiB): the heap, without the paged history columns' file pages."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return float("nan")
+
+
 def make_monitor(K: int) -> cw.Monitor:
     mon = cw.Monitor(
         calibrators={
@@ -105,12 +117,14 @@ def run(
     start = time.perf_counter()
     xs: list[float] = []
     ys: list[float] = []
+    anon: list[float] = []
     for b in range(batches):
         stream.step()
         if b + 1 >= warmup and (b + 1 - warmup) % sample == 0:
             gc.collect()
             xs.append(b + 1)
             ys.append(rss_mib())
+            anon.append(anon_mib())
     elapsed = time.perf_counter() - start
     tracemalloc.start(1)
     for _ in range(pretrace):  # what the window, the row log's buffer and the recent records hold turns over
@@ -132,6 +146,9 @@ def run(
         "rss_start": ys[0] if ys else float("nan"),
         "rss_end": ys[-1] if ys else float("nan"),
         "slope": 1e4 * slope(xs, ys),
+        "anon_start": anon[0] if anon else float("nan"),
+        "anon_end": anon[-1] if anon else float("nan"),
+        "anon_slope": 1e4 * slope(xs, anon),
         "bytes_per_batch": total / traced,
         "blocks_per_batch": sum(d.count_diff for d in diffs) / traced,
         "top": [(d.traceback[0], d.size_diff / traced, d.count_diff / traced) for d in diffs[:top]],
@@ -175,7 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"{'with' if widget else 'without'} widget, {batches:,} batches: {r['seconds']:.1f} s; "
             f"RSS {r['rss_start']:.1f} -> "
-            f"{r['rss_end']:.1f} MiB after the warm-up, slope {r['slope']:.2f} MiB per 10^4 batches"
+            f"{r['rss_end']:.1f} MiB after the warm-up, slope {r['slope']:.2f} MiB per 10^4 batches; "
+            f"anonymous {r['anon_start']:.1f} -> {r['anon_end']:.1f} MiB, "
+            f"slope {r['anon_slope']:.2f} MiB per 10^4 batches"
             + (f"; {r['messages']:,} widget messages" if widget else "")
         )
         print(

@@ -183,6 +183,8 @@ FIELDS = [
     "batches",
     "rows",
     "kernel_rss_mib",
+    "kernel_anon_mib",
+    "kernel_file_mib",
     "browser_rss_mib",
     "browser_pss_mib",
     "browser_procs",
@@ -243,6 +245,22 @@ def rss_mib(pid: int) -> float:
         return math.nan
 
 
+def rss_split_mib(pid: int) -> tuple[float, float]:
+    """A process's resident anonymous and file-backed memory (MiB), from ``/proc/<pid>/status``.
+
+    Anonymous pages (the heap, numpy's arrays) can only leave memory through swap; file-backed
+    ones (the monitor's paged history columns, shared libraries) the kernel reclaims under
+    pressure. NaN where the split is not available (not Linux).
+    """
+    found = {"RssAnon": math.nan, "RssFile": math.nan}
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in found:
+                found[key] = int(value.split()[0]) / 1024
+    return found["RssAnon"], found["RssFile"]
+
+
 def browser_memory(profile: Path) -> tuple[float, float, int]:
     """Summed RSS and PSS (MiB) of the Chromium on ``profile`` and all its children, and their count.
 
@@ -282,6 +300,7 @@ def take_sample(
     heap = page.evaluate(JS_HEAP_JS)
     lat_median, lat_p95 = quantiles(latencies)
     browser, browser_pss, n_procs = browser_memory(profile)
+    anon, file_backed = rss_split_mib(kernel_pid)
     elapsed = time.monotonic() - t0
     sample = {
         "elapsed_s": round(elapsed, 1),
@@ -289,6 +308,8 @@ def take_sample(
         "batches": state["batches"],
         "rows": state["batches"] * rows,
         "kernel_rss_mib": round(rss_mib(kernel_pid), 1),
+        "kernel_anon_mib": round(anon, 1),
+        "kernel_file_mib": round(file_backed, 1),
         "browser_rss_mib": round(browser, 1),
         "browser_pss_mib": round(browser_pss, 1),
         "browser_procs": n_procs,
@@ -395,6 +416,7 @@ def write_png(samples: list[dict[str, Any]], path: Path, title: str) -> None:
         for s in samples
         for name, key in (
             ("kernel RSS", "kernel_rss_mib"),
+            ("kernel RSS: anonymous (heap)", "kernel_anon_mib"),
             ("Chromium RSS (all processes)", "browser_rss_mib"),
         )
         if s[key] is not None and not math.isnan(s[key])
@@ -617,6 +639,8 @@ def summarise(
         print(f"THE WIDGET SHOWS AN ERROR: {final['widget_errors']}")
     for label, key in (
         ("kernel RSS", "kernel_rss_mib"),
+        ("kernel RSS, anonymous", "kernel_anon_mib"),
+        ("kernel RSS, file-backed", "kernel_file_mib"),
         ("Chromium RSS", "browser_rss_mib"),
         ("Chromium PSS", "browser_pss_mib"),
         ("server RSS", "server_rss_mib"),

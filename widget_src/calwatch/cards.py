@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from calwatch import paged
 from calwatch.engine.metrics.intervals import clopper_pearson
+from calwatch.paged import grown
 
 #: Running sums of a card: counts, and row- or label-weighted sums of the per-batch means.
 _SUMS = ("n_batches", "n_rows", "n_labelled", "n_covered", "_size", "_est", "_obs", "_adm", "_adm_rows")
@@ -99,14 +101,14 @@ class _CardColumns:
     def __init__(self) -> None:
         self.n = 0
         self.arrays: dict[str, npt.NDArray[Any]] = {
-            "batch": np.empty(_FIRST_CAPACITY, np.int64),
-            "order": np.empty(_FIRST_CAPACITY, np.int64),
+            "batch": paged.empty(_FIRST_CAPACITY, np.int64),
+            "order": paged.empty(_FIRST_CAPACITY, np.int64),
         }
         for name in TEXT_FIELDS:
-            self.arrays[name] = np.empty(_FIRST_CAPACITY, np.int32)  # index into HeldRows._texts
+            self.arrays[name] = paged.empty(_FIRST_CAPACITY, np.int32)  # index into HeldRows._texts
         for name in CARD_FIELDS:
-            self.arrays[name] = np.empty(_FIRST_CAPACITY, np.int64 if name in _INT_FIELDS else np.float64)
-            self.arrays[f"{name}?"] = np.empty(_FIRST_CAPACITY, np.bool_)  # None in the row
+            self.arrays[name] = paged.empty(_FIRST_CAPACITY, np.int64 if name in _INT_FIELDS else np.float64)
+            self.arrays[f"{name}?"] = paged.empty(_FIRST_CAPACITY, np.bool_)  # None in the row
 
     def find(self, batch: int) -> int:
         """The row of ``batch``, or -1."""
@@ -121,9 +123,7 @@ class _CardColumns:
             n = self.n
             if n == self.arrays["batch"].shape[0]:
                 for name, old in self.arrays.items():
-                    grown = np.empty(2 * n, old.dtype)
-                    grown[:n] = old
-                    self.arrays[name] = grown
+                    self.arrays[name] = grown(old, n + 1, factor=2.0)
             i = int(np.searchsorted(self.arrays["batch"][:n], batch))
             if i < n:  # an older batch than the last held: shift the later rows up
                 for column in self.arrays.values():

@@ -19,6 +19,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from calwatch import paged
+from calwatch.paged import adopted, grown
+
 Key = tuple[str, int]
 Look = dict[str, Any]
 
@@ -37,12 +40,12 @@ class _Columns:
 
     def __init__(self, capacity: int = _FIRST_CAPACITY) -> None:
         self.n = 0
-        self.batch = np.empty(capacity, dtype=np.int64)
-        self.statistic = np.empty(capacity, dtype=np.float64)
-        self.threshold = np.empty(capacity, dtype=np.float64)
-        self.alarm = np.empty(capacity, dtype=np.bool_)
-        self.calibrator = np.empty(capacity, dtype=np.int32)  # index into LookStore.calibrators
-        self.order = np.empty(capacity, dtype=np.int64)
+        self.batch = paged.empty(capacity, np.int64)
+        self.statistic = paged.empty(capacity, np.float64)
+        self.threshold = paged.empty(capacity, np.float64)
+        self.alarm = paged.empty(capacity, np.bool_)
+        self.calibrator = paged.empty(capacity, np.int32)  # index into LookStore.calibrators
+        self.order = paged.empty(capacity, np.int64)
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """The filled part of each column (views)."""
@@ -61,10 +64,7 @@ class _Columns:
         n = self.n
         if n == self.batch.shape[0]:
             for name in _COLUMNS:
-                old = getattr(self, name)
-                grown = np.empty(2 * old.shape[0], dtype=old.dtype)
-                grown[:n] = old[:n]
-                setattr(self, name, grown)
+                setattr(self, name, grown(getattr(self, name), n + 1, factor=2.0))
         i = n if not n or self.batch[n - 1] < batch else int(np.searchsorted(self.batch[:n], batch))
         if i < n:  # an older batch (a comparison's merged looks): shift the later rows up
             for name in _COLUMNS:
@@ -253,7 +253,7 @@ class LookStore(Mapping[Key, Look]):
             columns.n = int(np.asarray(state["batch"][j]).shape[0])
             for column, dtype in zip(_COLUMNS, _DTYPES, strict=True):
                 values: npt.NDArray[Any] = np.array(state[column][j], dtype=dtype)  # writable, owned
-                setattr(columns, column, values if values.shape[0] else np.empty(1, dtype=dtype))
+                setattr(columns, column, adopted(values) if values.shape[0] else np.empty(1, dtype=dtype))
             self._columns[name] = columns
         self.calibrators = list(state["calibrators"])
         self._calibrator_codes = {cal: i for i, cal in enumerate(self.calibrators)}

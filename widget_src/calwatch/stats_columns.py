@@ -22,16 +22,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from calwatch.paged import adopted, grown
+
 _FIRST_CAPACITY = 64
-
-
-def grown(data: npt.NDArray[Any], need: int) -> npt.NDArray[Any]:
-    """``data`` with room for ``need`` rows (capacity grown by half: amortised appends)."""
-    if need <= len(data):
-        return data
-    out = np.empty((max(need, len(data) + len(data) // 2 + 1), *data.shape[1:]), dtype=data.dtype)
-    out[: len(data)] = data
-    return out
 
 
 class _Field:
@@ -104,7 +97,7 @@ class _Field:
             if info.min <= lo and hi <= info.max:
                 break
         if np.dtype(stored).itemsize > self.data.dtype.itemsize:
-            self.data = self.data.astype(stored)
+            self.data = adopted(self.data.astype(stored))
 
     def get(self, i: int) -> Any:
         """Row ``i`` as it was put (an array is a new array, writable, like a merge's result)."""
@@ -137,7 +130,7 @@ class _Calibrator:
         if code is None:
             code = len(self.types)
             if code > np.iinfo(self.codes.dtype).max:  # more types than the codes hold: wider codes
-                self.codes = self.codes.astype(np.uint32)
+                self.codes = adopted(self.codes.astype(np.uint32))
             self.types.append(cls)
         self.codes = grown(self.codes, n)
         self.codes[self.n : n] = 0

@@ -20,7 +20,8 @@ from typing import Any, Protocol, Self, overload
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.stats_columns import StatsColumns, grown
+from calwatch.paged import grown
+from calwatch.stats_columns import StatsColumns
 
 IntArray = npt.NDArray[np.intp]
 NO_LABEL = -1
