@@ -31,7 +31,8 @@ test: lint $(VENV)/.stamp-test $(RTC_VENV)/.stamp chromium java
 	CALWATCH_CHROMIUM=$(CHROMIUM) $(PY) -m pytest $(PYTEST_WORKERS)
 
 bench: $(VENV)/.stamp-bench
-	bash benchmarks/drift_env.sh  # the peers bench_table.py runs beside calwatch (own venv, built once)
+	bash benchmarks/drift_env.sh  # the peers bench_table.py runs beside calwatch (own venvs, built once)
+	bash benchmarks/whylogs_env.sh
 	$(PY) benchmarks/run_all.py
 
 # Shift detectors against NannyML, Evidently and alibi-detect on identical chunks; the competitors

@@ -15,10 +15,12 @@ temporary folder (never committed). Each path runs in a fresh process, so its pe
   rows-to-Arrow transfer to the Python workers only, in batches of calwatch's size), warmed up
   the same way; its rows/s and calwatch's time over it are printed;
 * ``calwatch.dask.observe`` with the synchronous scheduler (when dask is installed);
-* the peers beside them, each in its own process in the competitors' environment
-  (``benchmarks/.venv-drift``, built by ``bash benchmarks/drift_env.sh``; ``make bench`` builds
-  it): NannyML's CBPE over the whole log and Evidently's drift preset per day over the first
-  ``--evidently-rows`` rows (``benchmarks/table_peers.py`` says what each computes). Neither
+* the peers beside them, each in its own process in the competitors' environments
+  (``benchmarks/.venv-drift`` and ``benchmarks/.venv-whylogs``, built by ``bash
+  benchmarks/drift_env.sh`` and ``bash benchmarks/whylogs_env.sh``; ``make bench`` builds them):
+  NannyML's CBPE over the whole log, Evidently's drift preset per day over the first
+  ``--evidently-rows`` rows and whylogs' profiles per day, merged over row groups, over the first
+  ``--whylogs-rows`` (default all; ``benchmarks/table_peers.py`` says what each computes). None
   computes calwatch's statistics, so they are not in the equality check: they are what a team
   would run instead, on the same file, the same chunks and the same cores.
 
@@ -213,9 +215,16 @@ def _bare_map_in_arrow(spark: Any, df: Any, baseline: float) -> dict[str, Any]:
     }  # fmt: skip
 
 
-#: The competitors' environment and script (``benchmarks/drift_env.sh``, ``table_peers.py``).
-PEERS_PYTHON = Path(__file__).resolve().parent / ".venv-drift" / "bin" / "python"
-PEERS = Path(__file__).resolve().parent / "table_peers.py"
+#: The competitors' environments and script (``benchmarks/drift_env.sh``, ``whylogs_env.sh``,
+#: ``table_peers.py``): whylogs needs numpy < 2 and its own pins, so it has a venv of its own.
+HERE = Path(__file__).resolve().parent
+PEERS_PYTHON = {
+    "nannyml": HERE / ".venv-drift" / "bin" / "python",
+    "evidently": HERE / ".venv-drift" / "bin" / "python",
+    "whylogs": HERE / ".venv-whylogs" / "bin" / "python",
+}
+PEERS_ENV_SCRIPT = {"nannyml": "drift_env.sh", "evidently": "drift_env.sh", "whylogs": "whylogs_env.sh"}
+PEERS = HERE / "table_peers.py"
 #: Reference rows the peers fit on (the calibration rows with their labels, resampled to size).
 REFERENCE_ROWS = 100_000
 
@@ -233,11 +242,13 @@ def write_reference(path: Path) -> None:
 
 
 def run_peer(tool: str, log: Path, reference: Path, rows: int | None) -> dict[str, Any] | str:
-    """One peer on the log in a fresh process of the competitors' venv; a string says why not."""
-    if not PEERS_PYTHON.exists():
-        return "did not run: no benchmarks/.venv-drift (bash benchmarks/drift_env.sh builds it)"
+    """One peer on the log in a fresh process of its own venv; a string says why not."""
+    python = PEERS_PYTHON[tool]
+    if not python.exists():
+        venv = python.parent.parent.name
+        return f"did not run: no benchmarks/{venv} (bash benchmarks/{PEERS_ENV_SCRIPT[tool]} builds it)"
     extra = [] if rows is None else ["--rows", str(rows)]
-    return _last_json([str(PEERS_PYTHON), str(PEERS), tool, str(log), str(reference), *extra])
+    return _last_json([str(python), str(PEERS), tool, str(log), str(reference), *extra])
 
 
 def _last_json(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any] | str:
@@ -281,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--big-rows", type=int, default=100_000_000, help="0 skips the flat-memory run")
     parser.add_argument("--evidently-rows", type=int, default=1_000_000, help="Evidently's prefix (0: all)")
+    parser.add_argument("--whylogs-rows", type=int, default=0, help="whylogs' prefix (0: all)")
     parser.add_argument("--measure", nargs=2, metavar=("PATH", "LOG"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
@@ -320,10 +332,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         reference = folder / "reference.parquet"
         write_reference(reference)
         evidently_rows = args.evidently_rows or None
-        prefix = "" if evidently_rows is None else f", first {min(evidently_rows, args.rows) / 1e6:g}M rows"
+        whylogs_rows = args.whylogs_rows or None
+
+        def prefix_of(rows: int | None) -> str:
+            return "" if rows is None else f", first {min(rows, args.rows) / 1e6:g}M rows"
+
+        prefix, whylogs_prefix = prefix_of(evidently_rows), prefix_of(whylogs_rows)
         peers = {
             "NannyML CBPE": run_peer("nannyml", log, reference, None),
             f"Evidently{prefix}": run_peer("evidently", log, reference, evidently_rows),
+            f"whylogs{whylogs_prefix}": run_peer("whylogs", log, reference, whylogs_rows),
         }
         for name, result in peers.items():
             print_row(name, result, base)

@@ -1,7 +1,8 @@
-"""NannyML and Evidently on ``bench_table.py``'s parquet prediction log (run in ``.venv-drift``).
+"""NannyML, Evidently and whylogs on ``bench_table.py``'s parquet prediction log (in their venvs).
 
-Not a calwatch module: it imports none of calwatch and runs only in the competitors' environment
-(``bash benchmarks/drift_env.sh``). ``bench_table.py`` calls it once per tool, each in a fresh
+Not a calwatch module: it imports none of calwatch and runs only in the competitors' environments
+(``bash benchmarks/drift_env.sh`` for NannyML and Evidently, ``bash benchmarks/whylogs_env.sh``
+for whylogs, which needs numpy < 2). ``bench_table.py`` calls it once per tool, each in a fresh
 process so the peak RSS printed is the tool's own, with the log (``id``, ``day``, ``p0``, ``p1``;
 no labels: they come later) and a labelled reference (``p1``, ``y_true``), and reads back one JSON
 line: rows, seconds, chunks, peak RSS, and what was computed.
@@ -17,8 +18,14 @@ chunk per ``day`` as calwatch has one batch per day:
   drift) against the reference, over the first ``--rows`` rows (default all; at ~40 k rows/s a
   10⁷-row log takes minutes, so ``bench_table.py`` passes a prefix and says so). Timed: reading
   those days with pyarrow and every report.
+- whylogs 1.6.4: ``why.log`` profiles (counts, types, a KLL quantile sketch, cardinality) of
+  ``p0`` and ``p1`` per day, each row group's part of a day profiled and merged into the day's
+  profile (whylogs' mergeable profiles, as its Spark integration uses them), over the first
+  ``--rows`` rows (default all); each day's summary read at the end. Timed: the reads, the
+  profiles, the merges and the summaries.
 
-Usage: ``.venv-drift/bin/python table_peers.py TOOL LOG REFERENCE [--rows N]``.
+Usage: ``.venv-drift/bin/python table_peers.py TOOL LOG REFERENCE [--rows N]`` (``.venv-whylogs``
+for ``whylogs``).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMB
 os.environ.setdefault("NML_DISABLE_USAGE_LOGGING", "1")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("EVIDENTLY_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("WHYLOGS_NO_ANALYTICS", "True")
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -104,17 +112,46 @@ def run_evidently(log: str, reference: pd.DataFrame, rows: int | None) -> dict[s
     }
 
 
+def run_whylogs(log: str, rows: int | None) -> dict[str, Any]:
+    import whylogs as why
+
+    columns = ["p0", "p1"]
+    start = time.perf_counter()
+    table = pq.ParquetFile(log)
+    days: dict[Any, Any] = {}  # day -> its profile view, merged over the row groups that hold it
+    done = 0
+    for group in range(table.num_row_groups):
+        frame = table.read_row_group(group, columns=["day", *columns]).to_pandas()
+        if rows is not None:
+            frame = frame.iloc[: max(0, rows - done)]
+        for day, part in frame.groupby("day", sort=True):
+            view = why.log(pandas=part[columns]).view()
+            days[day] = view if day not in days else days[day].merge(view)
+        done += len(frame)
+        if rows is not None and done >= rows:
+            break
+    summaries = [view.to_pandas() for view in days.values()]  # what a dashboard would read
+    return {
+        "rows": done,
+        "seconds": time.perf_counter() - start,
+        "chunks": len(summaries),
+        "what": "why.log profiles of p0, p1 per day, merged over row groups (label-free)",
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("tool", choices=["nannyml", "evidently"])
+    parser.add_argument("tool", choices=["nannyml", "evidently", "whylogs"])
     parser.add_argument("log")
     parser.add_argument("reference")
-    parser.add_argument("--rows", type=int, default=None, help="Evidently: the first N rows only")
+    parser.add_argument("--rows", type=int, default=None, help="Evidently, whylogs: the first N rows only")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     reference = pd.read_parquet(args.reference)
     if args.tool == "nannyml":
         out = run_nannyml(args.log, reference)
+    elif args.tool == "whylogs":
+        out = run_whylogs(args.log, args.rows)
     else:
         out = run_evidently(args.log, reference, args.rows)
     out["peak_rss_mib"] = peak_rss_mib()
