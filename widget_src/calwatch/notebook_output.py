@@ -136,7 +136,7 @@ def read_static(monitor: Monitor, datasets: dict[str, list[dict[str, Any]]] | No
     the lock (a live widget's :meth:`~calwatch.widget.MonitorWidget.current_datasets`);
     default: built from the monitor, which reads every batch.
     """
-    parts = report_parts(monitor, datasets=datasets)
+    parts = report_parts(monitor, datasets=datasets, sections=False)  # the copy shows no sections
     return StaticRead(
         parts=parts,
         headline=_headline(monitor),

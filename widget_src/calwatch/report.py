@@ -104,6 +104,7 @@ def report_parts(
     *,
     snapshot: dict[str, Any] | None = None,
     datasets: dict[str, list[dict[str, Any]]] | None = None,
+    sections: bool = True,
 ) -> ReportParts:
     """The title, sections and dashboard state of a monitor's report (see :func:`report_page`).
 
@@ -116,6 +117,10 @@ def report_parts(
     datasets : dict, optional
         The dashboard's datasets when already at hand (a live widget's
         :meth:`~calwatch.widget.MonitorWidget.current_datasets`); default: built from the monitor.
+    sections : bool, default True
+        Whether to build the HTML sections (warnings, notes, coverage, configuration,
+        provenance); False leaves them empty, for a caller that shows only the dashboard (the
+        notebook's static copy, which reads under the monitor's lock and should hold it briefly).
     """
     from calwatch import __version__
     from calwatch.widget import view_datasets, view_state
@@ -125,17 +130,21 @@ def report_parts(
         datasets = view_datasets(monitor, dashboard_data=True)
     payload = {"model": state, "datasets": datasets}
     generated = datetime.now(UTC).isoformat(timespec="seconds")
-    sections = [
-        _section("Warnings", _warnings_table(monitor)),
-        _section("Notes", _table(monitor.notes(), empty="No notes.")),
-        _section("Coverage by calibrator", coverage_table(monitor)),
-        _section("Configuration", _configuration(monitor)),
-        _section("Provenance", _provenance(monitor, snapshot, generated, __version__)),
-    ]
+    parts = (
+        [
+            _section("Warnings", _warnings_table(monitor)),
+            _section("Notes", _table(monitor.notes(), empty="No notes.")),
+            _section("Coverage by calibrator", coverage_table(monitor)),
+            _section("Configuration", _configuration(monitor)),
+            _section("Provenance", _provenance(monitor, snapshot, generated, __version__)),
+        ]
+        if sections
+        else []
+    )
     return ReportParts(
         title=f"calwatch report: {monitor.name}",
         generated=f"generated {generated} by calwatch {__version__}",
-        sections="\n".join(sections),
+        sections="\n".join(parts),
         payload=payload,
     )
 

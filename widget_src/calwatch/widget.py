@@ -476,8 +476,8 @@ class MonitorWidget(anywidget.AnyWidget):
         The bounded datasets (:func:`window_datasets`) are computed afresh at the monitor's own
         settings, the cards from the running sums. Returns None when the held rows are not
         those (a brushed range, a change not yet delivered, an update that failed since the
-        last full send, nothing observed): rebuild then. Call
-        it under the monitor's lock, or its answer may be stale on return.
+        last full send, nothing observed): rebuild then. Call it under the monitor's lock, or
+        its answer may be stale on return.
         """
         mon = self._monitor
         n = mon.n_batches
