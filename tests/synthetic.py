@@ -57,3 +57,18 @@ def stream_monitor(window, K=4, **extra):
     mon = cw.Monitor(calibrators=calibrators, window=window)
     P, y = softmax_data(500, K=K, seed=0)
     return mon.calibrate(probs=P, y=y)
+
+
+def three_set_monitor(P_cal, y_cal, row_log, *, window=250):
+    """LAC, randomised APS and by-class LAC, a small window and an on-disk row log, calibrated."""
+    import calwatch as cw
+
+    return cw.Monitor(
+        calibrators={
+            "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
+            "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True),
+            "by-class": cw.SplitConformalClassifier(score="lac", alpha=0.1, mondrian="label"),
+        },
+        window=window,
+        row_log=row_log,
+    ).calibrate(probs=P_cal, y=y_cal)

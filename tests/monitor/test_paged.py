@@ -21,7 +21,7 @@ import calwatch.paged as paged
 import calwatch.stream as stream_module
 from calwatch.widget import view_datasets
 
-from ..synthetic import softmax_data
+from ..synthetic import softmax_data, three_set_monitor
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
 
@@ -90,15 +90,7 @@ def test_a_mapping_is_unmapped_with_its_last_view(monkeypatch):
 def _stream(tmp_path):
     """Three kinds, a window of 250 rows (~6 batches), late and relabelled batches, a widget attached."""
     P, y = softmax_data(4000, seed=3)
-    mon = cw.Monitor(
-        calibrators={
-            "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
-            "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True),
-            "by-class": cw.SplitConformalClassifier(score="lac", alpha=0.1, mondrian="label"),
-        },
-        window=250,
-        row_log=tmp_path / "rows",
-    ).calibrate(probs=P[:1000], y=y[:1000])
+    mon = three_set_monitor(P[:1000], y[:1000], tmp_path / "rows")
     widget = mon.widget()
     for b in range(75):  # past the 64 batches whose card rows the widget keeps as dicts
         lo = 1000 + 40 * b

@@ -21,7 +21,7 @@ from calwatch.stats_columns import StatsColumns
 from calwatch.stream import BatchRecord, RecordStore
 
 from ..fixtures.make_legacy_snapshot import continue_stream
-from ..synthetic import softmax_data
+from ..synthetic import softmax_data, three_set_monitor
 
 LEGACY = Path(__file__).parents[1] / "fixtures" / "legacy-pets" / "snapshot"
 VIEWS = ("summary", "class_coverage", "warnings", "notes")
@@ -35,15 +35,7 @@ def _settle_everything(monkeypatch, on):
 def _stream(tmp_path):
     """A recorded stream: 3 kinds, a small window, a row log, late and relabelled batches."""
     P, y = softmax_data(3000, seed=1)
-    mon = cw.Monitor(
-        calibrators={
-            "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
-            "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True),
-            "by-class": cw.SplitConformalClassifier(score="lac", alpha=0.1, mondrian="label"),
-        },
-        window=250,
-        row_log=tmp_path / "rows",
-    ).calibrate(probs=P[:1000], y=y[:1000])
+    mon = three_set_monitor(P[:1000], y[:1000], tmp_path / "rows")
     for b in range(12):
         lo = 1000 + 150 * b
         mon.observe(probs=P[lo : lo + 150], ids=np.arange(lo, lo + 150))
