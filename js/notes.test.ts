@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { KeyedRow } from "./model";
-import { createNotes } from "./notes";
+import { createNotes, markerRoom } from "./notes";
 import { FakeModel } from "./test-utils";
 
 describe("notes list", () => {
@@ -39,6 +39,19 @@ describe("notes list", () => {
     list.scrollTop = 120; // reading older notes
     notes.draw([row(0), row(1), row(2)]);
     expect(list.scrollTop).toBe(120); // left where the reader is
+    notes.dispose();
+  });
+
+  it("leaves room for the widest number", () => {
+    expect(markerRoom(0)).toBe("2.5ch");
+    expect(markerRoom(9)).toBe("2.5ch");
+    expect(markerRoom(244)).toBe("4.5ch");
+    const model = new FakeModel({ _warnings: [], _default_author: "", _readonly: false });
+    const notes = createNotes(model);
+    const rows = Array.from({ length: 120 }, (_, i): KeyedRow => ({ key: String(i), note_id: i, text: "n", author: "a" }));
+    notes.draw(rows);
+    const list = notes.el.querySelector<HTMLOListElement>("ol.calwatch-notes-list");
+    expect(list?.style.paddingLeft).toBe("4.5ch");
     notes.dispose();
   });
 });

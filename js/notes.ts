@@ -25,6 +25,14 @@ export interface Notes {
   dispose(): void;
 }
 
+/**
+ * Room left of the list for its numbers: "244." needs four characters, and the list scrolls, so
+ * a marker outside that room is cut off (a long stream showed "9." for note 239).
+ */
+export function markerRoom(count: number): string {
+  return `${String(Math.max(1, count)).length + 1.5}ch`;
+}
+
 export function createNotes(model: AnyModel<WidgetModel>, doc: Document = document): Notes {
   const el = doc.createElement("details");
   el.className = "calwatch-notes";
@@ -166,6 +174,7 @@ export function createNotes(model: AnyModel<WidgetModel>, doc: Document = docume
         }),
       );
       list.hidden = count === 0;
+      list.style.paddingLeft = markerRoom(count);
       if (atEnd) list.scrollTop = list.scrollHeight;
     },
     pinTo(b) {
