@@ -85,3 +85,22 @@ def three_set_calibrators_monitor(K: int = 10) -> Any:
     )
     P, y = softmax_rows(10_000, K, np.random.default_rng(0))
     return mon.calibrate(probs=P, y=y)
+
+
+def rss_split_mib(pid: int) -> tuple[float, float]:
+    """A process's resident anonymous and file-backed memory (MiB), from ``/proc/<pid>/status``.
+
+    Anonymous pages (the heap, numpy's arrays) can only leave memory through swap; file-backed
+    ones (the monitor's paged history columns, shared libraries) the kernel reclaims under
+    pressure. NaN where the split is not available (not Linux).
+    """
+    found = {"RssAnon": math.nan, "RssFile": math.nan}
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                key, _, value = line.partition(":")
+                if key in found:
+                    found[key] = int(value.split()[0]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return found["RssAnon"], found["RssFile"]

@@ -45,7 +45,7 @@ import numpy as np
 import psutil
 
 import calwatch as cw
-from _common import machine_line, softmax_rows
+from _common import machine_line, rss_split_mib, softmax_rows
 
 BATCH = 1_000
 
@@ -56,14 +56,7 @@ def rss_mib() -> float:
 
 def anon_mib() -> float:
     """Resident anonymous memory (MiB): the heap, without the paged history columns' file pages."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return float("nan")
+    return rss_split_mib(os.getpid())[0]
 
 
 def make_monitor(K: int) -> cw.Monitor:

@@ -80,6 +80,8 @@ from tests.ui.helpers import (  # noqa: E402
     write_notebook,
 )
 
+from _common import rss_split_mib  # noqa: E402
+
 RESULTS = REPO / "benchmarks" / "results"
 NOTEBOOK = "soak.ipynb"
 MIB = 2**20
@@ -243,22 +245,6 @@ def rss_mib(pid: int) -> float:
         return psutil.Process(pid).memory_info().rss / MIB
     except psutil.Error:
         return math.nan
-
-
-def rss_split_mib(pid: int) -> tuple[float, float]:
-    """A process's resident anonymous and file-backed memory (MiB), from ``/proc/<pid>/status``.
-
-    Anonymous pages (the heap, numpy's arrays) can only leave memory through swap; file-backed
-    ones (the monitor's paged history columns, shared libraries) the kernel reclaims under
-    pressure. NaN where the split is not available (not Linux).
-    """
-    found = {"RssAnon": math.nan, "RssFile": math.nan}
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in found:
-                found[key] = int(value.split()[0]) / 1024
-    return found["RssAnon"], found["RssFile"]
 
 
 def browser_memory(profile: Path) -> tuple[float, float, int]:

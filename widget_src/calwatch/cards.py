@@ -21,7 +21,6 @@ import numpy.typing as npt
 
 from calwatch import paged
 from calwatch.engine.metrics.intervals import clopper_pearson
-from calwatch.paged import grown
 
 #: Running sums of a card: counts, and row- or label-weighted sums of the per-batch means.
 _SUMS = ("n_batches", "n_rows", "n_labelled", "n_covered", "_size", "_est", "_obs", "_adm", "_adm_rows")
@@ -123,7 +122,7 @@ class _CardColumns:
             n = self.n
             if n == self.arrays["batch"].shape[0]:
                 for name, old in self.arrays.items():
-                    self.arrays[name] = grown(old, n + 1, factor=2.0)
+                    self.arrays[name] = paged.grown(old, n + 1, factor=2.0)
             i = int(np.searchsorted(self.arrays["batch"][:n], batch))
             if i < n:  # an older batch than the last held: shift the later rows up
                 for column in self.arrays.values():

@@ -20,7 +20,6 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch import paged
-from calwatch.paged import adopted, grown
 
 Key = tuple[str, int]
 Look = dict[str, Any]
@@ -64,7 +63,7 @@ class _Columns:
         n = self.n
         if n == self.batch.shape[0]:
             for name in _COLUMNS:
-                setattr(self, name, grown(getattr(self, name), n + 1, factor=2.0))
+                setattr(self, name, paged.grown(getattr(self, name), n + 1, factor=2.0))
         i = n if not n or self.batch[n - 1] < batch else int(np.searchsorted(self.batch[:n], batch))
         if i < n:  # an older batch (a comparison's merged looks): shift the later rows up
             for name in _COLUMNS:
@@ -252,8 +251,8 @@ class LookStore(Mapping[Key, Look]):
             columns = _Columns.__new__(_Columns)
             columns.n = int(np.asarray(state["batch"][j]).shape[0])
             for column, dtype in zip(_COLUMNS, _DTYPES, strict=True):
-                values: npt.NDArray[Any] = np.array(state[column][j], dtype=dtype)  # writable, owned
-                setattr(columns, column, adopted(values) if values.shape[0] else np.empty(1, dtype=dtype))
+                values = paged.adopted(np.asarray(state[column][j], dtype=dtype))  # writable, owned
+                setattr(columns, column, values if values.shape[0] else np.empty(1, dtype=dtype))
             self._columns[name] = columns
         self.calibrators = list(state["calibrators"])
         self._calibrator_codes = {cal: i for i, cal in enumerate(self.calibrators)}

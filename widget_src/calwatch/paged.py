@@ -176,8 +176,11 @@ def is_paged(array: npt.NDArray[Any]) -> bool:
     return isinstance(base, _Mapping)
 
 
-def adopted(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """``array``'s values in a column from :func:`empty` (paged when large): for columns loaded whole."""
-    out = empty(array.shape, array.dtype)
+def adopted(array: npt.NDArray[Any], dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
+    """``array``'s values, cast to ``dtype`` (default its own), in a column from :func:`empty`.
+
+    For columns loaded or widened whole: one copy, straight into the (paged when large) column.
+    """
+    out = empty(array.shape, array.dtype if dtype is None else dtype)
     out[...] = array
     return out

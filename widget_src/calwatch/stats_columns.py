@@ -97,7 +97,7 @@ class _Field:
             if info.min <= lo and hi <= info.max:
                 break
         if np.dtype(stored).itemsize > self.data.dtype.itemsize:
-            self.data = adopted(self.data.astype(stored))
+            self.data = adopted(self.data, stored)
 
     def get(self, i: int) -> Any:
         """Row ``i`` as it was put (an array is a new array, writable, like a merge's result)."""
@@ -130,7 +130,7 @@ class _Calibrator:
         if code is None:
             code = len(self.types)
             if code > np.iinfo(self.codes.dtype).max:  # more types than the codes hold: wider codes
-                self.codes = adopted(self.codes.astype(np.uint32))
+                self.codes = adopted(self.codes, np.uint32)
             self.types.append(cls)
         self.codes = grown(self.codes, n)
         self.codes[self.n : n] = 0
