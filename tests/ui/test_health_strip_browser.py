@@ -6,7 +6,8 @@ A monitor with a calibrator that holds its promise and one that breaks it
 on the kernel's ``summary()`` and ``warnings()``; the strip sits above the controls and tabs and
 fits the sidebar without overflowing. A shifted batch then opens a coverage-drop warning: both
 views follow (the broken calibrator's reason names it), and the warning shows as one line (what,
-since when) that expands to its full text and actions. The what-if panel stays hidden until the α
+since when) that expands to its full text and actions; a chip's reason wraps rather than being
+cut short inline. The what-if panel stays hidden until the α
 slider is used, and the HTML report draws the same strip. Screenshots:
 test-artifacts/health-strip*-{inline,sidebar}.png (or $CALWATCH_HEALTH_SHOTS).
 """
@@ -71,6 +72,12 @@ LAYOUT_JS = """
       .filter((c) => c.scrollWidth > c.clientWidth + 1 || c.getBoundingClientRect().right > right + 1)
       .map((c) => c.dataset.calibrator),
     sparklines: chips.map((c) => c.querySelectorAll('svg path.calwatch-spark-line').length),
+    clipped_reasons: chips
+      .filter((c) => {
+        const r = c.querySelector('.calwatch-chip-reason');
+        return r.scrollHeight > r.clientHeight + 1 || r.scrollWidth > r.clientWidth + 1;
+      })
+      .map((c) => c.dataset.calibrator),
   };
 }
 """
@@ -128,6 +135,9 @@ def test_health_strip_matches_summary_and_warnings(lab_server: Any, page: Any, a
     for layout in (inline, sidebar):
         assert layout["above_controls"] and layout["above_tabs"] and layout["strip_top"] < 12, layout
         assert layout["overflow"] == [] and layout["sparklines"] == [1, 1], layout
+    # the reason (the chip's verdict) wraps instead of being cut to one line: whole inline; in the
+    # ~250 px sidebar at most three lines, the rest in the chip's title
+    assert inline["clipped_reasons"] == [], inline
     _screenshots(page, artifacts_dir, "health-strip")
 
     # ---- the what-if panel waits for the α slider
@@ -152,6 +162,7 @@ def test_health_strip_matches_summary_and_warnings(lab_server: Any, page: Any, a
             f'{root} .calwatch-chip[data-calibrator="lac"] .calwatch-chip-reason'
         ).inner_text()
         assert "lac: coverage drop since batch 8" in reason, reason
+    assert page.evaluate(LAYOUT_JS, INLINE)["clipped_reasons"] == []
 
     # ---- each warning is one line (what, since when); a click shows the full text and actions
     episode, name, first = next(w for w in warnings if w[1] == "lac: coverage drop")
