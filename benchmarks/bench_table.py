@@ -150,6 +150,9 @@ def observe_log(path_name: str, mon: Any, log: Path) -> None:
         with dask.config.set(scheduler="synchronous"):
             ddf = dd.read_parquet(str(log), split_row_groups=True)  # one partition a row group
             calwatch.dask.observe(mon, ddf, id="id", probs=["p0", "p1"], bucket="day")
+    else:
+        msg = f"no in-process path named {path_name!r}"
+        raise ValueError(msg)
 
 
 def measure(path_name: str, log: Path) -> dict[str, Any]:
@@ -169,9 +172,9 @@ def measure(path_name: str, log: Path) -> dict[str, Any]:
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     cpu_start = _cpu_seconds()
     start = time.perf_counter()
-    if path_name in ("in-memory loop", "observe_table", "dask"):
+    if not path_name.startswith("spark"):
         observe_log(path_name, mon, log)
-    elif path_name.startswith("spark"):
+    else:
         from pyspark.sql import SparkSession
 
         import calwatch.spark
