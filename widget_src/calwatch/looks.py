@@ -251,7 +251,7 @@ class LookStore(Mapping[Key, Look]):
             columns = _Columns.__new__(_Columns)
             columns.n = int(np.asarray(state["batch"][j]).shape[0])
             for column, dtype in zip(_COLUMNS, _DTYPES, strict=True):
-                values = paged.adopted(np.asarray(state[column][j], dtype=dtype))  # writable, owned
+                values = paged.adopted(np.asarray(state[column][j]), dtype)  # cast as it is copied: owned
                 setattr(columns, column, values if values.shape[0] else np.empty(1, dtype=dtype))
             self._columns[name] = columns
         self.calibrators = list(state["calibrators"])
