@@ -25,8 +25,9 @@ also on Ctrl-C, SIGTERM or an error.
 
 Run: ``make soak [SOAK_ARGS="--minutes 12"]`` or ``python benchmarks/soak.py [--minutes 60]
 [--batches 100000] [--sample-seconds 10] [--rate 0] [--tab Coverage] [--screenshots MINUTES]
-[--prelude FILE]``
-(``--prelude``: Python code run in the kernel before the monitor is built, to try a patch).
+[--prelude FILE] [--pressure-at MINUTES]``
+(``--prelude``: Python code run in the kernel before the monitor is built, to try a patch;
+``--pressure-at``: signal critical memory pressure to Chromium once, to see how the page responds).
 ``--interact`` does what a user would while it runs: at each sample it moves the α slider (on the
 Coverage tab) and adds a note pinned to the latest batch through the page, and records, in ms
 from the input: when the kernel had recomputed the panels for the new α (``alpha_kernel_ms``, from
@@ -486,6 +487,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="Python file run in the kernel before the monitor is built (to try a patch or a setting)",
     )
+    parser.add_argument(
+        "--pressure-at",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="after MINUTES, tell Chromium the system is under critical memory pressure (CDP "
+        "Memory.simulatePressureNotification), to see how the page's memory and latency respond",
+    )
     args = parser.parse_args(argv)
     chromium = os.environ.get("CALWATCH_CHROMIUM", DEFAULT_CHROMIUM)
     if not (os.path.isfile(chromium) and os.access(chromium, os.X_OK)):
@@ -556,6 +565,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.screenshots and time.monotonic() - t0 >= next_screen:
                 _screenshot(page, args.out, time.monotonic() - t0)
                 next_screen += 60.0 * args.screenshots
+            if args.pressure_at is not None and time.monotonic() - t0 >= 60.0 * args.pressure_at:
+                cdp = context.new_cdp_session(page)
+                cdp.send("Memory.simulatePressureNotification", {"level": "critical"})
+                cdp.detach()
+                signalled = (time.monotonic() - t0) / 60
+                print(f"critical memory pressure signalled at {signalled:.1f} min", flush=True)
+                args.pressure_at = None
             sample, state = take_sample(t0, page, kernel, kernel_pid, server, profile, args.rows)
             if args.interact and started and not state["done"]:
                 sample |= interact(page, kernel, len(samples), int(state["batches"]))

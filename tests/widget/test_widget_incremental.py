@@ -285,3 +285,50 @@ def test_pooled_buckets_merge_each_batch_once(monkeypatch):
         previous = (ids, y)
     expected = stream.merge_records(mon.batch_records[192:200])
     assert data.rows(res, [199])["batches"][0]["n_rows"] == expected.n_rows
+
+
+def test_pooled_buckets_from_scratch_keep_only_merges_that_may_change():
+    """Every bucket pooled at once (a new resolution) holds one merge per batch that may still change.
+
+    Until the merges before the window were trimmed after the call, a bucket of ``w`` batches held
+    ``w`` of them at once: memory in proportion to the whole stream at every doubling of the width.
+    """
+    from datetime import UTC, datetime
+
+    from calwatch import stream
+    from calwatch.kinds.sets import CalibratorBatchStats
+
+    rng = np.random.default_rng(3)
+
+    def record(i: int) -> stream.BatchRecord:
+        labelled = rng.integers(0, 5, size=2)
+        covered = np.minimum(labelled, rng.integers(0, 3, size=2))
+        stats = CalibratorBatchStats(rng.integers(0, 5, size=3), labelled, covered, 0.1)
+        return stream.BatchRecord(i, str(i), datetime(2026, 1, 1, tzinfo=UTC), 4, {"lac": stats})
+
+    records = [record(i) for i in range(1000)]
+    pools = live.PooledBuckets(resolution.Resolution(256))
+    first_kept = 900
+    pooled = pools.buckets(records, None, first_kept)
+    # three buckets wholly settled (one merge each), and the last (768-999) from batch 899 on
+    held = {start: len(prefix.parts) for start, prefix in pools._prefixes.items()}
+    assert held == {0: 1, 256: 1, 512: 1, 768: 999 - 899 + 1}
+    for record_, end in pooled:
+        expected = stream.merge_records(records[record_.index : end + 1])
+        assert (record_.n_rows, record_.name) == (expected.n_rows, expected.name)
+        for field in ("size_counts", "class_labelled", "class_covered"):
+            np.testing.assert_array_equal(
+                getattr(record_.stats["lac"], field), getattr(expected.stats["lac"], field)
+            )
+    # a batch that may change is re-merged from its own merge on, and the bucket still adds up
+    records[950] = record(950)
+    pools.changed([950])
+    ((again, end),) = pools.buckets(records, [950], first_kept)
+    expected = stream.merge_records(records[768:1000])
+    assert end == 999 and again.n_rows == expected.n_rows
+    np.testing.assert_array_equal(again.stats["lac"].class_covered, expected.stats["lac"].class_covered)
+    # what the trim after a whole rebuild keeps is what was held
+    for prefix in pools._prefixes.values():
+        before = list(prefix.parts)
+        prefix.trim(first_kept)
+        assert prefix.parts == before

@@ -173,19 +173,30 @@ class _Prefix:
             del self.parts[:drop]
             self.offset += drop
 
-    def upto(self, records: Sequence[BatchRecord], end: int) -> BatchRecord:
-        """The pooled record of batches ``start .. end``."""
-        at = end - self.start - self.offset
-        if at < 0 or (not self.parts and self.offset):  # not kept (never the case for live updates)
-            self.offset, self.parts = 0, []
-            at = end - self.start
+    def upto(self, records: Sequence[BatchRecord], end: int, first_kept: int = 0) -> BatchRecord:
+        """The pooled record of batches ``start .. end``.
+
+        The merges it builds are kept as :meth:`trim` would keep them for ``first_kept``: one
+        ending before ``first_kept - 1`` is replaced by the next instead of kept beside it. A
+        bucket pooled from scratch (a new resolution: every bucket of the stream) then holds one
+        merge per batch that may still change, not one per batch of the bucket; kept, those
+        were about 3 KB a batch (K = 10, three calibrators) until the trim after the call,
+        200 MiB at once at 65,536 batches, which the C allocator kept as free space.
+        """
+        if end - self.start - self.offset < 0 or (not self.parts and self.offset):  # not kept
+            self.offset, self.parts = 0, []  # (never the case for live updates)
         parts = self.parts
         if not parts:
             parts.append(records[self.start])
         first_name = records[self.start].name
-        while len(parts) <= at:
-            parts.append(extend(parts[-1], records[self.start + self.offset + len(parts)], first_name))
-        return parts[at]
+        while self.start + self.offset + len(parts) <= end:
+            pooled = extend(parts[-1], records[self.start + self.offset + len(parts)], first_name)
+            if len(parts) == 1 and self.start + self.offset + 1 < first_kept:
+                parts[0] = pooled  # the merge it extends ends before first_kept - 1: settled
+                self.offset += 1
+            else:
+                parts.append(pooled)
+        return parts[end - self.start - self.offset]
 
 
 class PooledBuckets:
@@ -237,11 +248,13 @@ class PooledBuckets:
             start += res.width
 
     def buckets(
-        self, records: Sequence[BatchRecord], touched: Iterable[int] | None
+        self, records: Sequence[BatchRecord], touched: Iterable[int] | None, first_kept: int = 0
     ) -> list[tuple[BatchRecord, int]]:
         """Pooled records of the buckets holding ``touched`` (None: all), with each bucket's last batch.
 
         What :func:`calwatch.resolution.bucket_records` returns, at one merge per new batch.
+        Merges of batches before ``first_kept`` (which no call can change any more) are not kept
+        (see :meth:`_Prefix.upto`).
         """
         res = self.resolution
         latest = len(records) - 1
@@ -251,7 +264,7 @@ class PooledBuckets:
             prefix = self._prefixes.get(start)
             if prefix is None:
                 prefix = self._prefixes[start] = _Prefix(start)
-            out.append((prefix.upto(records, end), end))
+            out.append((prefix.upto(records, end, first_kept), end))
         return out
 
 
@@ -318,7 +331,7 @@ class LiveDatasets:
         pool = self._pools.get(resolution)
         if pool is None:
             pool = self._pools[resolution] = PooledBuckets(resolution)
-        buckets = pool.buckets(self._monitor.batch_records, touched)
+        buckets = pool.buckets(self._monitor.batch_records, touched, self._window_start)
         if touched is None:  # every bucket: keep only what the window's batches may change
             pool.trim(self._window_start, 0)
         return buckets
