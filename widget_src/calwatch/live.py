@@ -180,8 +180,8 @@ class _Prefix:
         ending before ``first_kept - 1`` is replaced by the next instead of kept beside it. A
         bucket pooled from scratch (a new resolution: every bucket of the stream) then holds one
         merge per batch that may still change, not one per batch of the bucket; kept, those
-        were about 3 KB a batch (K = 10, three calibrators) until the trim after the call,
-        200 MiB at once at 65,536 batches, which the C allocator kept as free space.
+        were about 2.5 KB a batch (K = 10, three calibrators) until the trim after the call,
+        161 MiB at once at 65,536 batches, which the C allocator kept as free space.
         """
         if end - self.start - self.offset < 0 or (not self.parts and self.offset):  # not kept
             self.offset, self.parts = 0, []  # (never the case for live updates)
