@@ -21,9 +21,7 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import uuid
-import weakref
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +32,7 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.heap import release_free_memory
+from calwatch.scratch import ScratchFolder
 from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows
 
@@ -58,14 +57,16 @@ class LabelLog:
     """
 
     def __init__(self, folder: Path | None = None) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="calwatch-labels-")) if folder is None else folder
+        self._scratch: ScratchFolder | None = None  # a folder of its own, when none is given
+        if folder is None:
+            self._scratch = ScratchFolder("calwatch-labels-")
+            folder = self._scratch.path
+        self.folder = folder
         self.parts: list[Path] = []
         self._staged: list[Path] = []
         # The buckets each part holds (read once per part, or known when it was staged): a row's
         # current label reads only the parts of its bucket, however long the log has grown.
         self._buckets: dict[Path, frozenset[Any]] = {}
-        if folder is None:
-            weakref.finalize(self, shutil.rmtree, str(self.folder), True)
 
     def previous(
         self, ids: pl.LazyFrame, *, parts: Sequence[Path] | None = None, bucket: Any = _ANY_BUCKET
@@ -174,8 +175,12 @@ class RowLog:
     """
 
     def __init__(self, folder: str | os.PathLike[str] | None = None, *, part_rows: int = 100_000) -> None:
-        owned = folder is None
-        self.folder = Path(tempfile.mkdtemp(prefix="calwatch-rowlog-")) if folder is None else Path(folder)
+        # A folder of its own goes with the log, or with a later process if this one is killed.
+        self._scratch: ScratchFolder | None = None
+        if folder is None:
+            self._scratch = ScratchFolder("calwatch-rowlog-")
+            folder = self._scratch.path
+        self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.parts: list[dict[str, Any]] = []  # {"file", "batches" (an array), "rows", "mapping", "sha256"}
         self.labels = LabelLog(self.folder)
@@ -186,8 +191,6 @@ class RowLog:
         self._pending: list[tuple[int, list[Hashable], npt.NDArray[np.intp]]] = []
         self.buffer: list[BatchRecord] = []  # left the window, not written yet (rows kept)
         self._buffered_rows = 0
-        if owned:
-            weakref.finalize(self, shutil.rmtree, str(self.folder), True)
 
     # ------------------------------------------------------------------ writing
     def spill(self, records: Sequence[BatchRecord]) -> None:

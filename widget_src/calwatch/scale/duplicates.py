@@ -13,8 +13,6 @@ collision (probability about ``n²/2⁶⁵``) never rejects a good table.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
+
+from calwatch.scratch import ScratchFolder
 
 PARTITIONS = 64
 #: Hashes held in memory before they are written out (8 MiB).
@@ -42,7 +42,8 @@ class DuplicateCheck:
 
     def __init__(self, bucket: str, id: str) -> None:
         self.bucket, self.id = bucket, id
-        self.folder = Path(tempfile.mkdtemp(prefix="calwatch-ids-"))
+        self._scratch = ScratchFolder("calwatch-ids-")
+        self.folder = self._scratch.path
         self._files = [self.folder / f"{p:02d}.u64" for p in range(PARTITIONS)]
         self._pending: list[list[npt.NDArray[np.uint64]]] = [[] for _ in range(PARTITIONS)]
         self._pending_rows = 0
@@ -77,7 +78,7 @@ class DuplicateCheck:
 
     def close(self) -> None:
         """Remove the partition files."""
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self._scratch.remove()
 
     def __enter__(self) -> DuplicateCheck:
         return self
