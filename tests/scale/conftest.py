@@ -4,7 +4,8 @@ Starting Spark costs seconds (a JVM, then a Python worker per core that imports 
 Dask ``LocalCluster`` of worker processes about as much, so each is started once, on first use,
 and shared: the one-machine tests (``test_table.py``) never start either. Spark runs on
 ``local[2,3]``: two cores and up to three attempts per task, so a test can fail a task's first
-attempt and check that the retry counts every row once.
+attempt and check that the retry counts every row once, and a Python worker that hangs is
+killed after a minute of silence and its task tried again.
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", "1g")
+        # A Python worker silent for a minute (tasks here take well under a second) is killed,
+        # so its task fails and is tried again instead of leaving the test waiting; a worker
+        # that dies prints its Python stack.
+        .config("spark.sql.execution.pyspark.udf.idleTimeoutSeconds", "60")
+        .config("spark.sql.execution.pyspark.udf.killOnIdleTimeout", "true")
+        .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
+        .config("spark.python.worker.idleTimeoutSeconds", "60")
+        .config("spark.python.worker.killOnIdleTimeout", "true")
+        .config("spark.python.worker.faulthandler.enabled", "true")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("OFF")
