@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,11 +30,11 @@ sys.stdin.read()
 
 
 @pytest.fixture
-def temp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def temp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A temporary directory of the test's own, for this process and its children."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    yield tmp_path
+    return tmp_path
 
 
 def _start_child() -> tuple[subprocess.Popen[str], Path]:
@@ -88,3 +87,15 @@ def test_a_given_folder_is_never_removed_or_locked(temp_root: Path) -> None:
     del log
     gc.collect()
     assert given.exists() and not (given / OWNER).exists()
+
+
+def test_a_forked_child_leaves_its_parents_folder(temp_root: Path) -> None:
+    scratch = ScratchFolder("calwatch-rowlog-")
+    pid = os.fork()
+    if pid == 0:  # the child: what its exit runs must not remove the parent's folder
+        scratch.remove()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert scratch.path.exists()
+    scratch.remove()
+    assert not scratch.path.exists()

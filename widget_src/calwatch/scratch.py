@@ -53,7 +53,7 @@ class ScratchFolder:
         sweep_orphans(prefix)
         self.path = Path(tempfile.mkdtemp(prefix=prefix))
         self._lock_fd = _hold_owner_lock(self.path)
-        self._finalizer = weakref.finalize(self, _remove, str(self.path), self._lock_fd)
+        self._finalizer = weakref.finalize(self, _remove, str(self.path), self._lock_fd, os.getpid())
 
     def remove(self) -> None:
         """Remove the folder now (it is removed with this object otherwise)."""
@@ -75,7 +75,9 @@ def _hold_owner_lock(folder: Path) -> int | None:
     return fd
 
 
-def _remove(path: str, lock_fd: int | None) -> None:
+def _remove(path: str, lock_fd: int | None, owner_pid: int) -> None:
+    if os.getpid() != owner_pid:  # a forked child exiting: the folder is its parent's
+        return
     shutil.rmtree(path, ignore_errors=True)
     if lock_fd is not None:
         with contextlib.suppress(OSError):
