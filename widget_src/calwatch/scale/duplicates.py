@@ -97,19 +97,23 @@ def _repeats_in(file: Path, level: int) -> list[npt.NDArray[np.uint64]]:
     no bits are left (one key repeated more than :data:`SORT_LIMIT` times, after ten splits) the
     file is sorted as it is.
     """
+    from calwatch.scale.id_hashes import partition
+
     count = file.stat().st_size // 8
     shift = 64 - _BITS * (level + 1)
     if count > SORT_LIMIT and shift >= 0:
+        # Two buffers of BUFFER hashes, reused: a block read and the same block grouped by the
+        # next six bits (a counting sort; an argsort and a gather held four such arrays at once,
+        # ~40 MiB at the end of a 10^8-row table's check, its peak).
         parts = [file.with_name(f"{file.name}.{p:02d}") for p in range(PARTITIONS)]
+        block = np.empty(min(count, BUFFER), dtype=np.uint64)
+        grouped, bounds = np.empty_like(block), np.zeros(PARTITIONS + 1, dtype=np.int64)
         with file.open("rb") as source:
-            while (block := np.fromfile(source, dtype=np.uint64, count=BUFFER)).shape[0]:
-                keys = ((block >> np.uint64(shift)) & np.uint64(PARTITIONS - 1)).astype(np.uint8)
-                order = np.argsort(keys, kind="stable")
-                bounds = np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=PARTITIONS))])
-                ordered = block[order]
+            while n := source.readinto(block.data) // 8:
+                partition(block[:n], shift, grouped, bounds)
                 for p in np.flatnonzero(np.diff(bounds)).tolist():
                     with parts[p].open("ab") as handle:
-                        ordered[bounds[p] : bounds[p + 1]].tofile(handle)
+                        grouped[bounds[p] : bounds[p + 1]].tofile(handle)
         found: list[npt.NDArray[np.uint64]] = []
         for part in parts:
             if part.exists():

@@ -29,20 +29,24 @@ def pair_hashes(buckets: Any, ids: Any, out: Any) -> None:
 
 @compiled
 def partition(hashes: Any, shift: int, out: Any, bounds: Any) -> None:
-    """``hashes`` grouped by their top bits (``hash >> shift``) into ``out``.
+    """``hashes`` grouped by the bits above ``shift`` into ``out``: group ``(hash >> shift) & mask``.
 
-    Group ``p`` is ``out[bounds[p]:bounds[p + 1]]``. A counting sort: one pass to count each
-    group, one to scatter (stable within a group).
+    ``bounds`` has one entry more than there are groups, a power of two ``G``; the mask is
+    ``G - 1``, so with ``shift = 64 - log2(G)`` the group is the hash's top bits, and with a
+    smaller shift it is the ``log2(G)`` bits just above it. Group ``p`` is
+    ``out[bounds[p]:bounds[p + 1]]``. A counting sort: one pass to count each group, one to
+    scatter (stable within a group), and no temporary the size of ``hashes``.
     """
     s = np.uint64(shift)
+    mask = np.uint64(bounds.shape[0] - 2)
     bounds[:] = 0
     for i in range(hashes.shape[0]):
-        bounds[np.intp(hashes[i] >> s) + 1] += 1
+        bounds[np.intp((hashes[i] >> s) & mask) + 1] += 1
     for p in range(1, bounds.shape[0]):
         bounds[p] += bounds[p - 1]
     fill = bounds[:-1].copy()
     for i in range(hashes.shape[0]):
-        group = np.intp(hashes[i] >> s)
+        group = np.intp((hashes[i] >> s) & mask)
         out[fill[group]] = hashes[i]
         fill[group] += 1
 
