@@ -9,7 +9,10 @@ temporary folder (never committed). Each path runs in a fresh process, so its pe
   shift detectors, no row log: the statistics only, as the table paths compute them);
 * ``Monitor.observe_table`` on the parquet file (the embedded default);
 * ``calwatch.spark.observe`` in Spark ``local[2]`` and ``local[1]``, with and without its id check
-  (the session and its Python workers warmed up on a 2% sample first, not timed);
+  (the session and its Python workers warmed up on a 2% sample first, not timed). The log is a
+  bare parquet scan, so by default the Python workers read its row groups themselves
+  (:mod:`calwatch.spark_scan`); "Spark's rows" is the same call with ``read_files=False``, the
+  path any other DataFrame takes: Spark's scan hands the workers its rows as Arrow;
 * the JVM's own cost beside it: the same log through a bare ``mapInArrow`` in ``local[2]`` whose
   function reads every Arrow batch and returns nothing but its row count (Spark's scan and its
   rows-to-Arrow transfer to the Python workers only, in batches of calwatch's size), warmed up
@@ -118,11 +121,25 @@ def warm_log(log: Path) -> Path:
     return log.with_name("warm.parquet")
 
 
+def warm_files(log: Path) -> Path:
+    """The Spark warm-up folder beside ``log``: the warm-up rows as four files (written by ``main``).
+
+    Four files make four pieces, so when the Python workers read the files themselves each of
+    them (one per core) reads some and loads its compiled kernels before the measured run.
+    """
+    return log.with_name("warm-files")
+
+
 def write_warm_log(log: Path) -> None:
-    """Write :func:`warm_log`: the first :data:`WARM_ROWS` rows of ``log``, in one row group."""
+    """Write :func:`warm_log` (``log``'s first :data:`WARM_ROWS` rows) and :func:`warm_files`."""
     import pyarrow.parquet as pq
 
-    pq.write_table(pq.ParquetFile(log).read_row_group(0).slice(0, WARM_ROWS), warm_log(log))
+    rows = pq.ParquetFile(log).read_row_group(0).slice(0, WARM_ROWS)
+    pq.write_table(rows, warm_log(log))
+    warm_files(log).mkdir(exist_ok=True)
+    quarter = WARM_ROWS // 4
+    for i in range(4):
+        pq.write_table(rows.slice(i * quarter, quarter), warm_files(log) / f"part-{i}.parquet")
 
 
 def observe_log(path_name: str, mon: Any, log: Path) -> None:
@@ -194,11 +211,17 @@ def measure(path_name: str, log: Path) -> dict[str, Any]:
         sample = df.sample(fraction=0.02, seed=1)
         started = time.perf_counter()
         calwatch.spark.observe(monitor(), sample, id="id", probs=["p0", "p1"], bucket="day")
+        read_files = ROWS not in path_name
+        if read_files:  # and the workers' own parquet reading
+            warm = spark.read.parquet(str(warm_files(log)))
+            calwatch.spark.observe(monitor(), warm, id="id", probs=["p0", "p1"], bucket="day")
         warmup = time.perf_counter() - started
         cpu_start = _cpu_seconds()
         start = time.perf_counter()
         check = "no id check" not in path_name
-        calwatch.spark.observe(mon, df, id="id", probs=["p0", "p1"], bucket="day", check_ids=check)
+        calwatch.spark.observe(
+            mon, df, id="id", probs=["p0", "p1"], bucket="day", check_ids=check, read_files=read_files
+        )
         spark.stop()
     seconds = time.perf_counter() - start
     cpu = _cpu_seconds() - cpu_start
@@ -224,6 +247,8 @@ def measure(path_name: str, log: Path) -> dict[str, Any]:
 
 #: The path name's tail of the bare ``mapInArrow`` run (the JVM's own cost).
 BARE = "bare mapInArrow"
+#: The path name's tail of the Spark runs that read through Spark's rows (``read_files=False``).
+ROWS = "Spark's rows"
 
 
 def _bare_map_in_arrow(spark: Any, df: Any, baseline: float) -> dict[str, Any]:
@@ -308,7 +333,7 @@ def _last_json(command: list[str], env: dict[str, str] | None = None) -> dict[st
 def print_row(name: str, result: dict[str, Any] | str, base: dict[str, Any] | None) -> None:
     """One line of the table: rows/s, against the loop, peak RSS, batches, CPU and warm-up (or why not)."""
     if isinstance(result, str):
-        print(f"{name:<32} {result}")
+        print(f"{name:<42} {result}")
         return
     rate = result["rows"] / result["seconds"]
     ratio = rate / (base["rows"] / base["seconds"]) if base else float("nan")
@@ -317,7 +342,7 @@ def print_row(name: str, result: dict[str, Any] | str, base: dict[str, Any] | No
     else:
         cpu = 1e9 * result["cpu_seconds"] / result["rows"]
         tail = f"{result['batches']:>8} {cpu:>11,.0f} {result['warmup_seconds']:>10.1f}"
-    print(f"{name:<32} {rate:>12,.0f} {ratio:>7.2f}x {result['peak_rss_mib']:>13,.0f} {tail}")
+    print(f"{name:<42} {rate:>12,.0f} {ratio:>7.2f}x {result['peak_rss_mib']:>13,.0f} {tail}")
 
 
 def _cpu_seconds() -> float:
@@ -355,7 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{BUCKETS} days) in {time.perf_counter() - started:.0f} s")  # fmt: skip
         paths = [
             "in-memory loop", "observe_table", "spark local[2]", "spark local[2], no id check",
-            f"spark local[2], {BARE}", "spark local[1]", "dask",
+            f"spark local[2], {ROWS}", f"spark local[2], {ROWS}, no id check", f"spark local[2], {BARE}",
+            "spark local[1]", "dask",
         ]  # fmt: skip
         results = {name: run(name, log) for name in paths}
         done = {k: v for k, v in results.items() if isinstance(v, dict)}
@@ -371,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "observe_table" in done
             else None
         )
-        header = f"{'path':<32} {'rows/s':>12} {'vs loop':>8} {'peak RSS MiB':>13} {'batches':>8}"
+        header = f"{'path':<42} {'rows/s':>12} {'vs loop':>8} {'peak RSS MiB':>13} {'batches':>8}"
         print(f"{header} {'CPU ns/row':>11} {'warm-up s':>10}")
         for name, result in results.items():
             print_row(name, result, base)
@@ -399,8 +425,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ok = table_rate >= 5e6 and (base is None or table_rate >= base["rows"] / base["seconds"])
             ok = ok and done["observe_table"]["peak_rss_mib"] < 500
             print(f"observe_table target (>= 5M rows/s, >= the loop, < 500 MiB): {'PASS' if ok else 'FAIL'}")
-        spark = done.get("spark local[2]")
-        for name in ("spark local[2]", "spark local[2], no id check"):
+        spark_paths = [name for name in paths if name.startswith("spark local[2]") and BARE not in name]
+        for name in spark_paths:
             spark = done.get(name)
             if spark is None or table_rate is None:
                 continue
@@ -412,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bare is not None and bare["rows"] != args.rows:
             print(f"FAIL: the bare mapInArrow saw {bare['rows']:,} rows of {args.rows:,}")
             return 1
-        for name in ("spark local[2]", "spark local[2], no id check"):
+        for name in spark_paths:
             spark = done.get(name)
             if spark is None or bare is None:
                 continue

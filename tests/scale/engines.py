@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import polars as pl
 import pyarrow as pa
@@ -76,6 +80,61 @@ class SparkEngine(Engine):
         import calwatch.spark
 
         return calwatch.spark
+
+
+class SparkParquetEngine(SparkEngine):
+    """Spark reading the log from parquet files, which its workers read themselves where they can.
+
+    :meth:`table` writes the frame as ``partitions`` files of random row-group sizes;
+    :attr:`reads` records, per ``observe``, whether the workers read the files (``"files"``) or
+    Spark did (``"spark"``), as ``calwatch.spark`` logs it.
+    """
+
+    name = "spark-parquet"
+
+    def __init__(self, spark: Any, folder: Path) -> None:
+        super().__init__(spark)
+        self.folder = folder
+        self.reads: list[str] = []
+
+    def table(self, frame: pl.DataFrame, partitions: int) -> Any:
+        import pyarrow.parquet as pq
+
+        where = Path(tempfile.mkdtemp(dir=self.folder))
+        rng = np.random.default_rng(frame.height * 7 + partitions)
+        n_files = max(1, min(partitions, frame.height))
+        cuts = np.sort(rng.choice(np.arange(1, max(frame.height, 2)), size=n_files - 1, replace=False))
+        bounds = [0, *cuts.tolist(), frame.height]
+        arrow = frame.to_arrow(compat_level=pl.CompatLevel.oldest())
+        for i in range(n_files):
+            part = arrow.slice(bounds[i], bounds[i + 1] - bounds[i])
+            group = int(rng.integers(1, max(part.num_rows, 1) + 1))
+            pq.write_table(part, where / f"part-{i}.parquet", row_group_size=group)
+        return self.spark.read.parquet(str(where))
+
+    def observe(self, mon: cw.Monitor, table: Any, **columns: Any) -> tuple[int, ...]:
+        logger = logging.getLogger("calwatch.spark")
+        records: list[str] = []
+        handler = _Recorder(records)
+        level = logger.level
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        try:
+            return super().observe(mon, table, **columns)
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            read = "spark" if any("through Spark" in r for r in records) else "files"
+            self.reads.append(read if records else "")
+
+
+class _Recorder(logging.Handler):
+    def __init__(self, records: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record.getMessage())
 
 
 class DaskEngine(Engine):

@@ -26,13 +26,13 @@ from hypothesis import strategies as st
 import calwatch as cw
 from calwatch.scale.kernel import partial_statistics
 from calwatch.scale.registry import registry_of
-from tests.scale.engines import DaskEngine, Engine, SparkEngine, task_with
+from tests.scale.engines import DaskEngine, Engine, SparkEngine, SparkParquetEngine, task_with
 from tests.scale.logs import assert_same_statistics, calibrated, log_frame, prob_names, replay
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 
 #: Examples per engine: a Spark job costs about a second, a Dask cluster round trip a fraction.
-EXAMPLES = {"spark": 5, "dask-sync": 10, "dask-cluster": 6}
+EXAMPLES = {"spark": 5, "spark-parquet": 5, "dask-sync": 10, "dask-cluster": 6}
 
 
 @pytest.fixture(params=list(EXAMPLES))
@@ -40,6 +40,8 @@ def engine(request: pytest.FixtureRequest) -> Engine:
     name = request.param
     if name == "spark":
         return SparkEngine(request.getfixturevalue("spark"))
+    if name == "spark-parquet":
+        return SparkParquetEngine(request.getfixturevalue("spark"), request.getfixturevalue("tmp_path"))
     pytest.importorskip("dask.dataframe")
     client = request.getfixturevalue("dask_client") if name == "dask-cluster" else None
     return DaskEngine(name, client)
@@ -74,6 +76,8 @@ def _check_against_memory(engine: Engine, data: st.DataObject) -> None:
         table, engine.table(frame, data.draw(st.integers(1, 4), label="partitions")), id="id",
         probs=prob_names(K), bucket="bucket", label="y", category="cat",
     )  # fmt: skip
+    if isinstance(engine, SparkParquetEngine):  # integer-like keys: the workers read the files
+        assert engine.reads[-1] == ("spark" if kind == "str" else "files")
     replay(memory, frame)
     assert_same_statistics(table, memory)
     for _ in range(data.draw(st.integers(0, 2), label="label calls")):
@@ -170,10 +174,14 @@ def test_a_loaded_monitor_keeps_cluster_statistics_but_refuses_their_labels(tmp_
 
 
 # ---------------------------------------------------------------------------- retries
+@pytest.mark.parametrize("from_files", [False, True], ids=["rows", "files"])
 def test_a_retried_spark_task_counts_every_row_once(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, from_files: bool
 ) -> None:
-    """Partition 0's first attempt fails after its first batch went out; the retry must count once."""
+    """Partition 0's first attempt fails after its first batch went out; the retry must count once.
+
+    Through Spark's rows, and with the workers reading parquet files themselves (partition 0 is
+    then the first piece of row groups)."""
     import calwatch.spark as cw_spark
 
     marker = tmp_path / "failed"
@@ -209,7 +217,7 @@ def test_a_retried_spark_task_counts_every_row_once(
         task.P[rows], np.arange(n), days, [int(v) if k else None for v, k in zip(y, known, strict=True)]
     )
     table, memory = calibrated(task), calibrated(task)
-    engine = SparkEngine(spark)
+    engine = SparkParquetEngine(spark, tmp_path) if from_files else SparkEngine(spark)
     engine.observe(
         table,
         engine.table(frame, 2),
@@ -220,6 +228,8 @@ def test_a_retried_spark_task_counts_every_row_once(
         category="cat",
     )
     assert marker.exists(), "the injected failure did not happen"
+    if isinstance(engine, SparkParquetEngine):
+        assert engine.reads == ["files"]
     marker.unlink()
     labels = pl.DataFrame({"rid": np.arange(0, n, 2), "truth": y[::2]})
     got = engine.label(table, engine.table(labels, 2), id="rid", label="truth")
@@ -280,7 +290,7 @@ def test_bad_input_is_refused_naming_the_column_and_changes_nothing(engine: Engi
     engine.observe(mon, engine.table(frame.head(10), 2), probs=prob_names(2), **columns)
     before = _view(mon)
     for case, (spoil, probs, named) in BAD_LOGS.items():
-        if engine.name == "spark" and case in SPARK_SKIPS:
+        if engine.name.startswith("spark") and case in SPARK_SKIPS:
             continue
         with pytest.raises(ValueError, match=named) as raised:
             engine.observe(mon, engine.table(spoil(frame), 3), probs=probs, **columns)

@@ -24,13 +24,16 @@ import pytest
 
 import calwatch as cw
 from calwatch.spark import session_conf
-from tests.scale.engines import DaskEngine, Engine, SparkEngine, task_with
+from tests.scale.engines import DaskEngine, Engine, SparkEngine, SparkParquetEngine, task_with
 from tests.scale.logs import assert_same_statistics, calibrated, log_frame, prob_names, replay
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 
 START = datetime(2026, 3, 28, 22, 30)  # hours across midnight: local and UTC dates differ
-PATHS = ["table", "spark", "spark-no-id-check", "dask-sync", "dask-cluster"]
+PATHS = [
+    "table", "spark", "spark-no-id-check", "spark-parquet", "spark-parquet-no-id-check", "dask-sync",
+    "dask-cluster",
+]  # fmt: skip
 
 
 def _timestamp_log(zone: str | None, seed: int) -> tuple[cw.Monitor, pl.DataFrame]:
@@ -53,6 +56,8 @@ def _timestamp_log(zone: str | None, seed: int) -> tuple[cw.Monitor, pl.DataFram
 def _engine(path: str, request: pytest.FixtureRequest) -> Engine | None:
     if path == "table":
         return None
+    if path.startswith("spark-parquet"):
+        return SparkParquetEngine(request.getfixturevalue("spark"), request.getfixturevalue("tmp_path"))
     if path.startswith("spark"):
         return SparkEngine(request.getfixturevalue("spark"))
     pytest.importorskip("dask.dataframe")
@@ -83,9 +88,15 @@ def _table(engine: Engine, frame: pl.DataFrame, partitions: int, zone: str | Non
     """The engine's DataFrame; for Spark and a naive log, its timestamps as ``TimestampNTZType``.
 
     Spark reads a naive Arrow timestamp as a ``TimestampType`` instant (in the session's zone,
-    UTC here); its naive type is ``timestamp_ntz``, which a naive log's table would have.
+    UTC here); its naive type is ``timestamp_ntz``, which a naive log's table would have. From
+    parquet it reads a naive timestamp (``isAdjustedToUTC=false``) as ``timestamp_ntz`` itself.
     """
     table = engine.table(frame, partitions)
+    if isinstance(engine, SparkParquetEngine):
+        expected = "timestamp" if zone is not None else "timestamp_ntz"
+        stamps = [name for name, kind in frame.schema.items() if isinstance(kind, pl.Datetime)]
+        assert {table.schema[name].dataType.simpleString() for name in stamps} == {expected}
+        return table
     if not isinstance(engine, SparkEngine) or zone is not None:
         return table
     from pyspark.sql import functions as sf
@@ -118,8 +129,10 @@ def test_timestamp_buckets_and_ids_equal_the_in_memory_monitor(
             assert pq.read_schema(path_file).field("bucket").type.tz == zone
             table.observe_table(path_file, chunk_rows=50, **columns)
         else:
-            checks = {"check_ids": False} if path == "spark-no-id-check" else {}
+            checks = {"check_ids": False} if path.endswith("no-id-check") else {}
             engine.observe(table, _table(engine, frame, 3, zone), **columns, **checks)
+            if isinstance(engine, SparkParquetEngine):  # instants are integer-like keys
+                assert engine.reads == ["files"]
         replay(memory, frame)
         assert_same_statistics(table, memory)
         assert table.summary()["name"].to_list() == memory.summary()["name"].to_list()
@@ -133,8 +146,12 @@ def test_timestamp_buckets_and_ids_equal_the_in_memory_monitor(
     assert_same_statistics(table, memory)
 
 
+@pytest.mark.parametrize("from_files", [False, True], ids=["rows", "files"])
 @pytest.mark.parametrize("check_ids", [True, False], ids=["id-check", "no-id-check"])
-def test_spark_large_string_columns_equal_the_in_memory_monitor(spark: Any, check_ids: bool) -> None:
+def test_spark_large_string_columns_equal_the_in_memory_monitor(
+    spark: Any, check_ids: bool, from_files: bool, tmp_path: Path
+) -> None:
+    """Through Spark's rows, and from parquet files (the workers read them when the id check is off)."""
     import calwatch.spark as cw_spark
 
     task = task_with(3)
@@ -149,14 +166,16 @@ def test_spark_large_string_columns_equal_the_in_memory_monitor(spark: Any, chec
         task.P[rows], ids, buckets, [int(v) if k else None for v, k in zip(y, known, strict=True)]
     )
     table, memory = calibrated(task), calibrated(task)
-    engine = SparkEngine(spark)
+    engine = SparkParquetEngine(spark, tmp_path) if from_files else SparkEngine(spark)
     columns = {"id": "id", "probs": prob_names(3), "bucket": "bucket", "label": "y", "category": "cat"}
     before = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes")
     with session_conf(spark, "spark.sql.execution.arrow.useLargeVarTypes", "true"):
         log = engine.table(frame, 3)
         probe = log.select("id", "bucket", "cat").mapInArrow(_string_types, "types string")
         assert {row[0] for row in probe.collect()} == {"large_string,large_string,large_string"}
-        cw_spark.observe(table, log, check_ids=check_ids, **columns)
+        engine.observe(table, log, check_ids=check_ids, **columns)
+        if isinstance(engine, SparkParquetEngine):  # string keys: the id check hashes them in the JVM
+            assert engine.reads == ["spark" if check_ids else "files"]
         replay(memory, frame)
         assert_same_statistics(table, memory)
         for call in range(2):  # late labels, then relabels of some of them and of observed labels

@@ -241,26 +241,31 @@ def work_items(
     with the statistics instead of on this one thread (it was the limit once the kernel got
     fast); consecutive row groups smaller than ``chunk_rows`` go together.
     """
-    import pyarrow.parquet as pq
-
     if not isinstance(files, list):
         yield from source_chunks(files, frame, names, chunk_rows)
         return
+    yield from row_groups(files, chunk_rows)
+
+
+def row_groups(files: Sequence[str], rows: int) -> Iterator[RowGroups]:
+    """Each file's row groups, consecutive ones together until they hold ``rows`` rows (from the footers)."""
+    import pyarrow.parquet as pq
+
     for file in files:
         metadata = pq.read_metadata(file)
         groups: list[int] = []
-        rows = 0
+        gathered = 0
         for g in range(metadata.num_row_groups):
             groups.append(g)
-            rows += metadata.row_group(g).num_rows
-            if rows >= chunk_rows:
+            gathered += metadata.row_group(g).num_rows
+            if gathered >= rows:
                 yield RowGroups(file, tuple(groups))
-                groups, rows = [], 0
+                groups, gathered = [], 0
         if groups:
             yield RowGroups(file, tuple(groups))
 
 
-def _item_chunks(
+def item_chunks(
     item: RowGroups | pa.RecordBatch, names: list[str], chunk_rows: int
 ) -> Iterator[pa.RecordBatch]:
     """The record batches of a unit of work (row groups read in chunks of ``chunk_rows``)."""
@@ -285,7 +290,7 @@ def _work(
     numba), so the workers run side by side; the calling thread only folds and files.
     """
     out: list[_ChunkResult] = []
-    for chunk in _item_chunks(item, names, chunk_rows):
+    for chunk in item_chunks(item, names, chunk_rows):
         part = partial_statistics(chunk, frozen, columns, check_ids=False)
         labelled = _labelled_rows(chunk, columns) if columns.label is not None else None
         out.append((part, grouped_hashes(chunk, columns.bucket, columns.id), labelled))
