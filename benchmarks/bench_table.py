@@ -9,7 +9,8 @@ temporary folder (never committed). Each path runs in a fresh process, so its pe
   shift detectors, no row log: the statistics only, as the table paths compute them);
 * ``Monitor.observe_table`` on the parquet file (the embedded default);
 * ``calwatch.spark.observe`` in Spark ``local[2]`` and ``local[1]``, with and without its id check
-  (the session and its Python workers warmed up on a 2% sample first, not timed). The log is a
+  (the session and its Python workers warmed up on a 2% sample, then on the log's first 10^6
+  rows, not timed). The log is a
   bare parquet scan, so by default the Python workers read its row groups themselves
   (:mod:`calwatch.spark_scan`); "Spark's rows" is the same call with ``read_files=False``, the
   path any other DataFrame takes: Spark's scan hands the workers its rows as Arrow;
@@ -28,9 +29,10 @@ temporary folder (never committed). Each path runs in a fresh process, so its pe
   would run instead, on the same file, the same chunks and the same cores.
 
 Every calwatch path first runs once, untimed, on the log's first 20,000 rows with a throwaway
-monitor (Spark on a 2% sample): the once-per-process costs — imports, numba loading the
-compiled kernels from its on-disk cache (about 1 s here), Spark's JVM and Python workers — are
-printed in their own column, "warm-up s", and left out of rows/s, which is the cost per row.
+monitor (Spark on a 2% sample, then on the first 10^6 rows): the once-per-process costs —
+imports, numba loading the compiled kernels from its on-disk cache (about 1 s here), Spark's JVM
+and Python workers — are printed in their own column, "warm-up s", and left out of rows/s,
+which is the cost per row.
 
 CPU ns/row is the measuring process's own CPU time (all its threads; not the JVM's or Spark's
 and Dask's worker processes) per row: on shared cores it says what a path costs when the wall
@@ -68,6 +70,8 @@ GROUP_ROWS = 1_000_000
 BUCKETS = 100
 #: Rows of the warm-up log every path runs once, untimed, before the measured run.
 WARM_ROWS = 20_000
+#: Rows of the Spark paths' second warm-up (:func:`warm_files`).
+SPARK_WARM_ROWS = 1_000_000
 
 
 def task() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -122,7 +126,7 @@ def warm_log(log: Path) -> Path:
 
 
 def warm_files(log: Path) -> Path:
-    """The Spark warm-up folder beside ``log``: the warm-up rows as four files (written by ``main``).
+    """The Spark warm-up folder beside ``log``: its first :data:`SPARK_WARM_ROWS` rows as four files.
 
     Four files make four pieces, so when the Python workers read the files themselves each of
     them (one per core) reads some and loads its compiled kernels before the measured run.
@@ -134,12 +138,12 @@ def write_warm_log(log: Path) -> None:
     """Write :func:`warm_log` (``log``'s first :data:`WARM_ROWS` rows) and :func:`warm_files`."""
     import pyarrow.parquet as pq
 
-    rows = pq.ParquetFile(log).read_row_group(0).slice(0, WARM_ROWS)
-    pq.write_table(rows, warm_log(log))
+    first = pq.ParquetFile(log).read_row_group(0)
+    pq.write_table(first.slice(0, WARM_ROWS), warm_log(log))
     warm_files(log).mkdir(exist_ok=True)
-    quarter = WARM_ROWS // 4
+    quarter = min(SPARK_WARM_ROWS, first.num_rows) // 4
     for i in range(4):
-        pq.write_table(rows.slice(i * quarter, quarter), warm_files(log) / f"part-{i}.parquet")
+        pq.write_table(first.slice(i * quarter, quarter), warm_files(log) / f"part-{i}.parquet")
 
 
 def observe_log(path_name: str, mon: Any, log: Path) -> None:
@@ -207,24 +211,29 @@ def measure(path_name: str, log: Path) -> dict[str, Any]:
         # Warm-up, not measured: the JVM, the session and the Python workers (each imports calwatch
         # once, 5-10 s on 2 cores) are a once-per-session cost, not the monitor's per-row one. A
         # 2% sample runs a task per core (``limit`` ran one: the second worker started, and the
-        # JIT compiled the scan-to-Arrow path, inside the measured run).
+        # JIT compiled the scan-to-Arrow path, inside the measured run). Then the measured call
+        # itself on the log's first 10^6 rows, as four files: each worker reads some, and the
+        # JVM's shuffle and its heap have seen a table of that size (after the small warm-ups
+        # alone the first call on the log ran ~1 s slower than the next ones: 4.3 s, then 3.0-3.3).
         sample = df.sample(fraction=0.02, seed=1)
         started = time.perf_counter()
         calwatch.spark.observe(monitor(), sample, id="id", probs=["p0", "p1"], bucket="day")
         read_files = ROWS not in path_name
-        if read_files:  # and the workers' own parquet reading
-            warm = spark.read.parquet(str(warm_files(log)))
-            calwatch.spark.observe(monitor(), warm, id="id", probs=["p0", "p1"], bucket="day")
+        check = "no id check" not in path_name
+        warm = spark.read.parquet(str(warm_files(log)))
+        calwatch.spark.observe(
+            monitor(), warm, id="id", probs=["p0", "p1"], bucket="day", check_ids=check, read_files=read_files
+        )
         warmup = time.perf_counter() - started
         cpu_start = _cpu_seconds()
         start = time.perf_counter()
-        check = "no id check" not in path_name
         calwatch.spark.observe(
             mon, df, id="id", probs=["p0", "p1"], bucket="day", check_ids=check, read_files=read_files
         )
-        spark.stop()
     seconds = time.perf_counter() - start
     cpu = _cpu_seconds() - cpu_start
+    if path_name.startswith("spark"):  # not timed: stopping the session (~1 s) is not a cost per row
+        spark.stop()
     summary = (
         mon.summary()
         .group_by("calibrator")
@@ -438,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bare is not None and bare["rows"] != args.rows:
             print(f"FAIL: the bare mapInArrow saw {bare['rows']:,} rows of {args.rows:,}")
             return 1
-        for name in spark_paths:
+        for name in (path for path in spark_paths if ROWS in path):  # the paths through that transfer
             spark = done.get(name)
             if spark is None or bare is None:
                 continue
