@@ -53,7 +53,7 @@ def test_fallback_survives_the_sanitiser_and_escapes_user_text():
     parsed = _Tags()
     parsed.feed(fallback)
     assert set(parsed.tags) <= SANITISER_TAGS, set(parsed.tags) - SANITISER_TAGS
-    # the coverage chart as an SVG image (a data: URL), drawn in the kernel from the stream
+    # the coverage chart as an SVG image (a data: URL), drawn from the stream (in a child process)
     (image,) = parsed.images
     assert str(image["src"]).startswith("data:image/svg+xml;base64,")
     svg = base64.b64decode(str(image["src"]).split(",", 1)[1]).decode("utf-8")
@@ -245,3 +245,33 @@ def test_a_call_owes_its_notifications_until_every_listener_returned():
     with pytest.raises(ValueError, match="ids"):
         mon.observe(probs=P[:5], ids=["a0", "a1", "a2", "a3", "a4"])  # ids seen before: refused
     assert seen == [1, 1] and guard.undelivered == 0  # a refused call owes nothing
+
+
+def test_the_static_coverage_image_is_drawn_in_a_child_process_the_same_svg(monkeypatch):
+    """vl-convert's JavaScript heap never shrinks, so the periodic static copy draws elsewhere."""
+    vl_convert = pytest.importorskip("vl_convert", reason="installed by `make test`")
+    from calwatch import svg_child
+
+    mon = pets_monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)})
+    read = notebook_output.read_static(mon)
+    assert read.coverage is not None
+    spec = notebook_output._coverage_spec(read.coverage)
+    assert svg_child.vegalite_to_svg(spec) == vl_convert.vegalite_to_svg(spec)
+
+    def refused(*_args: Any, **_kwargs: Any) -> str:
+        raise AssertionError("drawn in the kernel")
+
+    monkeypatch.setattr(vl_convert, "vegalite_to_svg", refused)  # this process must not draw it
+    parsed = _Tags()
+    parsed.feed(_fallback(notebook_output.draw_static(read, "calwatch-static-c")))
+    (image,) = parsed.images
+    svg = base64.b64decode(str(image["src"]).split(",", 1)[1]).decode("utf-8")
+    assert "Coverage vs target" in svg
+
+
+def test_a_spec_vl_convert_refuses_raises_with_its_reason_and_the_fallback_keeps_its_table():
+    from calwatch import svg_child
+
+    with pytest.raises(RuntimeError, match=r"vl-convert failed in its child process: .+"):
+        svg_child.vegalite_to_svg({"mark": "no-such-mark", "data": {"values": [{"a": 1}]}})
+    assert notebook_output._svg_image({"mark": "no-such-mark"}, "x") == ""

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import altair as alt
 import polars as pl
 
-from calwatch import charts
+from calwatch import charts, svg_child
 from calwatch.guard import guard_of, one_moment
 from calwatch.report import ReportParts, coverage_table, report_parts, script_json
 from calwatch.widget import _bundle
@@ -89,12 +89,12 @@ def _svg_image(spec: dict[str, Any], alt_text: str) -> str:
     """An ``<img>`` of a Vega-Lite spec drawn as SVG in the kernel ("" if it cannot be drawn).
 
     An image, not inline SVG: JupyterLab's sanitiser drops ``<svg>`` but keeps ``<img>`` with a
-    ``data:`` source, and an SVG in an image runs no script.
+    ``data:`` source, and an SVG in an image runs no script. Drawn in a child process
+    (:mod:`calwatch.svg_child`): redrawn every 30 s or more for as long as a stream runs, in
+    the kernel it grew vl-convert's JavaScript heap, which is never given back.
     """
-    import vl_convert as vlc
-
     try:
-        svg = vlc.vegalite_to_svg(spec)
+        svg = svg_child.vegalite_to_svg(spec)
     except Exception:  # an empty stream has nothing to draw; the table still shows
         return ""
     data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
