@@ -7,9 +7,9 @@ rows, then turns the rows into Arrow again for the Python workers. On the benchm
 kernel on the same two cores. When a DataFrame is nothing but a scan of unpartitioned parquet
 files, the files can be read by the Python workers themselves, with pyarrow, as
 ``observe_table`` reads them: :func:`file_scan` recognises such a DataFrame and lists its row
-groups as pieces; Spark runs one task per piece (:meth:`FileScan.tasks`), each task reads its
-row groups (:meth:`FileScan.batches`) and runs the kernel, and the reduction, the shuffle and
-the id check stay Spark's own.
+groups as pieces; Spark's tasks take consecutive pieces (:meth:`FileScan.tasks`), each task
+reads their row groups (:meth:`FileScan.batches`) and runs the kernel, and the reduction, the
+shuffle and the id check stay Spark's own.
 
 Same statistics as reading through Spark:
 
@@ -46,8 +46,8 @@ if TYPE_CHECKING:
 
 #: Marks a worker's refusal to read a piece itself (the driver then reads through Spark).
 REFUSED = "<<calwatch-file-scan-refused>>"
-#: Rows per piece at least (smaller consecutive row groups go together): one Spark task each. A
-#: row group is never split, so a file of large row groups has one piece per row group.
+#: Rows per piece at least (smaller consecutive row groups go together). A row group is never
+#: split, so a file of large row groups has one piece per row group.
 PIECE_ROWS = 1 << 18
 #: Spark tasks per core the pieces are spread over (each task reads consecutive pieces).
 TASKS_PER_CORE = 2
