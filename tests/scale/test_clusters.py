@@ -264,6 +264,9 @@ BAD_LOGS: dict[str, tuple[Spoil, list[str], str]] = {
 #: Errors found on executors cost Spark three attempts, each in a fresh Python worker (one exits
 #: after an exception, and the next imports calwatch again): Spark checks one such case per call.
 SPARK_SKIPS = {"a NaN probability", "a label outside the classes"}
+#: Reading the files in the workers changes only where the kernel's rows come from: the cases the
+#: kernel refuses on an executor, and an empty table (the driver-side checks are the same call).
+FILE_CASES = {"a probability above 1", "an id twice in a bucket", "no rows"}
 BAD_LABELS: dict[str, tuple[pl.DataFrame, str]] = {
     "missing column": (pl.DataFrame({"rid": [1], "answer": [0]}), "'truth'"),
     "a null label": (pl.DataFrame({"rid": [1, 2], "truth": [0, None]}), "label column 'truth' has 1 null"),
@@ -291,6 +294,8 @@ def test_bad_input_is_refused_naming_the_column_and_changes_nothing(engine: Engi
     before = _view(mon)
     for case, (spoil, probs, named) in BAD_LOGS.items():
         if engine.name.startswith("spark") and case in SPARK_SKIPS:
+            continue
+        if isinstance(engine, SparkParquetEngine) and case not in FILE_CASES:
             continue
         with pytest.raises(ValueError, match=named) as raised:
             engine.observe(mon, engine.table(spoil(frame), 3), probs=probs, **columns)

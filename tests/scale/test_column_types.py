@@ -30,10 +30,7 @@ from tests.scale.logs import assert_same_statistics, calibrated, log_frame, prob
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 
 START = datetime(2026, 3, 28, 22, 30)  # hours across midnight: local and UTC dates differ
-PATHS = [
-    "table", "spark", "spark-no-id-check", "spark-parquet", "spark-parquet-no-id-check", "dask-sync",
-    "dask-cluster",
-]  # fmt: skip
+PATHS = ["table", "spark", "spark-no-id-check", "spark-parquet", "dask-sync", "dask-cluster"]
 
 
 def _timestamp_log(zone: str | None, seed: int) -> tuple[cw.Monitor, pl.DataFrame]:
