@@ -93,7 +93,7 @@ def _scan(df: Any) -> tuple[Any, str]:
     import calwatch.spark as cw_spark
 
     names = ["id", "bucket", *prob_names(2)]
-    return spark_scan.file_scan(df, cw_spark._arrow_schema(df, names, "the DataFrame"), 1000)
+    return spark_scan.file_scan(df.select(*names), cw_spark._arrow_schema(df, names, "the DataFrame"), 1000)
 
 
 def test_only_a_bare_scan_of_local_unpartitioned_parquet_is_read_by_the_workers(
@@ -148,7 +148,8 @@ def test_files_missing_a_column_are_read_through_spark_with_its_nulls(spark: Any
     _written(frame.head(45), folder)
     pq.write_table(frame.tail(45).drop("y").to_arrow(), folder / "part-1.parquet")
     df = spark.read.option("mergeSchema", "true").parquet(str(folder))
-    scan, reason = spark_scan.file_scan(df, cw_spark._arrow_schema(df, ["id", "bucket", "y"], "x"), 100)
+    names = ["id", "bucket", "y"]
+    scan, reason = spark_scan.file_scan(df.select(*names), cw_spark._arrow_schema(df, names, "x"), 100)
     assert scan is None and "no column 'y'" in reason
     task = task_with(2)
     table, memory = calibrated(task), calibrated(task)

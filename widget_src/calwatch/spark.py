@@ -149,11 +149,12 @@ def observe(
     columns = LogColumns.of(id=id, bucket=bucket, probs=probs, label=label, category=category)
     snap = snapshot(mon)
     names = columns.needed()
-    columns.check_schema(_arrow_schema(df, names, "the DataFrame"), snap.frozen.n_classes)
+    schema = _arrow_schema(df, names, "the DataFrame")
+    columns.check_schema(schema, snap.frozen.n_classes)
     spark = df.sparkSession
     _use_this_python(spark)
     with _Shipped(spark, snap) as shipped, _arrow_only(), _arrow_batches(spark):
-        scan = _file_scan(df, columns, check_ids) if read_files else None
+        scan = _file_scan(df, columns, schema, check_ids) if read_files else None
         reduced = None
         if scan is not None:
             try:
@@ -170,10 +171,15 @@ def observe(
     return commit_observed_partials(mon, snap, reduced, TableSource(ENGINE, df, columns))
 
 
-def _file_scan(df: DataFrame, columns: LogColumns, check_ids: bool) -> spark_scan.FileScan | None:
-    """The pieces of ``df`` for its workers to read themselves, or None (the reason is logged)."""
-    schema = _arrow_schema(df, columns.needed(), "the DataFrame")
-    scan, reason = spark_scan.file_scan(df, schema, ARROW_ROWS)
+def _file_scan(
+    df: DataFrame, columns: LogColumns, schema: pa.Schema, check_ids: bool
+) -> spark_scan.FileScan | None:
+    """The pieces of ``df`` for its workers to read themselves, or None (the reason is logged).
+
+    ``schema``: the needed columns in the Arrow types Spark hands the workers (:func:`_arrow_schema`).
+    """
+    selected = df.select(*[_col(n) for n in schema.names])
+    scan, reason = spark_scan.file_scan(selected, schema, ARROW_ROWS)
     if scan is not None and check_ids and _KeyHashes.of(df, columns).in_jvm:
         scan, reason = None, "the id check hashes these key types in the JVM"
     if scan is None:

@@ -39,7 +39,7 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
-from calwatch.scale.table import RowGroups, item_chunks, row_groups
+from calwatch.scale.table import RowGroups, file_row_groups, item_chunks
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -156,9 +156,9 @@ def file_scan(df: DataFrame, schema: pa.Schema, batch_rows: int) -> tuple[FileSc
     Parameters
     ----------
     df : pyspark.sql.DataFrame
-        The prediction log.
+        The prediction log's columns the kernel needs (selected by the caller).
     schema : pyarrow.Schema
-        The columns the kernel needs, in the Arrow types Spark hands ``mapInArrow``.
+        Those columns in the Arrow types Spark hands ``mapInArrow``.
     batch_rows : int
         Rows per batch a worker reads.
 
@@ -168,7 +168,7 @@ def file_scan(df: DataFrame, schema: pa.Schema, batch_rows: int) -> tuple[FileSc
         The scan, or None with the reason the DataFrame must be read through Spark.
     """
     try:
-        plan = df.select(*[_quoted(n) for n in schema.names])._jdf.queryExecution().optimizedPlan()
+        plan = df._jdf.queryExecution().optimizedPlan()
     except Exception as err:  # another DataFrame API (Spark Connect has no JVM plan here)
         return None, f"no plan to inspect ({type(err).__name__})"
     relation = _bare_relation(plan)
@@ -183,10 +183,9 @@ def file_scan(df: DataFrame, schema: pa.Schema, batch_rows: int) -> tuple[FileSc
     if any(f is None for f in files):
         return None, "files not on a local path"
     paths = sorted(str(f) for f in files)
-    why = _footers_refused(paths, schema.names)
-    if why is not None:
-        return None, why
-    pieces = tuple(row_groups(paths, PIECE_ROWS))
+    pieces = _pieces(paths, schema.names)
+    if isinstance(pieces, str):
+        return None, pieces
     if not pieces:
         return None, "no row groups"
     described = _counted(len(paths), "file") + ", " + _counted(len(pieces), "piece")
@@ -225,11 +224,15 @@ def _local_path(uri: str) -> str | None:
     return unquote(parsed.path)
 
 
-def _footers_refused(paths: Sequence[str], names: Sequence[str]) -> str | None:
-    """Why the files' footers forbid reading them with pyarrow as Spark would (None when they allow it)."""
+def _pieces(paths: Sequence[str], names: Sequence[str]) -> tuple[RowGroups, ...] | str:
+    """The files' row groups as pieces, or why their footers forbid reading them with pyarrow as Spark would.
+
+    Each footer is read once, for both.
+    """
     import pyarrow.parquet as pq
 
     wanted = set(names)
+    pieces: list[RowGroups] = []
     for path in paths:
         try:
             metadata = pq.read_metadata(path)
@@ -252,13 +255,8 @@ def _footers_refused(paths: Sequence[str], names: Sequence[str]) -> str | None:
         missing = wanted - present
         if missing:
             return f"{path}: no column {sorted(missing)[0]!r}"
-    return None
-
-
-def _quoted(name: str) -> Any:
-    from pyspark.sql import functions as sf
-
-    return sf.col("`" + name.replace("`", "``") + "`")
+        pieces.extend(file_row_groups(path, metadata, PIECE_ROWS))
+    return tuple(pieces)
 
 
 __all__ = ["REFUSED", "FileScan", "file_scan", "in_spark_types", "refused"]

@@ -252,17 +252,21 @@ def row_groups(files: Sequence[str], rows: int) -> Iterator[RowGroups]:
     import pyarrow.parquet as pq
 
     for file in files:
-        metadata = pq.read_metadata(file)
-        groups: list[int] = []
-        gathered = 0
-        for g in range(metadata.num_row_groups):
-            groups.append(g)
-            gathered += metadata.row_group(g).num_rows
-            if gathered >= rows:
-                yield RowGroups(file, tuple(groups))
-                groups, gathered = [], 0
-        if groups:
+        yield from file_row_groups(file, pq.read_metadata(file), rows)
+
+
+def file_row_groups(file: str, metadata: Any, rows: int) -> Iterator[RowGroups]:
+    """One file's row groups, read from its footer ``metadata``, grouped as :func:`row_groups` groups them."""
+    groups: list[int] = []
+    gathered = 0
+    for g in range(metadata.num_row_groups):
+        groups.append(g)
+        gathered += metadata.row_group(g).num_rows
+        if gathered >= rows:
             yield RowGroups(file, tuple(groups))
+            groups, gathered = [], 0
+    if groups:
+        yield RowGroups(file, tuple(groups))
 
 
 def item_chunks(
