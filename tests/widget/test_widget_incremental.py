@@ -332,3 +332,66 @@ def test_pooled_buckets_from_scratch_keep_only_merges_that_may_change():
         before = list(prefix.parts)
         prefix.trim(first_kept)
         assert prefix.parts == before
+
+
+def test_a_doubled_width_starts_from_the_buckets_held(monkeypatch):
+    """At each doubling of the width a bucket extends the running merge of its first half.
+
+    Before, every bucket was pooled and its detectors' looks folded from scratch: one merge per
+    batch of the stream and calibrator, seconds under the monitor's lock at 65,536 batches. The
+    rows must be the very rows pooling from scratch gives (floats included: the same merges in
+    the same order), at about half the merges and none of the folds of settled looks.
+    """
+    from calwatch.kinds.sets import CalibratorBatchStats
+
+    rng = np.random.default_rng(11)
+    calibrators = {
+        "lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
+        "aps": cw.SplitConformalClassifier(score="aps", alpha=0.1, randomized=True, seed=1),
+        "risk": cw.RiskEstimator(),
+    }
+    mon = cw.Monitor(calibrators=calibrators, window=60)
+    P, y = softmax_data(600, K=K, seed=3)
+    mon.calibrate(probs=P, y=y)
+    data = live.LiveDatasets(mon)
+    pending = None
+    for b in range(70):
+        P, y = _batch(rng, 100 + b)
+        ids = [f"{b}-{i}" for i in range(len(y))]
+        mon.observe(probs=P, ids=ids)
+        data.changed([b])
+        if pending is not None and rng.random() < 0.8:  # some batches stay unlabelled
+            mon.label(*pending)
+            data.changed([b - 1])
+        pending = (ids, y)
+    fine = resolution.Resolution(8)
+    data.rows(fine)
+
+    merges, folded = 0, 0
+    merge, fold = CalibratorBatchStats.merge, live._fold
+
+    def counting_merge(self: Any, other: Any) -> Any:
+        nonlocal merges
+        merges += 1
+        return merge(self, other)
+
+    def counting_fold(done: Any, looks: Any, names: Any, batches: range) -> Any:
+        nonlocal folded
+        folded += len(batches)
+        return fold(done, looks, names, batches)
+
+    monkeypatch.setattr(CalibratorBatchStats, "merge", counting_merge)
+    monkeypatch.setattr(live, "_fold", counting_fold)
+    coarse = resolution.Resolution(16)
+    rows = data.rows(coarse)
+    seeded = (merges, folded)
+    merges, folded = 0, 0
+    assert rows == live.LiveDatasets(mon).rows(coarse)  # value for value, floats bit for bit
+    from_scratch = (merges, folded)
+    # 70 batches in 5 buckets: 65 merges per set calibrator from scratch; seeded, the second
+    # halves of the four full buckets (the last, 64-69, is the fine bucket's merge as it is);
+    # the looks are folded only for the latest batch (its looks are not final)
+    assert from_scratch[0] == 2 * 65
+    assert seeded[0] == 2 * 4 * 8
+    assert from_scratch[1] >= 69 and seeded[1] <= 1
+    assert rows["shift"]  # the detectors looked, and their rows came from the combined folds

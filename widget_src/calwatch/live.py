@@ -227,6 +227,29 @@ class PooledBuckets:
         self.resolution = resolution
         self._prefixes: dict[int, _Prefix] = {}
 
+    def seed_from(self, finer: PooledBuckets) -> int:
+        """Start each bucket from the longest merge ``finer`` holds of its first batches; returns how many.
+
+        ``finer`` is a resolution over the same range whose width divides this one's, so each
+        bucket here starts where a bucket of ``finer`` starts, and that bucket's running merge
+        is the left fold of the same first batches: extending it batch by batch gives the very
+        record pooling from scratch gives (the same merges in the same order, floats included),
+        at ``w / width`` of the merges. Call it on a new pool, after ``finer`` has been told
+        every change (:meth:`changed`): a merge it holds is current.
+        """
+        res, fine = self.resolution, finer.resolution
+        if (fine.lo, fine.hi) != (res.lo, res.hi) or res.width % fine.width or res.width <= fine.width:
+            raise ValueError(f"cannot seed buckets of {res} from {fine}")
+        seeded = 0
+        for start, prefix in finer._prefixes.items():
+            if (start - res.lo) % res.width or not prefix.parts or start in self._prefixes:
+                continue
+            mine = self._prefixes[start] = _Prefix(start)
+            mine.parts = [prefix.parts[-1]]
+            mine.offset = prefix.offset + len(prefix.parts) - 1
+            seeded += 1
+        return seeded
+
     def changed(self, batches: Iterable[int]) -> None:
         """Forget what pooled ``batches`` (observed or whose statistics changed)."""
         res = self.resolution
@@ -327,10 +350,25 @@ class LiveDatasets:
                 del self._pools[res]
                 self._looks.pop(res, None)
 
+    def _finer(self, resolution: Resolution) -> Resolution | None:
+        """The widest held resolution over the same range whose width divides ``resolution``'s."""
+        fits = [
+            res
+            for res in self._pools
+            if (res.lo, res.hi) == (resolution.lo, resolution.hi)
+            and res.width < resolution.width
+            and resolution.width % res.width == 0
+        ]
+        return max(fits, key=lambda res: res.width, default=None)
+
     def _pooled(self, resolution: Resolution, touched: Iterable[int] | None) -> list[tuple[BatchRecord, int]]:
         pool = self._pools.get(resolution)
         if pool is None:
             pool = self._pools[resolution] = PooledBuckets(resolution)
+            finer = self._finer(resolution)
+            if finer is not None:  # the timeline's width doubled: start from the held buckets
+                pool.seed_from(self._pools[finer])
+                self._looks[resolution] = _combined_looks(self._looks.get(finer, {}), finer, resolution)
         buckets = pool.buckets(self._monitor.batch_records, touched, self._window_start)
         if touched is None:  # every bucket: keep only what the window's batches may change
             pool.trim(self._window_start, 0)
@@ -581,6 +619,53 @@ def _fold(
                 "log10_threshold": look.get("log10_threshold"),
                 "alarm": bool(before.get("alarm")) or bool(look.get("alarm")),
             }
+    return out
+
+
+def _combine(first: Mapping[str, Row], then: Mapping[str, Row]) -> dict[str, Row]:
+    """Folded looks of two consecutive runs of batches as one: :func:`_fold` of both, exactly.
+
+    The fold keeps per detector the highest statistic (max is exact in any grouping), the last
+    calibrator and threshold, and whether any look alarmed, so folding the second run's folded
+    look into the first's gives what folding its looks one by one gives.
+    """
+    out = dict(first)
+    for name, look in then.items():
+        before = out.get(name)
+        if before is None:
+            out[name] = dict(look)
+            continue
+        stat, prev = look.get("log10_statistic"), before.get("log10_statistic")
+        out[name] = {
+            "calibrator": look.get("calibrator"),
+            "log10_statistic": prev if stat is None else (stat if prev is None else max(prev, stat)),
+            "log10_threshold": look.get("log10_threshold"),
+            "alarm": bool(before.get("alarm")) or bool(look.get("alarm")),
+        }
+    return out
+
+
+def _combined_looks(
+    held: Mapping[int, tuple[int, dict[str, Row]]], finer: Resolution, resolution: Resolution
+) -> dict[int, tuple[int, dict[str, Row]]]:
+    """The folded looks of ``resolution``'s buckets, from those ``finer``'s buckets hold.
+
+    A bucket's entry is ``(upto, folded)``: its looks before batch ``upto`` folded. Each bucket
+    here chains the entries of the fine buckets it is made of while each one continues where
+    the last stopped (a fine bucket folded to its end); :meth:`LiveDatasets._shift` folds the
+    rest batch by batch, as from scratch.
+    """
+    out: dict[int, tuple[int, dict[str, Row]]] = {}
+    for start in held:
+        if (start - resolution.lo) % resolution.width:
+            continue
+        upto, folded = held[start]
+        while upto - start < resolution.width and (upto - start) % finer.width == 0 and upto in held:
+            nxt_upto, nxt = held[upto]
+            if nxt_upto <= upto:
+                break
+            upto, folded = nxt_upto, _combine(folded, nxt)
+        out[start] = (upto, folded)
     return out
 
 
