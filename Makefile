@@ -45,9 +45,12 @@ bench-shift: $(VENV)/.stamp-bench
 # Soak run (not in CI): JupyterLab + headless Chromium with the dashboard open while a background
 # thread streams 10^5 batches of 1,000 rows (or 60 min); RSS and latency sampled every 10 s, written to
 # benchmarks/results/soak.csv and soak.png. Options: make soak SOAK_ARGS="--minutes 12".
-SOAK_ARGS ?=
+# The kernel runs with the allocator settings the README suggests for a long-lived kernel
+# (SOAK_ENV= runs it with Python's defaults).
+SOAK_ARGS ?= --interact --live-heap-every 5 --heap-census-at 10 40
+SOAK_ENV ?= PYTHONMALLOC=malloc MALLOC_ARENA_MAX=1
 soak: $(VENV)/.stamp-test chromium
-	CALWATCH_CHROMIUM=$(CHROMIUM) $(PY) benchmarks/soak.py $(SOAK_ARGS)
+	$(SOAK_ENV) CALWATCH_CHROMIUM=$(CHROMIUM) $(PY) benchmarks/soak.py $(SOAK_ARGS)
 
 lint: $(VENV)/.stamp-lint js
 	$(PY) -m ruff check widget_src tests benchmarks

@@ -35,6 +35,14 @@ the kernel's clock: the machine's monotonic clock is the page driver's too), whe
 point on the screen showed the new α (``alpha_screen_ms``), and when the note was listed on the
 screen, after its way through the kernel (``note_screen_ms``). ``exec_ms`` is the round trip of an
 empty cell sent through the page (what running a cell waits for while the stream runs).
+
+What holds the memory is sampled too: the kernel's glibc ``mallinfo2`` (bytes in use, and free
+space kept inside its heaps: with ``PYTHONMALLOC=malloc`` every Python object lives there) and its
+count of gc-tracked objects; the Chromium renderers' RSS (the page) apart from the other
+processes; the page's DOM nodes and JS event listeners (DevTools ``Performance.getMetrics``).
+``--live-heap-every MINUTES`` forces a full collection in the page that often and records the JS
+heap left after it: growth there is the page holding memory, growth only between collections
+is the collector's pacing.
 """
 
 from __future__ import annotations
@@ -88,6 +96,8 @@ NOTEBOOK = "soak.ipynb"
 MIB = 2**20
 
 SETUP = """
+import ctypes
+import gc
 import threading
 import time
 import traceback
@@ -150,6 +160,36 @@ def produce():
         progress["done"] = True
 
 
+class _MallInfo2(ctypes.Structure):  # glibc's census of its heaps (all arenas), glibc >= 2.33
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+try:
+    _libc = ctypes.CDLL("libc.so.6")
+    _libc.mallinfo2.restype = _MallInfo2
+except (OSError, AttributeError):
+    _libc = None
+
+
+def malloc_census():
+    # bytes glibc's malloc hands out (its heaps' chunks in use plus its own mmapped chunks) and
+    # the free space inside its heaps: growth of the first is memory held, of the second the
+    # allocator keeping holes
+    if _libc is None:
+        return {{"malloc_used_mib": None, "malloc_free_mib": None}}
+    info = _libc.mallinfo2()
+    return {{
+        "malloc_used_mib": round((info.uordblks + info.hblkhd) / 2**20, 1),
+        "malloc_free_mib": round(info.fordblks / 2**20, 1),
+    }}
+
+
 def soak_sample():
     # drain the widget's kernel timings (a deque: popleft is safe against the producer's appends)
     timings, kept = [], mon.widget()._kernel_ms
@@ -161,6 +201,8 @@ def soak_sample():
     timings.sort()
     return {{
         **progress,
+        **malloc_census(),
+        "gc_objects": len(gc.get_objects()),
         "seq": mon.widget().seq,
         "updates": len(timings),
         "kernel_ms_median": timings[len(timings) // 2] if timings else None,
@@ -192,6 +234,15 @@ FIELDS = [
     "browser_pss_mib",
     "browser_procs",
     "js_heap_mib",
+    "renderer_rss_mib",
+    "dom_nodes",
+    "dom_added",
+    "dom_added_by",
+    "js_listeners",
+    "js_heap_live_mib",
+    "kernel_malloc_used_mib",
+    "kernel_malloc_free_mib",
+    "kernel_gc_objects",
     "server_rss_mib",
     "kernel_updates",
     "kernel_ms_median",
@@ -248,10 +299,12 @@ def rss_mib(pid: int) -> float:
         return math.nan
 
 
-def browser_memory(profile: Path) -> tuple[float, float, int]:
-    """Summed RSS and PSS (MiB) of the Chromium on ``profile`` and all its children, and their count.
+def browser_memory(profile: Path) -> tuple[float, float, int, float]:
+    """Summed RSS and PSS (MiB) of the Chromium on ``profile`` and its children, their count, renderers' RSS.
 
-    Summed RSS counts the pages its processes share once per process; PSS splits them.
+    Summed RSS counts the pages its processes share once per process; PSS splits them. The
+    renderers (``--type=renderer``) hold the page: its DOM, its JS heap, Vega's canvases; the rest
+    is the browser process, the GPU process and utilities.
     """
     flag = f"--user-data-dir={profile}"
     roots = []
@@ -264,12 +317,102 @@ def browser_memory(profile: Path) -> tuple[float, float, int]:
         procs[root.pid] = root
         with contextlib.suppress(psutil.Error):
             procs.update((c.pid, c) for c in root.children(recursive=True))
-    rss = pss = 0
+    rss = pss = renderers = 0
     for p in procs.values():
         with contextlib.suppress(psutil.Error, AttributeError):
             full = p.memory_full_info()
             rss, pss = rss + full.rss, pss + full.pss
-    return rss / MIB, pss / MIB, len(procs)
+            if "--type=renderer" in p.cmdline():
+                renderers += full.rss
+    return rss / MIB, pss / MIB, len(procs), renderers / MIB
+
+
+class PageMetrics:
+    """The page's DOM nodes, event listeners and JS heap from Chromium's DevTools protocol.
+
+    A page that leaks holds ever more nodes or listeners, or a JS heap that grows *after* a full
+    collection; a heap that only grows between collections is the collector's pacing.
+    ``live_heap_mib`` forces a full collection (``HeapProfiler.collectGarbage``) first: it
+    changes what it measures (the next collections start from a clean heap), so the soak asks
+    for it only every ``--live-heap-every`` minutes.
+    """
+
+    def __init__(self, context: Any, page: Any) -> None:
+        self._cdp = context.new_cdp_session(page)
+        self._cdp.send("Performance.enable")
+
+    def read(self) -> dict[str, float]:
+        metrics = self._cdp.send("Performance.getMetrics")["metrics"]
+        return {m["name"]: float(m["value"]) for m in metrics}
+
+    def live_heap_mib(self) -> float:
+        self._cdp.send("HeapProfiler.collectGarbage")
+        return self.read()["JSHeapUsedSize"] / MIB
+
+    def census(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """Objects on the page's JS heap by (kind, constructor or name): (count, bytes), from a snapshot.
+
+        A heap snapshot collects the garbage first, so what it counts is what the page holds.
+        """
+        chunks: list[str] = []
+        handler = lambda event: chunks.append(event["chunk"])  # noqa: E731
+        self._cdp.on("HeapProfiler.addHeapSnapshotChunk", handler)
+        try:
+            self._cdp.send("HeapProfiler.takeHeapSnapshot", {"reportProgress": False})
+        finally:
+            self._cdp.remove_listener("HeapProfiler.addHeapSnapshotChunk", handler)
+        return heap_census(json.loads("".join(chunks)))
+
+
+def heap_census(snapshot: dict[str, Any]) -> dict[tuple[str, str], tuple[int, int]]:
+    """A V8 heap snapshot (``.heapsnapshot`` JSON) summed by (node kind, name): (count, self bytes).
+
+    Strings are summed as one name per kind (their text is their name); the 30 commonest shapes
+    of their text (the first 24 characters, digits as ``#``) come as kind ``string shape``, to
+    tell what they are (row keys, SVG paths, JSON). The layout is the snapshot's own ``meta``:
+    ``nodes`` is a flat array of ``len(node_fields)`` numbers a node.
+    """
+    meta = snapshot["snapshot"]["meta"]
+    fields = meta["node_fields"]
+    kinds = meta["node_types"][0]
+    width = len(fields)
+    at_kind, at_name, at_size = fields.index("type"), fields.index("name"), fields.index("self_size")
+    nodes, strings = snapshot["nodes"], snapshot["strings"]
+    out: dict[tuple[str, str], list[int]] = {}
+    shapes: dict[str, list[int]] = {}
+    digits = str.maketrans("0123456789", "##########")
+    for i in range(0, len(nodes), width):
+        kind = kinds[nodes[i + at_kind]]
+        if kind == "string":
+            shape = shapes.setdefault(strings[nodes[i + at_name]][:24].translate(digits), [0, 0])
+            shape[0] += 1
+            shape[1] += nodes[i + at_size]
+        name = (
+            kind
+            if kind in ("string", "concatenated string", "sliced string", "number")
+            else strings[nodes[i + at_name]][:80]
+        )
+        held = out.setdefault((kind, name), [0, 0])
+        held[0] += 1
+        held[1] += nodes[i + at_size]
+    for text, held in sorted(shapes.items(), key=lambda kv: -kv[1][0])[:30]:
+        out[("string shape", repr(text))] = held
+    return {key: (count, size) for key, (count, size) in out.items()}
+
+
+def census_growth(
+    first: dict[tuple[str, str], tuple[int, int]], last: dict[tuple[str, str], tuple[int, int]], top: int = 15
+) -> list[str]:
+    """Lines naming the ``top`` (kind, name) groups whose bytes grew most from ``first`` to ``last``."""
+    grown = []
+    for key in first.keys() | last.keys():
+        (n0, b0), (n1, b1) = first.get(key, (0, 0)), last.get(key, (0, 0))
+        grown.append((b1 - b0, n1 - n0, key, b1))
+    grown.sort(reverse=True)
+    return [
+        f"  {db / MIB:+8.2f} MiB {dn:+9,d} objects  {kind}: {name}  (now {b1 / MIB:.2f} MiB)"
+        for db, dn, (kind, name), b1 in grown[:top]
+    ]
 
 
 def quantiles(values: list[float]) -> tuple[float | None, float | None]:
@@ -280,13 +423,24 @@ def quantiles(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def take_sample(
-    t0: float, page: Any, kernel: Kernel, kernel_pid: int, server: LabServer, profile: Path, rows: int
+    t0: float,
+    page: Any,
+    kernel: Kernel,
+    kernel_pid: int,
+    server: LabServer,
+    profile: Path,
+    rows: int,
+    metrics: PageMetrics,
+    live_heap: bool,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     state = kernel.eval("soak_sample()")
     latencies = page.evaluate(TAKE_LATENCIES_JS)
     heap = page.evaluate(JS_HEAP_JS)
     lat_median, lat_p95 = quantiles(latencies)
-    browser, browser_pss, n_procs = browser_memory(profile)
+    browser, browser_pss, n_procs, renderers = browser_memory(profile)
+    dom = metrics.read()
+    live_heap_mib = metrics.live_heap_mib() if live_heap else None
+    churn: dict[str, int] = page.evaluate(TAKE_CHURN_JS)
     anon, file_backed = rss_split_mib(kernel_pid)
     elapsed = time.monotonic() - t0
     sample = {
@@ -301,6 +455,15 @@ def take_sample(
         "browser_pss_mib": round(browser_pss, 1),
         "browser_procs": n_procs,
         "js_heap_mib": None if heap is None else round(heap / MIB, 1),
+        "renderer_rss_mib": round(renderers, 1),
+        "dom_nodes": int(dom.get("Nodes", 0)),
+        "dom_added": sum(churn.values()),
+        "dom_added_by": json.dumps(dict(sorted(churn.items(), key=lambda kv: -kv[1]))),
+        "js_listeners": int(dom.get("JSEventListeners", 0)),
+        "js_heap_live_mib": None if live_heap_mib is None else round(live_heap_mib, 1),
+        "kernel_malloc_used_mib": state["malloc_used_mib"],
+        "kernel_malloc_free_mib": state["malloc_free_mib"],
+        "kernel_gc_objects": state["gc_objects"],
         "server_rss_mib": round(rss_mib(server.proc.pid), 1),
         "kernel_updates": state["updates"],
         "kernel_ms_median": _round(state["kernel_ms_median"]),
@@ -322,6 +485,33 @@ WHAT_IF_AT_JS = """([sel, alpha]) => {
   return marks.length > 0 && marks.every((m) => (m.getAttribute("aria-label") || "").includes("α: " + alpha));
 }"""
 COUNT_JS = "(sel) => document.querySelectorAll(sel).length"
+#: Counts the elements added under the dashboard (with their descendants), by the panel or part
+#: of the widget they went into: where the page's DOM churn (garbage for its collector) comes from.
+WATCH_CHURN_JS = """(sel) => {
+  if (globalThis.__calwatchChurn) return;
+  const counts = new Map();
+  const parts = "[data-panel], .calwatch-health, .calwatch-alerts, .calwatch-notes, .calwatch-controls, "
+    + ".calwatch-dash-controls, .calwatch-card, .calwatch-rows";
+  new MutationObserver((records) => {
+    for (const r of records) {
+      for (const n of r.addedNodes) {
+        const el = n.nodeType === 1 ? n : n.parentElement;
+        const host = el && el.closest(parts);
+        const name = !host ? "other" : host.dataset.panel ? "panel " + host.dataset.panel : host.classList[0];
+        const added = 1 + (n.nodeType === 1 ? n.querySelectorAll("*").length : 0);
+        counts.set(name, (counts.get(name) || 0) + added);
+      }
+    }
+  }).observe(document.querySelector(sel), { childList: true, subtree: true });
+  globalThis.__calwatchChurn = counts;
+}"""
+TAKE_CHURN_JS = """() => {
+  const counts = globalThis.__calwatchChurn;
+  if (!counts) return {};
+  const out = Object.fromEntries(counts);
+  counts.clear();
+  return out;
+}"""
 
 
 def interact(page: Any, kernel: Kernel, step: int, batch: int) -> dict[str, float | None]:
@@ -368,7 +558,11 @@ def slope_per_1e4(samples: list[dict[str, Any]], key: str) -> float:
     Warm-up: the first 10% of the batches (allocator pools, caches and JIT-like first costs).
     """
     last = samples[-1]["batches"]
-    pts = [(s["batches"], s[key]) for s in samples if s["batches"] >= 0.1 * last and not math.isnan(s[key])]
+    pts = [
+        (s["batches"], s[key])
+        for s in samples
+        if s["batches"] >= 0.1 * last and s[key] is not None and not math.isnan(s[key])
+    ]
     if len(pts) < 3 or pts[-1][0] == pts[0][0]:
         return math.nan
     mx = statistics.fmean(x for x, _ in pts)
@@ -387,6 +581,14 @@ def edge_median(samples: list[dict[str, Any]], key: str, end: bool) -> float | N
     return round(statistics.median(values[-n:] if end else values[:n]), 2)
 
 
+def write_census(census: dict[tuple[str, str], tuple[int, int]], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["kind", "name", "count", "self_bytes"])
+        for (kind, name), (count, size) in sorted(census.items(), key=lambda kv: -kv[1][1]):
+            writer.writerow([kind, name, count, size])
+
+
 def write_csv(samples: list[dict[str, Any]], path: Path) -> None:
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
@@ -395,7 +597,7 @@ def write_csv(samples: list[dict[str, Any]], path: Path) -> None:
 
 
 def write_png(samples: list[dict[str, Any]], path: Path, title: str) -> None:
-    """Two panels against elapsed minutes: RSS (kernel, browser), p95 latency (kernel, kernel -> pixels)."""
+    """Three panels against elapsed minutes: RSS (kernel, browser), what it holds, p95 latency."""
     import altair as alt
 
     rss = [
@@ -407,6 +609,18 @@ def write_png(samples: list[dict[str, Any]], path: Path, title: str) -> None:
             ("Chromium RSS (all processes)", "browser_rss_mib"),
         )
         if s[key] is not None and not math.isnan(s[key])
+    ]
+    held = [
+        {"minutes": s["elapsed_min"], "series": name, "MiB": s[key]}
+        for s in samples
+        for name, key in (
+            ("kernel: glibc malloc, in use", "kernel_malloc_used_mib"),
+            ("kernel: glibc malloc, free in its heaps", "kernel_malloc_free_mib"),
+            ("Chromium renderers' RSS", "renderer_rss_mib"),
+            ("page JS heap", "js_heap_mib"),
+            ("page JS heap after a forced full GC", "js_heap_live_mib"),
+        )
+        if s.get(key) is not None and not math.isnan(s[key])
     ]
     lat = [
         {"minutes": s["elapsed_min"], "series": name, "ms": s[key]}
@@ -434,7 +648,13 @@ def write_png(samples: list[dict[str, Any]], path: Path, title: str) -> None:
         )
         .properties(width=720, height=240)
     )
-    chart = alt.vconcat(top, bottom, title=title).resolve_scale(color="independent")
+    middle = (
+        alt.Chart(alt.Data(values=held), title="What holds it: the kernel's C heap, the page")
+        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .encode(x=x, y=alt.Y("MiB:Q", title="MiB"), color=alt.Color("series:N", title=None))
+        .properties(width=720, height=240)
+    )
+    chart = alt.vconcat(top, middle, bottom, title=title).resolve_scale(color="independent")
     chart.save(str(path), ppi=100)
 
 
@@ -495,6 +715,23 @@ def main(argv: list[str] | None = None) -> int:
         help="after MINUTES, tell Chromium the system is under critical memory pressure (CDP "
         "Memory.simulatePressureNotification), to see how the page's memory and latency respond",
     )
+    parser.add_argument(
+        "--live-heap-every",
+        type=float,
+        default=0.0,
+        metavar="MINUTES",
+        help="every MINUTES force a full collection in the page and record the JS heap left "
+        "(js_heap_live_mib: what the page holds, not what its collector has yet to free)",
+    )
+    parser.add_argument(
+        "--heap-census-at",
+        type=float,
+        nargs="*",
+        default=[],
+        metavar="MINUTES",
+        help="at each MINUTES take a heap snapshot of the page and write its objects by kind and "
+        "constructor (heap-census-MIN.csv); prints what grew most from the first to the last",
+    )
     args = parser.parse_args(argv)
     chromium = os.environ.get("CALWATCH_CHROMIUM", DEFAULT_CHROMIUM)
     if not (os.path.isfile(chromium) and os.access(chromium, os.X_OK)):
@@ -536,6 +773,7 @@ def main(argv: list[str] | None = None) -> int:
         write_notebook(server.root / NOTEBOOK, [setup, START])
         kernel = open_notebook(page, server, NOTEBOOK)
         kernel_pid = int(kernel.eval("__import__('os').getpid()"))
+        metrics = PageMetrics(context, page)
         # the producer is a daemon thread; stop it before the kernel goes (also on errors)
         stack.callback(_stop_producer, kernel)
         print(
@@ -553,6 +791,7 @@ def main(argv: list[str] | None = None) -> int:
             page.locator(f'{INLINE} button.calwatch-tab[data-section="{args.tab}"]').click()
             wait_attr(page, INLINE, "data-section", args.tab)
         server.remember_children()
+        page.evaluate(WATCH_CHURN_JS, INLINE)
         print(
             f"{'min':>6} {'batches':>8} {'kernel MiB':>10} {'browser MiB':>11} {'kernel p95 ms':>13} "
             f"{'->pixels p95 ms':>15} {'load':>5}",
@@ -560,7 +799,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         next_at = t0
         started = False
-        next_screen = 0.0
+        next_screen = next_live_heap = 0.0
+        censuses_due = sorted(args.heap_census_at)
+        censuses: list[tuple[float, dict[tuple[str, str], tuple[int, int]]]] = []
         while True:
             if args.screenshots and time.monotonic() - t0 >= next_screen:
                 _screenshot(page, args.out, time.monotonic() - t0)
@@ -572,7 +813,17 @@ def main(argv: list[str] | None = None) -> int:
                 signalled = (time.monotonic() - t0) / 60
                 print(f"critical memory pressure signalled at {signalled:.1f} min", flush=True)
                 args.pressure_at = None
-            sample, state = take_sample(t0, page, kernel, kernel_pid, server, profile, args.rows)
+            if censuses_due and time.monotonic() - t0 >= 60.0 * censuses_due[0]:
+                censuses_due.pop(0)
+                minute = (time.monotonic() - t0) / 60
+                censuses.append((minute, metrics.census()))
+                write_census(censuses[-1][1], args.out / f"heap-census-{minute:05.1f}min.csv")
+            live_heap = bool(args.live_heap_every) and time.monotonic() - t0 >= next_live_heap
+            if live_heap:
+                next_live_heap += 60.0 * args.live_heap_every
+            sample, state = take_sample(
+                t0, page, kernel, kernel_pid, server, profile, args.rows, metrics, live_heap
+            )
             if args.interact and started and not state["done"]:
                 sample |= interact(page, kernel, len(samples), int(state["batches"]))
             samples.append(sample)
@@ -617,6 +868,10 @@ def main(argv: list[str] | None = None) -> int:
             + (" (the producer stopped on an error)" if final["error"] else "")
         )
         write_png(samples, args.out / "soak.png", title)
+        if len(censuses) >= 2:
+            (m0, first), (m1, last) = censuses[0], censuses[-1]
+            print(f"page heap, what grew most from {m0:.1f} to {m1:.1f} min (after collection):")
+            print("\n".join(census_growth(first, last)), flush=True)
     summarise(samples, final, args.rows, load_start, args.out)
     return 1 if final["error"] or final["widget_errors"] else 0
 
@@ -645,8 +900,13 @@ def summarise(
         ("kernel RSS, file-backed", "kernel_file_mib"),
         ("Chromium RSS", "browser_rss_mib"),
         ("Chromium PSS", "browser_pss_mib"),
+        ("Chromium renderers' RSS", "renderer_rss_mib"),
+        ("kernel glibc malloc in use", "kernel_malloc_used_mib"),
+        ("kernel glibc malloc free in heaps", "kernel_malloc_free_mib"),
         ("server RSS", "server_rss_mib"),
     ):
+        if samples[0].get(key) is None or mid.get(key) is None or samples[-1].get(key) is None:
+            continue
         print(
             f"{label} MiB: start {samples[0][key]:.1f}, middle {mid[key]:.1f}, "
             f"end {samples[-1][key]:.1f}; "
@@ -657,6 +917,31 @@ def summarise(
         print(
             f"Chromium JS heap MiB: start {heap[0]:.1f}, middle {heap[len(heap) // 2]:.1f}, "
             f"end {heap[-1]:.1f}"
+        )
+    for label, key in (
+        ("page DOM nodes", "dom_nodes"),
+        ("page JS event listeners", "js_listeners"),
+        ("kernel gc-tracked objects", "kernel_gc_objects"),
+    ):
+        print(
+            f"{label}: start {samples[0][key]:,}, middle {mid[key]:,}, end {samples[-1][key]:,}; "
+            f"slope after warm-up {slope_per_1e4(samples, key):+,.0f} per 10,000 batches"
+        )
+    added: dict[str, int] = {}
+    for s in samples:
+        for name, n in json.loads(s["dom_added_by"]).items():
+            added[name] = added.get(name, 0) + n
+    if added and samples[-1]["batches"]:
+        per_batch = ", ".join(
+            f"{name} {n / samples[-1]['batches']:.1f}"
+            for name, n in sorted(added.items(), key=lambda kv: -kv[1])
+        )
+        print(f"elements added to the dashboard per batch, by part: {per_batch}")
+    live = [(s["batches"], s["js_heap_live_mib"]) for s in samples if s["js_heap_live_mib"] is not None]
+    if live:
+        print(
+            "page JS heap after a forced full GC, MiB at batches: "
+            + ", ".join(f"{mib:.1f} @ {b:,}" for b, mib in live)
         )
     for label, key in (("kernel per update", "kernel_ms_p95"), ("kernel -> pixels", "latency_ms_p95")):
         start, end = edge_median(samples, key, end=False), edge_median(samples, key, end=True)
