@@ -596,65 +596,59 @@ def write_csv(samples: list[dict[str, Any]], path: Path) -> None:
         writer.writerows(samples)
 
 
+def _series(
+    samples: list[dict[str, Any]], named: tuple[tuple[str, str], ...], unit: str
+) -> list[dict[str, Any]]:
+    """Long-form rows (minutes, series, ``unit``) of the sampled columns ``named`` (label, column)."""
+    return [
+        {"minutes": s["elapsed_min"], "series": name, unit: s[key]}
+        for s in samples
+        for name, key in named
+        if s.get(key) is not None and not math.isnan(s[key])
+    ]
+
+
 def write_png(samples: list[dict[str, Any]], path: Path, title: str) -> None:
     """Three panels against elapsed minutes: RSS (kernel, browser), what it holds, p95 latency."""
     import altair as alt
 
-    rss = [
-        {"minutes": s["elapsed_min"], "series": name, "MiB": s[key]}
-        for s in samples
-        for name, key in (
-            ("kernel RSS", "kernel_rss_mib"),
-            ("kernel RSS: anonymous (heap)", "kernel_anon_mib"),
-            ("Chromium RSS (all processes)", "browser_rss_mib"),
-        )
-        if s[key] is not None and not math.isnan(s[key])
-    ]
-    held = [
-        {"minutes": s["elapsed_min"], "series": name, "MiB": s[key]}
-        for s in samples
-        for name, key in (
-            ("kernel: glibc malloc, in use", "kernel_malloc_used_mib"),
-            ("kernel: glibc malloc, free in its heaps", "kernel_malloc_free_mib"),
-            ("Chromium renderers' RSS", "renderer_rss_mib"),
-            ("page JS heap", "js_heap_mib"),
-            ("page JS heap after a forced full GC", "js_heap_live_mib"),
-        )
-        if s.get(key) is not None and not math.isnan(s[key])
-    ]
-    lat = [
-        {"minutes": s["elapsed_min"], "series": name, "ms": s[key]}
-        for s in samples
-        for name, key in (
-            ("kernel per update, p95", "kernel_ms_p95"),
-            ("kernel → pixels, p95", "latency_ms_p95"),
-        )
-        if s[key] is not None
-    ]
     x = alt.X("minutes:Q", title="elapsed (minutes)")
-    top = (
-        alt.Chart(alt.Data(values=rss), title="Resident memory")
-        .mark_line(point=alt.OverlayMarkDef(size=12))
-        .encode(x=x, y=alt.Y("MiB:Q", title="RSS (MiB)"), color=alt.Color("series:N", title=None))
-        .properties(width=720, height=240)
-    )
-    bottom = (
-        alt.Chart(alt.Data(values=lat), title="Update latency (p95 over each sample interval)")
-        .mark_line(point=alt.OverlayMarkDef(size=12))
-        .encode(
-            x=x,
-            y=alt.Y("ms:Q", title="ms (log scale)", scale=alt.Scale(type="log")),
-            color=alt.Color("series:N", title=None),
+
+    def panel(values: list[dict[str, Any]], heading: str, y: Any) -> Any:
+        return (
+            alt.Chart(alt.Data(values=values), title=heading)
+            .mark_line(point=alt.OverlayMarkDef(size=12))
+            .encode(x=x, y=y, color=alt.Color("series:N", title=None))
+            .properties(width=720, height=240)
         )
-        .properties(width=720, height=240)
+
+    rss = (
+        ("kernel RSS", "kernel_rss_mib"),
+        ("kernel RSS: anonymous (heap)", "kernel_anon_mib"),
+        ("Chromium RSS (all processes)", "browser_rss_mib"),
     )
-    middle = (
-        alt.Chart(alt.Data(values=held), title="What holds it: the kernel's C heap, the page")
-        .mark_line(point=alt.OverlayMarkDef(size=12))
-        .encode(x=x, y=alt.Y("MiB:Q", title="MiB"), color=alt.Color("series:N", title=None))
-        .properties(width=720, height=240)
+    held = (
+        ("kernel: glibc malloc, in use", "kernel_malloc_used_mib"),
+        ("kernel: glibc malloc, free in its heaps", "kernel_malloc_free_mib"),
+        ("Chromium renderers' RSS", "renderer_rss_mib"),
+        ("page JS heap", "js_heap_mib"),
+        ("page JS heap after a forced full GC", "js_heap_live_mib"),
     )
-    chart = alt.vconcat(top, middle, bottom, title=title).resolve_scale(color="independent")
+    lat = (("kernel per update, p95", "kernel_ms_p95"), ("kernel → pixels, p95", "latency_ms_p95"))
+    chart = alt.vconcat(
+        panel(_series(samples, rss, "MiB"), "Resident memory", alt.Y("MiB:Q", title="RSS (MiB)")),
+        panel(
+            _series(samples, held, "MiB"),
+            "What holds it: the kernel's C heap, the page",
+            alt.Y("MiB:Q", title="MiB"),
+        ),
+        panel(
+            _series(samples, lat, "ms"),
+            "Update latency (p95 over each sample interval)",
+            alt.Y("ms:Q", title="ms (log scale)", scale=alt.Scale(type="log")),
+        ),
+        title=title,
+    ).resolve_scale(color="independent")
     chart.save(str(path), ppi=100)
 
 

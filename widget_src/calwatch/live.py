@@ -606,20 +606,22 @@ def _fold(
     for batch in batches:
         for name in names:
             look = looks.get((name, batch))
-            if look is None:
-                continue
-            before = out.get(name)
-            if before is None:
-                out[name] = dict(look)
-                continue
-            stat, prev = look.get("log10_statistic"), before.get("log10_statistic")
-            out[name] = {
-                "calibrator": look.get("calibrator"),
-                "log10_statistic": prev if stat is None else (stat if prev is None else max(prev, stat)),
-                "log10_threshold": look.get("log10_threshold"),
-                "alarm": bool(before.get("alarm")) or bool(look.get("alarm")),
-            }
+            if look is not None:
+                out[name] = _then(out.get(name), look)
     return out
+
+
+def _then(before: Row | None, look: Row) -> Row:
+    """A detector's folded look ``before`` followed by ``look`` (a batch's, or a later run's folded)."""
+    if before is None:
+        return dict(look)
+    stat, prev = look.get("log10_statistic"), before.get("log10_statistic")
+    return {
+        "calibrator": look.get("calibrator"),
+        "log10_statistic": prev if stat is None else (stat if prev is None else max(prev, stat)),
+        "log10_threshold": look.get("log10_threshold"),
+        "alarm": bool(before.get("alarm")) or bool(look.get("alarm")),
+    }
 
 
 def _combine(first: Mapping[str, Row], then: Mapping[str, Row]) -> dict[str, Row]:
@@ -631,17 +633,7 @@ def _combine(first: Mapping[str, Row], then: Mapping[str, Row]) -> dict[str, Row
     """
     out = dict(first)
     for name, look in then.items():
-        before = out.get(name)
-        if before is None:
-            out[name] = dict(look)
-            continue
-        stat, prev = look.get("log10_statistic"), before.get("log10_statistic")
-        out[name] = {
-            "calibrator": look.get("calibrator"),
-            "log10_statistic": prev if stat is None else (stat if prev is None else max(prev, stat)),
-            "log10_threshold": look.get("log10_threshold"),
-            "alarm": bool(before.get("alarm")) or bool(look.get("alarm")),
-        }
+        out[name] = _then(out.get(name), look)
     return out
 
 
