@@ -238,6 +238,8 @@ FIELDS = [
     "dom_nodes",
     "dom_added",
     "dom_added_by",
+    "dom_held",
+    "dom_held_by",
     "js_listeners",
     "js_heap_live_mib",
     "kernel_malloc_used_mib",
@@ -441,6 +443,7 @@ def take_sample(
     dom = metrics.read()
     live_heap_mib = metrics.live_heap_mib() if live_heap else None
     churn: dict[str, int] = page.evaluate(TAKE_CHURN_JS)
+    held: dict[str, int] = page.evaluate(COUNT_HELD_JS, INLINE)
     anon, file_backed = rss_split_mib(kernel_pid)
     elapsed = time.monotonic() - t0
     sample = {
@@ -459,6 +462,8 @@ def take_sample(
         "dom_nodes": int(dom.get("Nodes", 0)),
         "dom_added": sum(churn.values()),
         "dom_added_by": json.dumps(dict(sorted(churn.items(), key=lambda kv: -kv[1]))),
+        "dom_held": sum(held.values()),
+        "dom_held_by": json.dumps(dict(sorted(held.items(), key=lambda kv: -kv[1]))),
         "js_listeners": int(dom.get("JSEventListeners", 0)),
         "js_heap_live_mib": None if live_heap_mib is None else round(live_heap_mib, 1),
         "kernel_malloc_used_mib": state["malloc_used_mib"],
@@ -504,6 +509,27 @@ WATCH_CHURN_JS = """(sel) => {
     }
   }).observe(document.querySelector(sel), { childList: true, subtree: true });
   globalThis.__calwatchChurn = counts;
+}"""
+#: Elements now in the page: in the dashboard by panel (the charts' SVG marks) or part, elsewhere
+#: by the nearest JupyterLab part (``page jp-…``).
+COUNT_HELD_JS = """(sel) => {
+  const out = {};
+  const root = document.querySelector(sel);
+  if (!root) return out;
+  for (const el of document.body.querySelectorAll("*")) {
+    if (!root.contains(el)) {  // the rest of the page: by the nearest JupyterLab part
+      const jp = el.closest("[class*='jp-']");
+      const cls = jp ? [...jp.classList].find((c) => c.startsWith("jp-")) : null;
+      const name = "page " + (cls || el.tagName.toLowerCase());
+      out[name] = (out[name] || 0) + 1;
+      continue;
+    }
+    const parts = "[data-panel], .calwatch-health, .calwatch-notes, .calwatch-alerts";
+    const host = el.parentElement && el.parentElement.closest(parts);
+    const name = !host ? "other" : host.dataset.panel ? "panel " + host.dataset.panel : host.classList[0];
+    out[name] = (out[name] || 0) + 1;
+  }
+  return out;
 }"""
 TAKE_CHURN_JS = """() => {
   const counts = globalThis.__calwatchChurn;
@@ -931,6 +957,11 @@ def summarise(
             for name, n in sorted(added.items(), key=lambda kv: -kv[1])
         )
         print(f"elements added to the dashboard per batch, by part: {per_batch}")
+    first_held, last_held = json.loads(samples[0]["dom_held_by"]), json.loads(samples[-1]["dom_held_by"])
+    print(
+        "elements in the dashboard at start / end, by part: "
+        + ", ".join(f"{name} {first_held.get(name, 0):,} / {n:,}" for name, n in last_held.items())
+    )
     live = [(s["batches"], s["js_heap_live_mib"]) for s in samples if s["js_heap_live_mib"] is not None]
     if live:
         print(
