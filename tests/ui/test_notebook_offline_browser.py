@@ -129,6 +129,12 @@ def test_live_jupyterlab_shows_the_dashboard_once(lab_server, page, artifacts_di
     page.wait_for_timeout(500)
     assert static.is_hidden() and page.locator(".jp-Notebook .calwatch-static-view svg").count() == 0
     page.screenshot(path=str(artifacts_dir / "notebook-live-once.png"))
+    # each refresh replaces the output and its guard; a replaced guard stops watching the area
+    # (it kept the old copy, coverage image included, alive: ~290 SVG elements a refresh in a soak)
+    for _ in range(3):
+        kernel.run("static_for(mon.widget()).refresh(force=True)")
+    wait_until(lambda: page.evaluate("globalThis.__calwatchStaticGuards") == 1, "one guard watching")
+    assert static.count() == 1 and static.is_hidden()
 
     # untrusted (a collaborator's view of a fresh notebook): no widget view, no script; the
     # sanitised fallback shows its numbers and the coverage chart as an image

@@ -355,7 +355,8 @@ def offline_chart(chart: Chart) -> Chart:
 # The guard: hidden at once (no flash) while it decides; a live view of the dashboard drawn in the
 # same output area keeps it hidden; otherwise it draws the frozen dashboard from the saved state and
 # bundle in place of the fallback. In a live JupyterLab, next to a widget view's output, it first
-# waits a while for that view to draw.
+# waits a while for that view to draw. It watches the output area until a refresh replaces it
+# (``globalThis.__calwatchStaticGuards`` counts the guards watching, for tests).
 _OUTPUT = """<div class="calwatch-static" id="{uid}">
 <div class="calwatch-static-fallback">{fallback}</div>
 <div class="calwatch-static-view"></div>
@@ -398,7 +399,17 @@ _OUTPUT = """<div class="calwatch-static" id="{uid}">
     box.style.display = "";
     draw();
   }};
-  new MutationObserver(decide).observe(area, {{ childList: true, subtree: true }});
+  // A refresh (update_display) replaces this output and runs a new guard: this one stops
+  // watching the area once its box has left the page, or it would keep the old copy alive (its
+  // coverage image is a whole SVG document) and answer every later change of the live view.
+  const guards = globalThis;
+  guards.__calwatchStaticGuards = (guards.__calwatchStaticGuards || 0) + 1;
+  const observer = new MutationObserver(() => {{
+    if (box.isConnected) return decide();
+    observer.disconnect();
+    guards.__calwatchStaticGuards -= 1;
+  }});
+  observer.observe(area, {{ childList: true, subtree: true }});
   if (waiting) setTimeout(() => {{ waiting = false; decide(); }}, {wait});
   decide();
 }})();
