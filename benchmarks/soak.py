@@ -39,10 +39,12 @@ empty cell sent through the page (what running a cell waits for while the stream
 What holds the memory is sampled too: the kernel's glibc ``mallinfo2`` (bytes in use, and free
 space kept inside its heaps: with ``PYTHONMALLOC=malloc`` every Python object lives there) and its
 count of gc-tracked objects; the Chromium renderers' RSS (the page) apart from the other
-processes; the page's DOM nodes and JS event listeners (DevTools ``Performance.getMetrics``).
-``--live-heap-every MINUTES`` forces a full collection in the page that often and records the JS
-heap left after it: growth there is the page holding memory, growth only between collections
-is the collector's pacing.
+processes; the page's DOM nodes and JS event listeners (DevTools ``Performance.getMetrics``);
+the elements added to and held in each part of the dashboard and the page (``dom_added_by``,
+``dom_held_by``). ``--live-heap-every MINUTES`` forces a full collection in the page that often
+and records the JS heap left after it: growth there is the page holding memory, growth only
+between collections is the collector's pacing. ``--heap-census-at MINUTES ...`` writes the page's
+heap by constructor at those times and prints what grew most between the first and the last.
 """
 
 from __future__ import annotations
@@ -490,47 +492,50 @@ WHAT_IF_AT_JS = """([sel, alpha]) => {
   return marks.length > 0 && marks.every((m) => (m.getAttribute("aria-label") || "").includes("α: " + alpha));
 }"""
 COUNT_JS = "(sel) => document.querySelectorAll(sel).length"
-#: Counts the elements added under the dashboard (with their descendants), by the panel or part
-#: of the widget they went into: where the page's DOM churn (garbage for its collector) comes from.
-WATCH_CHURN_JS = """(sel) => {
+#: The part of the dashboard an element is in: its panel (the charts' SVG marks) or widget part.
+PART_OF_JS = """(el) => {
+  const host = el && el.closest(
+    "[data-panel], .calwatch-health, .calwatch-alerts, .calwatch-notes, .calwatch-controls, "
+    + ".calwatch-dash-controls, .calwatch-card, .calwatch-rows");
+  return !host ? "other" : host.dataset.panel ? "panel " + host.dataset.panel : host.classList[0];
+}"""
+#: Counts the elements added under the dashboard (with their descendants), by the part they went
+#: into: where the page's DOM churn (garbage for its collector) comes from.
+WATCH_CHURN_JS = f"""(sel) => {{
   if (globalThis.__calwatchChurn) return;
+  const partOf = {PART_OF_JS};
   const counts = new Map();
-  const parts = "[data-panel], .calwatch-health, .calwatch-alerts, .calwatch-notes, .calwatch-controls, "
-    + ".calwatch-dash-controls, .calwatch-card, .calwatch-rows";
-  new MutationObserver((records) => {
-    for (const r of records) {
-      for (const n of r.addedNodes) {
-        const el = n.nodeType === 1 ? n : n.parentElement;
-        const host = el && el.closest(parts);
-        const name = !host ? "other" : host.dataset.panel ? "panel " + host.dataset.panel : host.classList[0];
+  new MutationObserver((records) => {{
+    for (const r of records) {{
+      for (const n of r.addedNodes) {{
+        const name = partOf(n.nodeType === 1 ? n : n.parentElement);
         const added = 1 + (n.nodeType === 1 ? n.querySelectorAll("*").length : 0);
         counts.set(name, (counts.get(name) || 0) + added);
-      }
-    }
-  }).observe(document.querySelector(sel), { childList: true, subtree: true });
+      }}
+    }}
+  }}).observe(document.querySelector(sel), {{ childList: true, subtree: true }});
   globalThis.__calwatchChurn = counts;
-}"""
-#: Elements now in the page: in the dashboard by panel (the charts' SVG marks) or part, elsewhere
-#: by the nearest JupyterLab part (``page jp-…``).
-COUNT_HELD_JS = """(sel) => {
-  const out = {};
+}}"""
+#: Elements now in the page: in the dashboard by part, elsewhere by the nearest JupyterLab part
+#: (``page jp-…``).
+COUNT_HELD_JS = f"""(sel) => {{
+  const partOf = {PART_OF_JS};
+  const out = {{}};
   const root = document.querySelector(sel);
   if (!root) return out;
-  for (const el of document.body.querySelectorAll("*")) {
-    if (!root.contains(el)) {  // the rest of the page: by the nearest JupyterLab part
+  for (const el of document.body.querySelectorAll("*")) {{
+    let name;
+    if (root.contains(el)) {{
+      name = partOf(el.parentElement);
+    }} else {{
       const jp = el.closest("[class*='jp-']");
       const cls = jp ? [...jp.classList].find((c) => c.startsWith("jp-")) : null;
-      const name = "page " + (cls || el.tagName.toLowerCase());
-      out[name] = (out[name] || 0) + 1;
-      continue;
-    }
-    const parts = "[data-panel], .calwatch-health, .calwatch-notes, .calwatch-alerts";
-    const host = el.parentElement && el.parentElement.closest(parts);
-    const name = !host ? "other" : host.dataset.panel ? "panel " + host.dataset.panel : host.classList[0];
+      name = "page " + (cls || el.tagName.toLowerCase());
+    }}
     out[name] = (out[name] || 0) + 1;
-  }
+  }}
   return out;
-}"""
+}}"""
 TAKE_CHURN_JS = """() => {
   const counts = globalThis.__calwatchChurn;
   if (!counts) return {};
@@ -959,8 +964,8 @@ def summarise(
         print(f"elements added to the dashboard per batch, by part: {per_batch}")
     first_held, last_held = json.loads(samples[0]["dom_held_by"]), json.loads(samples[-1]["dom_held_by"])
     print(
-        "elements in the dashboard at start / end, by part: "
-        + ", ".join(f"{name} {first_held.get(name, 0):,} / {n:,}" for name, n in last_held.items())
+        "elements in the page at start / end, the 12 largest parts: "
+        + ", ".join(f"{name} {first_held.get(name, 0):,} / {n:,}" for name, n in list(last_held.items())[:12])
     )
     live = [(s["batches"], s["js_heap_live_mib"]) for s in samples if s["js_heap_live_mib"] is not None]
     if live:

@@ -227,8 +227,8 @@ class PooledBuckets:
         self.resolution = resolution
         self._prefixes: dict[int, _Prefix] = {}
 
-    def seed_from(self, finer: PooledBuckets) -> int:
-        """Start each bucket from the longest merge ``finer`` holds of its first batches; returns how many.
+    def seed_from(self, finer: PooledBuckets) -> None:
+        """Start each bucket from the longest merge ``finer`` holds of its first batches.
 
         ``finer`` is a resolution over the same range whose width divides this one's, so each
         bucket here starts where a bucket of ``finer`` starts, and that bucket's running merge
@@ -240,15 +240,12 @@ class PooledBuckets:
         res, fine = self.resolution, finer.resolution
         if (fine.lo, fine.hi) != (res.lo, res.hi) or res.width % fine.width or res.width <= fine.width:
             raise ValueError(f"cannot seed buckets of {res} from {fine}")
-        seeded = 0
         for start, prefix in finer._prefixes.items():
             if (start - res.lo) % res.width or not prefix.parts or start in self._prefixes:
                 continue
             mine = self._prefixes[start] = _Prefix(start)
             mine.parts = [prefix.parts[-1]]
             mine.offset = prefix.offset + len(prefix.parts) - 1
-            seeded += 1
-        return seeded
 
     def changed(self, batches: Iterable[int]) -> None:
         """Forget what pooled ``batches`` (observed or whose statistics changed)."""
