@@ -189,6 +189,56 @@ def test_the_static_copy_takes_the_views_rows_and_shows_what_a_rebuild_shows(mon
     assert pages[0].replace(fast.parts.generated, "") == pages[1].replace(slow.parts.generated, "")
 
 
+def _same_tables(cards: list[dict[str, Any]], mon: cw.Monitor) -> None:
+    """The coverage table summed from the widget's cards is the one summed from the summary."""
+    from polars.testing import assert_frame_equal
+
+    from calwatch import report
+
+    mine, theirs = report._coverage_from_cards(cards), report._coverage_from_summary(mon.summary())
+    assert mine[0] is not None and not mine[0].is_empty()
+    for a, b in zip(mine, theirs, strict=True):  # counts exactly; row-weighted means to float rounding
+        assert_frame_equal(a, b, check_exact=False, rel_tol=1e-12, abs_tol=0.0, check_dtypes=False)
+
+
+def test_the_static_copy_sums_the_cards_and_keeps_no_frame_of_every_batch(monkeypatch):
+    """Relabels and a batch with no labels: the cards' table is the summary's.
+
+    The static copy refreshes every 30 s while a stream runs; summing the summary kept its frame of
+    every batch (:mod:`calwatch.frame_cache`) in the kernel, ~400 bytes a batch for good.
+    """
+    from calwatch.frame_cache import CACHES_ATTRIBUTE
+
+    names = np.array(PET_CLASSES)
+    mon = pets_monitor()
+    widget = mon.widget()
+    static = notebook_output.static_for(widget)
+    read = static._read(widget)
+    assert static.rebuilt is False
+    assert "summary" not in mon.__dict__.get(CACHES_ATTRIBUTE, {})  # the read made no whole-stream frame
+    assert read.table == notebook_output.read_static(mon).table
+    _same_tables(widget.current_datasets()["overview"], mon)
+
+    _, y = softmax_data(400, seed=7)
+    mon.label([f"b2-{i}" for i in range(200)], names[y[:200]])  # relabels: old counts taken out
+    P, _ = softmax_data(300, seed=8)
+    mon.observe(probs=P, ids=[f"b6-{i}" for i in range(300)])  # no labels yet
+    datasets = widget.current_datasets()
+    assert datasets is not None
+    _same_tables(datasets["overview"], mon)
+    assert static._read(widget).table == notebook_output.read_static(mon).table
+
+    fresh = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1),
+                                    "risk": cw.RiskEstimator()}, name="unlabelled")  # fmt: skip
+    P, y = softmax_data(300, seed=9)
+    fresh.calibrate(probs=P, y=np.asarray(y))
+    fresh_widget = fresh.widget()
+    fresh.observe(probs=P[:50], ids=list(range(50)))  # nothing labelled: coverage 0 / 0
+    cards = fresh_widget.current_datasets()["overview"]
+    _same_tables(cards, fresh)
+    assert "nan" in notebook_output.read_static(fresh, fresh_widget.current_datasets()).table
+
+
 def test_the_static_copy_rebuilds_when_the_views_rows_are_not_the_streams(monkeypatch):
     mon = pets_monitor()
     widget = mon.widget()

@@ -134,13 +134,16 @@ def read_static(monitor: Monitor, datasets: dict[str, list[dict[str, Any]]] | No
 
     ``datasets``: the dashboard's datasets when already at hand, read under the same hold of
     the lock (a live widget's :meth:`~calwatch.widget.MonitorWidget.current_datasets`);
-    default: built from the monitor, which reads every batch.
+    default: built from the monitor, which reads every batch. The coverage table is then summed
+    from their whole-stream cards, not from :meth:`Monitor.summary`, whose kept frame of every
+    batch would otherwise grow in the kernel for as long as a stream runs (see
+    :func:`~calwatch.report.coverage_table`).
     """
     parts = report_parts(monitor, datasets=datasets, sections=False)  # the copy shows no sections
     return StaticRead(
         parts=parts,
         headline=_headline(monitor),
-        table=coverage_table(monitor),
+        table=coverage_table(monitor, cards=None if datasets is None else datasets.get("overview")),
         coverage=_coverage_rows(monitor, parts.payload["datasets"]),
         name=monitor.name,
     )

@@ -16,8 +16,9 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -225,17 +226,53 @@ def _warnings_table(monitor: Monitor) -> str:
 
 
 @one_moment
-def coverage_table(monitor: Monitor) -> str:
+def coverage_table(monitor: Monitor, cards: Sequence[Mapping[str, Any]] | None = None) -> str:
     """Coverage (and risk) by calibrator over the whole stream, as an escaped HTML table.
 
     The report's "Coverage by calibrator" section; also the key numbers of a notebook's static
     dashboard (:mod:`calwatch.notebook_output`), which must read without any script.
+
+    Parameters
+    ----------
+    monitor : Monitor
+        The monitor; its whole-stream :meth:`~calwatch.Monitor.summary` is summed per calibrator.
+    cards : sequence of mapping, optional
+        The same sums already at hand: a live widget's whole-stream cards (the ``overview``
+        rows of :meth:`~calwatch.widget.MonitorWidget.current_datasets`, current with the monitor).
+        The per-calibrator sums of the per-batch rows are the same numbers (the counts exactly,
+        the row-weighted means up to the order of a float sum), and reading them costs
+        O(calibrators) where the summary costs a frame of every batch. That frame is kept between
+        calls (:mod:`calwatch.frame_cache`), so a static copy refreshed from it every 30 s held a
+        second copy of the stream's history in the kernel's anonymous memory, growing ~400 bytes
+        a batch for as long as the stream ran. Regression monitors always read the summary.
     """
-    summary = monitor.summary() if monitor.n_batches else pl.DataFrame()
-    if summary.is_empty():
+    regression = getattr(monitor, "task", None) == "regression"
+    if cards is not None and not regression:
+        sets_table, risk_table = _coverage_from_cards(cards)
+    else:
+        summary = monitor.summary() if monitor.n_batches else pl.DataFrame()
+        if summary.is_empty():
+            return '<p class="empty">No batches observed.</p>'
+        if regression:
+            return _regression_table(summary)
+        sets_table, risk_table = _coverage_from_summary(summary)
+    if sets_table is None:
         return '<p class="empty">No batches observed.</p>'
-    if getattr(monitor, "task", None) == "regression":
-        return _regression_table(summary)
+    parts = [_table(sets_table, empty="No set calibrators.")]
+    if risk_table is not None and not risk_table.is_empty():
+        parts.append(_table(risk_table, empty=""))
+    return "\n".join(parts)
+
+
+#: The coverage table's columns: set calibrators, then risk calibrators.
+_SETS_SCHEMA = {"calibrator": pl.String, "target": pl.Float64, "rows": pl.Int64, "labelled": pl.Int64,
+                "coverage": pl.Float64, "mean set size": pl.Float64}  # fmt: skip
+_RISK_SCHEMA = {"calibrator": pl.String, "estimate": pl.String, "rows": pl.Int64, "labelled": pl.Int64,
+                "estimated error": pl.Float64, "observed error": pl.Float64}  # fmt: skip
+
+
+def _coverage_from_summary(summary: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The sets and risk tables: per-batch summary rows summed per calibrator."""
     sets = summary.filter(pl.col("kind") == "sets")
     table = sets.group_by("calibrator", maintain_order=True).agg(
         pl.col("target").first(),
@@ -246,24 +283,45 @@ def coverage_table(monitor: Monitor) -> str:
     )
     table = table.with_columns((pl.col("_size") / pl.col("rows")).alias("mean set size")).drop("_size")
     risk = summary.filter(pl.col("kind") == "risk")
-    parts = [_table(table, empty="No set calibrators.")]
-    if not risk.is_empty():
-        promise = (
-            pl.col("estimate_promise") if "estimate_promise" in risk.columns else pl.lit(None, pl.String)
-        )
-        risk_table = risk.group_by("calibrator", maintain_order=True).agg(
-            promise.first().alias("estimate"),  # "upper estimate (conservative)" for InvCP
-            pl.col("n_rows").sum().alias("rows"),
-            pl.col("n_labelled").sum().alias("labelled"),
-            (pl.col("estimated_error") * pl.col("n_rows")).sum().alias("_est"),
-            (pl.col("observed_error") * pl.col("n_labelled")).sum().alias("_obs"),
-        )
-        risk_table = risk_table.with_columns(
-            (pl.col("_est") / pl.col("rows")).alias("estimated error"),
-            (pl.col("_obs") / pl.col("labelled")).alias("observed error"),
-        ).drop("_est", "_obs")
-        parts.append(_table(risk_table, empty=""))
-    return "\n".join(parts)
+    promise = pl.col("estimate_promise") if "estimate_promise" in risk.columns else pl.lit(None, pl.String)
+    risk_table = risk.group_by("calibrator", maintain_order=True).agg(
+        promise.first().alias("estimate"),  # "upper estimate (conservative)" for InvCP
+        pl.col("n_rows").sum().alias("rows"),
+        pl.col("n_labelled").sum().alias("labelled"),
+        (pl.col("estimated_error") * pl.col("n_rows")).sum().alias("_est"),
+        (pl.col("observed_error") * pl.col("n_labelled")).sum().alias("_obs"),
+    )
+    risk_table = risk_table.with_columns(
+        (pl.col("_est") / pl.col("rows")).alias("estimated error"),
+        (pl.col("_obs") / pl.col("labelled")).alias("observed error"),
+    ).drop("_est", "_obs")
+    return table, risk_table
+
+
+def _ratio(value: Any) -> float:
+    """A card's mean or rate as the summary's sums give it: NaN where nothing was counted (0 / 0)."""
+    return math.nan if value is None else float(value)
+
+
+def _coverage_from_cards(cards: Sequence[Mapping[str, Any]]) -> tuple[pl.DataFrame | None, pl.DataFrame]:
+    """The sets and risk tables from whole-stream cards (None: no calibrator has a batch yet)."""
+    counted = [c for c in cards if c.get("n_batches")]
+    if not counted:
+        return None, pl.DataFrame(schema=_RISK_SCHEMA)
+    sets = [
+        {"calibrator": c["calibrator"], "target": c["target"], "rows": c["n_rows"],
+         "labelled": c["n_labelled"],
+         "coverage": _ratio(c["n_covered"] / c["n_labelled"] if c["n_labelled"] else None),
+         "mean set size": _ratio(c["mean_set_size"])}
+        for c in counted if c.get("kind") == "sets"
+    ]  # fmt: skip
+    risk = [
+        {"calibrator": c["calibrator"], "estimate": c["estimate_promise"], "rows": c["n_rows"],
+         "labelled": c["n_labelled"], "estimated error": _ratio(c["estimated_error"]),
+         "observed error": _ratio(c["observed_error"])}
+        for c in counted if c.get("kind") == "risk"
+    ]  # fmt: skip
+    return pl.DataFrame(sets, schema=_SETS_SCHEMA), pl.DataFrame(risk, schema=_RISK_SCHEMA)
 
 
 def _regression_table(summary: pl.DataFrame) -> str:
