@@ -196,7 +196,7 @@ def _same_tables(cards: list[dict[str, Any]], mon: cw.Monitor) -> None:
     from calwatch import report
 
     mine, theirs = report._coverage_from_cards(cards), report._coverage_from_summary(mon.summary())
-    assert mine[0] is not None and not mine[0].is_empty()
+    assert not mine[0].is_empty()
     for a, b in zip(mine, theirs, strict=True):  # counts exactly; row-weighted means to float rounding
         assert_frame_equal(a, b, check_exact=False, rel_tol=1e-12, abs_tol=0.0, check_dtypes=False)
 

@@ -248,6 +248,8 @@ def coverage_table(monitor: Monitor, cards: Sequence[Mapping[str, Any]] | None =
     """
     regression = getattr(monitor, "task", None) == "regression"
     if cards is not None and not regression:
+        if not any(c.get("n_batches") for c in cards):
+            return '<p class="empty">No batches observed.</p>'
         sets_table, risk_table = _coverage_from_cards(cards)
     else:
         summary = monitor.summary() if monitor.n_batches else pl.DataFrame()
@@ -256,10 +258,8 @@ def coverage_table(monitor: Monitor, cards: Sequence[Mapping[str, Any]] | None =
         if regression:
             return _regression_table(summary)
         sets_table, risk_table = _coverage_from_summary(summary)
-    if sets_table is None:
-        return '<p class="empty">No batches observed.</p>'
     parts = [_table(sets_table, empty="No set calibrators.")]
-    if risk_table is not None and not risk_table.is_empty():
+    if not risk_table.is_empty():
         parts.append(_table(risk_table, empty=""))
     return "\n".join(parts)
 
@@ -303,11 +303,9 @@ def _ratio(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
-def _coverage_from_cards(cards: Sequence[Mapping[str, Any]]) -> tuple[pl.DataFrame | None, pl.DataFrame]:
-    """The sets and risk tables from whole-stream cards (None: no calibrator has a batch yet)."""
+def _coverage_from_cards(cards: Sequence[Mapping[str, Any]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The sets and risk tables from whole-stream cards (those of calibrators with a batch)."""
     counted = [c for c in cards if c.get("n_batches")]
-    if not counted:
-        return None, pl.DataFrame(schema=_RISK_SCHEMA)
     sets = [
         {"calibrator": c["calibrator"], "target": c["target"], "rows": c["n_rows"],
          "labelled": c["n_labelled"],
