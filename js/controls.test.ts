@@ -38,6 +38,9 @@ describe("formatStatus", () => {
     expect(formatStatus({ ...status, rows_seen: 1, batches: 1 })).toMatch(/^1 row · .* · 1 batch$/);
     expect(formatStatus(undefined)).toBe("0 rows · 0 labelled · 0 awaiting labels · 0 batches");
     expect(formatStatus({ ...status, classes_untested: 23 })).toMatch(/· 23 classes too rare for a per-class test$/);
+    expect(formatStatus({ ...status, detectors_on_correlated_rows: 2 })).toMatch(
+      /· 2 label tests on correlated rows \(give blocks=\)$/,
+    );
   });
 });
 

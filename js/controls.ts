@@ -30,6 +30,10 @@ export function formatStatus(status: Partial<Status> | null | undefined): string
   if (untested > 0) {
     parts.push(`${count(untested, "class", "classes")} too rare for a per-class test`);
   }
+  const correlated = s.detectors_on_correlated_rows ?? 0;
+  if (correlated > 0) {
+    parts.push(`${count(correlated, "label test", "label tests")} on correlated rows (give blocks=)`);
+  }
   if (s.sources) {
     parts.push(`from ${s.sources}`);
   }

@@ -15,6 +15,8 @@ export interface Status {
   rows_in_window: number;
   /** (calibrator, class) pairs too rare for a per-class test (optional: older kernels omit it). */
   classes_untested?: number;
+  /** Label-based detectors whose labelled rows look correlated (row alarms held back; optional). */
+  detectors_on_correlated_rows?: number;
   /** Where table batches came from, e.g. "spark: 1,204,331,000 rows, 365 buckets" ("" for none). */
   sources?: string;
 }

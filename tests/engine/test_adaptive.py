@@ -190,3 +190,74 @@ def test_errors():
     aci = Adaptive(lac()).fit(P_CAL, Y_CAL)
     with pytest.raises(ValueError, match="2-D"):
         aci.update(np.array([True, False]), np.array([0, 1]))
+
+
+# ----------------------------------------------------------------- corrected labels (issue 36.5)
+def test_a_correction_by_hand():
+    # α = .1, γ = .05, α_1 = .1, both sets {0}. Labels 1, 2 (two misses):
+    # .1 + .05·(.1 − 1)·2 = .01. Correcting row 0 to 0 (miss -> hit) and row 1 to 1 (miss ->
+    # miss) adds .05·((1 − 0) + (1 − 1)) = .05: .06 = .1 + .05·(.1 − 0) + .05·(.1 − 1), the
+    # level of the final labels 0, 1 (a hit, then a miss).
+    aci = Adaptive(lac(alpha=0.1), gamma=0.05).fit(P_CAL, Y_CAL)
+    sets = np.array([[True, False, False], [True, False, False]])
+    aci.update(sets, np.array([1, 2]))
+    assert aci.alpha_t_ == pytest.approx(0.01, abs=1e-15)
+    aci.correct(sets, np.array([1, 2]), np.array([0, 1]))
+    assert aci.alpha_t_ == pytest.approx(0.06, abs=1e-15)
+    assert aci.n_updates_ == 2 and aci.coverage_ == 0.5  # a correction is not a new row
+    # the identity with the final labels: mean(err) − α = .5 − .1 = (α_1 − α_3)/(γT) = .04/.1
+    assert aci.long_run_gap() == pytest.approx(0.4, abs=1e-12)
+    assert (aci.alpha_1_ - aci.alpha_t_) / (aci.gamma * aci.n_updates_) == pytest.approx(0.4, abs=1e-12)
+    assert aci.alpha_range_ == pytest.approx((0.01, 0.1))
+    # the history keeps the rows as they were fed back
+    np.testing.assert_allclose(aci.history()["alpha_next"].to_numpy(), [0.055, 0.01], atol=1e-15)
+
+
+def test_a_correction_gives_the_level_of_a_stream_that_only_got_the_final_labels():
+    P, y = softmax_data(4000, K=4, seed=11)
+    corrected = Adaptive(lac(alpha=0.1), gamma=0.01).fit(P[:1000], y[:1000])
+    final_only = Adaptive(lac(alpha=0.1), gamma=0.01).fit(P[:1000], y[:1000])
+    wrong_only = Adaptive(lac(alpha=0.1), gamma=0.01).fit(P[:1000], y[:1000])
+    for start in range(1000, 4000, 300):
+        Pb, yb = P[start : start + 300], y[start : start + 300]
+        sets = corrected.predict_sets(Pb)
+        np.testing.assert_array_equal(sets, final_only.predict_sets(Pb))  # the sets taken after
+        wrong = (yb + 1) % 4
+        corrected.update(sets, wrong)  # wrong labels first...
+        corrected.correct(sets, wrong, yb)  # ...corrected before the next sets are taken
+        final_only.update(sets, yb)
+        wrong_only.update(wrong_only.predict_sets(Pb), wrong)
+        # Equal up to the float rounding of summing the same steps in another order: a few
+        # hundred additions of terms ≤ 1 in size, each rounded by ≤ 2^-53 (so atol, not rtol:
+        # α_t passes near 0).
+        np.testing.assert_allclose(corrected.alpha_t_, final_only.alpha_t_, rtol=0, atol=1e-12)
+        assert corrected.coverage_ == final_only.coverage_
+    assert corrected.n_updates_ == final_only.n_updates_ == 3000
+    assert abs(wrong_only.alpha_t_ - final_only.alpha_t_) > 1  # without the correction: far off
+
+
+def test_a_correction_that_keeps_each_rows_miss_moves_nothing():
+    aci = Adaptive(lac(alpha=0.1), gamma=0.05).fit(P_CAL, Y_CAL)
+    sets = np.array([[True, True, False], [True, False, False], [True, False, False]])
+    aci.update(sets, np.array([0, 1, 0]))
+    state = (aci.alpha_t_, aci.coverage_, aci.alpha_range_)
+    # same labels; 0 -> 1 in the set both times; 1 -> 2 out of it both times
+    aci.correct(sets, np.array([0, 1, 0]), np.array([0, 1, 0]))
+    aci.correct(sets, np.array([0, 1, 0]), np.array([1, 2, 0]))
+    assert (aci.alpha_t_, aci.coverage_, aci.alpha_range_) == state  # exactly, not approximately
+
+
+def test_a_correction_with_bad_input_changes_nothing():
+    aci = Adaptive(lac(alpha=0.1), gamma=0.05).fit(P_CAL, Y_CAL)
+    sets = np.array([[True, False, False], [True, False, False]])
+    aci.update(sets, np.array([1, 2]))
+    state = dict(vars(aci))
+    with pytest.raises(ValueError, match="y_new"):
+        aci.correct(sets, np.array([1, 2]), np.array([0, 3]))  # class 3 of 3
+    with pytest.raises(ValueError, match="2-D boolean"):
+        aci.correct(P_TEST[:2], np.array([1, 2]), np.array([0, 1]))  # probabilities, not sets
+    with pytest.raises(ValueError, match="y_old"):
+        aci.correct(sets, np.array([1]), np.array([0, 1]))
+    assert vars(aci) == state
+    with pytest.raises(NotFittedError, match="fit"):
+        Adaptive(lac()).correct(sets, np.array([1, 2]), np.array([0, 1]))

@@ -358,23 +358,48 @@ def test_a_detector_failing_half_way_leaves_every_detector_as_it_was(call, monke
     assert _detector_states(mon) == _detector_states(twin)
 
 
-def test_a_relabel_is_not_a_new_observation_for_detectors_or_aci():
+def test_a_relabel_is_not_a_new_observation_for_detectors_and_a_correction_for_aci():
     # Two monitors see the same rows and the same first labels; one also gets every label again
-    # (a resend) and some rows relabelled. Coverage counts take the final labels; the detectors
-    # and ACI, which are sequential, saw each row once in both, so their states are the same.
-    once, twice = _monitor(), _monitor()
+    # (a resend) and some rows relabelled. Coverage counts take the final labels; the detectors,
+    # sequential tests, saw each row once (with its first label) in both, so their states are the
+    # same. ACI's level is a sum of per-row steps: a resend moves nothing, a correction swaps the
+    # row's step, so (corrections before the next observe) it is at the level of a third monitor
+    # that only got the final labels. ACI's own coverage-drop test is the exception by design:
+    # it still takes each row once, but once a correction moved α_t, the later batches' ACI sets
+    # (its input) differ.
+    once, twice, final = _monitor(), _monitor(), _monitor()
     rng = np.random.default_rng(5)
     for b in range(4):
         P, y = softmax_data(BATCH, K=K, seed=b + 1)
         ids = [f"{b}-{i}" for i in range(BATCH)]
-        for m in (once, twice):
+        for m in (once, twice, final):
             m.observe(probs=P, ids=ids)
+        for m in (once, twice):
             m.label(ids, y)
-        twice.label(ids, y)  # the same labels again
+        level = twice.calibrators["aci"].alpha_t_
+        twice.label(ids, y)  # the same labels again: ACI moves nothing
+        assert twice.calibrators["aci"].alpha_t_ == level
         changed = rng.choice(BATCH, size=20, replace=False)
-        twice.label([ids[i] for i in changed], (y[changed] + 1) % K)  # corrections
-    assert _detector_states(twice) == _detector_states(once)
-    assert twice.calibrators["aci"].alpha_t_ == once.calibrators["aci"].alpha_t_
+        y_final = y.copy()
+        y_final[changed] = (y[changed] + 1) % K
+        twice.label([ids[i] for i in changed], y_final[changed])  # corrections
+        final.label(ids, y_final)
+    states = {name: _detector_states(m) for name, m in (("once", once), ("twice", twice))}
+    not_aci = {
+        name: (
+            [d for d in st[0] if d[0] != "aci: coverage drop"],
+            {k: v for k, v in st[1].items() if k[0] != "aci: coverage drop"},
+            st[2],
+        )
+        for name, st in states.items()
+    }
+    assert not_aci["twice"] == not_aci["once"]
+    drop = {name: next(d for d in st[0] if d[0] == "aci: coverage drop") for name, st in states.items()}
+    assert drop["twice"][2] == drop["once"][2] == 4 * BATCH  # rows_: each row once, first label
+    aci = {name: m.calibrators["aci"] for name, m in (("once", once), ("twice", twice), ("final", final))}
+    np.testing.assert_allclose(aci["twice"].alpha_t_, aci["final"].alpha_t_, rtol=0, atol=1e-12)
+    assert aci["twice"].n_updates_ == aci["once"].n_updates_ == 4 * BATCH
+    assert aci["twice"].alpha_t_ != aci["once"].alpha_t_
     assert twice.status()["rows_labelled"] == once.status()["rows_labelled"] == 4 * BATCH
     assert not twice.summary()["n_covered"].equals(once.summary()["n_covered"])  # counts took the corrections
 

@@ -145,6 +145,122 @@ def test_adaptive_calibrator_moves_its_level_as_labels_arrive():
     assert mon.chart("aci").to_dict()["layer"][1]["encoding"]["y"]["field"] == "alpha_level"  # [0]: x span
 
 
+# ACI takes corrected labels (issue 36 item 5); the detectors keep the first (tests above and in
+# test_kept_on_failure...). Monitors: one ACI calibrator, γ = .01, α = .1.
+def _aci_monitor(**kwargs):
+    P, y = softmax_data(3000, K=4, seed=1)
+    aci = cw.Adaptive(cw.SplitConformalClassifier(score="lac", alpha=0.1), gamma=0.01)
+    return cw.Monitor(calibrators={"aci": aci}, **kwargs).calibrate(probs=P, y=y)
+
+
+def _sets(mon, batch):
+    return mon.rows(batch=batch)["set_aci"].to_list()
+
+
+def test_aci_after_a_correction_equals_a_stream_that_only_got_the_final_labels():
+    corrected, final_only, wrong_only = _aci_monitor(), _aci_monitor(), _aci_monitor()
+    a, b = corrected.calibrators["aci"], final_only.calibrators["aci"]
+    before, after = [], []
+    for batch in range(4):
+        Pb, yb = softmax_data(300, K=4, seed=600 + batch)
+        ids = list(range(batch * 300, (batch + 1) * 300))
+        for mon in (corrected, final_only, wrong_only):
+            mon.observe(probs=Pb, ids=ids)
+        assert _sets(corrected, batch) == _sets(final_only, batch)  # sets taken after: equal
+        corrected.label(ids, (yb + 1) % 4)  # every label wrong...
+        wrong_only.label(ids, (yb + 1) % 4)
+        before.append(a.alpha_t_)
+        report = corrected.label(ids, yb)  # ...and corrected before the next observe
+        assert report.relabelled == 300
+        after.append(a.alpha_t_)
+        final_only.label(ids, yb)
+        # equal up to the rounding of summing the same steps in another order (300 additions of
+        # terms ≤ 1, each rounded by ≤ 2^-53; atol, not rtol: α_t passes near 0)
+        np.testing.assert_allclose(a.alpha_t_, b.alpha_t_, rtol=0, atol=1e-12)
+        assert (a.n_updates_, a.coverage_) == (b.n_updates_, b.coverage_)
+    # Batch 0: the wrong labels (all misses but the rows whose set holds the wrong class) took
+    # α_t from .1 to −1.61; the correction brings it to .08, the final labels' level. After four
+    # batches: .26, where a stream that kept the first labels (ACI before this fix) is at −.71.
+    assert before[0] == pytest.approx(-1.61, abs=1e-9) and after[0] == pytest.approx(0.08, abs=1e-9)
+    assert a.alpha_t_ == pytest.approx(0.26, abs=1e-9)
+    assert wrong_only.calibrators["aci"].alpha_t_ == pytest.approx(-0.71, abs=1e-9)
+    summary = [m.summary().sort("batch") for m in (corrected, final_only)]
+    assert summary[0]["n_covered"].to_list() == summary[1]["n_covered"].to_list()
+    levels = [s["alpha_level"].to_numpy() for s in summary]
+    np.testing.assert_allclose(levels[0], levels[1], rtol=0, atol=1e-12)
+
+
+def test_a_correction_after_the_next_observe_moves_aci_by_its_step_only():
+    corrected, final_only = _aci_monitor(), _aci_monitor()
+    a, b = corrected.calibrators["aci"], final_only.calibrators["aci"]
+    P0, y0 = softmax_data(300, K=4, seed=600)
+    P1, y1 = softmax_data(300, K=4, seed=601)
+    ids0, ids1 = list(range(300)), list(range(300, 600))
+    for mon in (corrected, final_only):
+        mon.observe(probs=P0, ids=ids0)
+    corrected.label(ids0, (y0 + 1) % 4)
+    final_only.label(ids0, y0)
+    for mon in (corrected, final_only):
+        mon.observe(probs=P1, ids=ids1)  # taken at different levels: -1.61 (full sets) and .08
+    missed_old = int((~corrected.rows(batch=0)["covered_aci"].to_numpy()).sum())
+    level = a.alpha_t_
+    corrected.label(ids0, y0)
+    missed_new = int((~corrected.rows(batch=0)["covered_aci"].to_numpy()).sum())
+    assert a.alpha_t_ == level + 0.01 * (missed_old - missed_new)  # γ Σ (err_old − err_new), exactly
+    np.testing.assert_allclose(a.alpha_t_, b.alpha_t_, rtol=0, atol=1e-12)  # the same rows labelled...
+    for mon in (corrected, final_only):
+        mon.label(ids1, y1)
+    # ...but batch 1's sets were taken at the uncorrected level (full sets: no misses), so the
+    # streams part from here on, as expected.
+    assert _sets(corrected, 1) != _sets(final_only, 1)
+    assert a.alpha_t_ - b.alpha_t_ == pytest.approx(0.01 * b._n_missed - 0.01 * a._n_missed, abs=1e-12)
+    assert a.alpha_t_ > b.alpha_t_
+
+
+def test_a_relabel_to_the_same_label_leaves_aci_where_it_was():
+    mon = _aci_monitor()
+    aci = mon.calibrators["aci"]
+    P, y = softmax_data(300, K=4, seed=600)
+    mon.observe(probs=P, ids=list(range(300)))
+    mon.label(list(range(300)), y)
+    state = (aci.alpha_t_, aci.n_updates_, aci.coverage_, aci.alpha_range_)
+    assert mon.label(list(range(300)), y).relabelled == 300
+    assert (aci.alpha_t_, aci.n_updates_, aci.coverage_, aci.alpha_range_) == state  # exactly
+
+
+def test_a_rejected_label_call_leaves_aci_as_it_was(monkeypatch):
+    mon = _aci_monitor()
+    aci = mon.calibrators["aci"]
+    P, y = softmax_data(300, K=4, seed=600)
+    ids = list(range(300))
+    mon.observe(probs=P, ids=ids)
+    mon.label(ids[:200], (y[:200] + 1) % 4)
+    state = (aci.alpha_t_, aci.n_updates_, aci.coverage_, aci.alpha_range_, len(aci.history()))
+    summary = mon.summary()
+    with pytest.raises(ValueError):
+        mon.label(ids, np.concatenate([y[:-1], [99]]))  # one label outside the classes
+    assert (aci.alpha_t_, aci.n_updates_, aci.coverage_, aci.alpha_range_, len(aci.history())) == state
+    # A failure after ACI took the corrections (200 rows) and first labels (100): all undone.
+    watch = mon.shift_watch
+    original = type(watch).labelled
+
+    def fails(self, *args, **kwargs):
+        raise MemoryError("injected")
+
+    monkeypatch.setattr(type(watch), "labelled", fails)
+    with pytest.raises(MemoryError):
+        mon.label(ids, y)
+    assert (aci.alpha_t_, aci.n_updates_, aci.coverage_, aci.alpha_range_, len(aci.history())) == state
+    assert mon.summary().equals(summary)
+    monkeypatch.setattr(type(watch), "labelled", original)
+    mon.label(ids, y)
+    final_only = _aci_monitor()
+    final_only.observe(probs=P, ids=ids)
+    final_only.label(ids[:200], y[:200])
+    final_only.label(ids[200:], y[200:])
+    np.testing.assert_allclose(aci.alpha_t_, final_only.calibrators["aci"].alpha_t_, rtol=0, atol=1e-12)
+
+
 def test_coverage_drop_warning_reports_the_evidence_that_crossed_the_threshold():
     mon = make_monitor()
     for b in range(6):

@@ -183,6 +183,25 @@ def test_the_row_log_survives_save_and_load(tmp_path: Path) -> None:
     assert loaded.status()["rows_logged"] == mon.status()["rows_logged"] == 5_000
 
 
+def test_aci_takes_a_correction_read_from_the_row_log_as_one_in_the_window() -> None:
+    """A logged row's corrected label moves ACI as in the window: to the final labels' level."""
+    task = real_task("digits")
+    corrected, final_only = _monitor(1_000, shift=None), _monitor(1_000, shift=None)
+    batches = _stream([corrected, final_only], n_batches=4, m=500, seed=3)
+    ids, y = batches[0]  # batch 0 has left the window (batches 2 and 3 fill it)
+    corrected.label(ids, (y + 3) % 10)  # wrong, applied from the log...
+    wrong = corrected.calibrators["aci"].alpha_t_
+    assert corrected.label(ids, y).relabelled == 500  # ...corrected from the log
+    final_only.label(ids, y)
+    assert corrected.status()["labels_from_log"] == 1_000
+    a, b = corrected.calibrators["aci"].alpha_t_, final_only.calibrators["aci"].alpha_t_
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)  # the same steps summed in another order
+    assert abs(wrong - b) > 1  # the wrong labels' level was far off
+    for mon in (corrected, final_only):  # the sets taken after the correction: equal
+        mon.observe(probs=task.P[:500], ids=[f"4-{i}" for i in range(500)])
+    assert corrected.rows(batch=4)["set_aci"].to_list() == final_only.rows(batch=4)["set_aci"].to_list()
+
+
 def test_a_tampered_row_log_is_refused(tmp_path: Path) -> None:
     mon = _monitor(1_000, shift=None)
     _stream([mon], n_batches=4, m=500)

@@ -10,6 +10,11 @@ since when) that expands to its full text and actions; a chip's reason wraps rat
 cut short inline. The what-if panel stays hidden until the α
 slider is used, and the HTML report draws the same strip. Screenshots:
 test-artifacts/health-strip*-{inline,sidebar}.png (or $CALWATCH_HEALTH_SHOTS).
+
+A second monitor (``REGIONS_SOURCE``) has one chip in each region of the rule, marginal and per
+class (holding, at risk, broken): the page's chips, their reasons (the worst class named) and
+their colours follow :func:`calwatch.health.health`. Screenshots of its strip:
+health-regions-{inline,sidebar}.png (docs/screens/ holds a copy).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from ..health_scenario import SOURCE
+from ..health_scenario import REGION_STATES, REGIONS_SOURCE, SOURCE
 from .helpers import (
     INLINE,
     SIDEBAR,
@@ -38,10 +43,11 @@ from .helpers import (
 pytestmark = pytest.mark.ui
 
 NOTEBOOK = "health-strip.ipynb"
+#: The chips by the rule, from the kernel's public reads (``{mon}``: the monitor's name).
 EXPECTED = (
-    "[(c['key'], c['state'], c['promise']) for c in __import__('calwatch.health').health.health("
-    "mon.summary(), mon.warnings(), qualifiers=__import__('calwatch.health').health.qualifiers(mon), "
-    "floors=__import__('calwatch.health').health.floors(mon))]"
+    "[(c['key'], c['state'], c['promise']) for c in (lambda h, m: h.health(m.summary(), m.warnings(),"
+    " qualifiers=h.qualifiers(m), floors=h.floors(m), classes=m.class_coverage(),"
+    " per_class=h.per_class_calibrators(m)))(__import__('calwatch.health').health, {mon})]"
 )
 SHIFT = """
 _shift_rng = np.random.default_rng(1)
@@ -95,12 +101,12 @@ def _wait_chips(page: Any, root: str, expected: list[tuple[str, str, str]]) -> N
     )
 
 
-def _expected(kernel: Kernel) -> list[tuple[str, str, str]]:
-    return [tuple(c) for c in kernel.eval(EXPECTED)]
+def _expected(kernel: Kernel, mon: str = "mon") -> list[tuple[str, str, str]]:
+    return [tuple(c) for c in kernel.eval(EXPECTED.format(mon=mon))]
 
 
-def _updates_done(page: Any, kernel: Kernel) -> None:
-    seq = kernel.eval("mon.widget().seq")
+def _updates_done(page: Any, kernel: Kernel, mon: str = "mon") -> None:
+    seq = kernel.eval(f"{mon}.widget().seq")
     for root in (INLINE, SIDEBAR):
         wait_seq(page, root, seq)
 
@@ -192,3 +198,75 @@ def test_health_strip_matches_summary_and_warnings(lab_server: Any, page: Any, a
     page.goto(report.as_uri())
     page.wait_for_selector("body[data-rendered=true]", timeout=TIMEOUT_MS)
     _wait_chips(page, "body", expected)
+
+
+# Each chip's state, reason and the colour of its state stripe, in one view.
+REGION_CHIPS_JS = """
+(root) => [...document.querySelectorAll(root + ' .calwatch-health .calwatch-chip')].map((c) => [
+  c.dataset.calibrator, c.dataset.state, c.querySelector('.calwatch-chip-state').textContent,
+  c.querySelector('.calwatch-chip-reason').textContent, getComputedStyle(c).borderLeftColor,
+])
+"""
+
+
+def _strip_shots(page: Any, tag: str) -> list[Path]:
+    """The strip alone, inline and in the ~250 px side panel (under $CALWATCH_HEALTH_SHOTS)."""
+    out = Path(
+        os.environ.get("CALWATCH_HEALTH_SHOTS", Path(__file__).resolve().parents[2] / "test-artifacts")
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    shots = [out / f"{tag}-inline.png", out / f"{tag}-sidebar.png"]
+    for root, path in zip((INLINE, SIDEBAR), shots, strict=True):
+        page.locator(f"{root} .calwatch-health").screenshot(path=str(path))
+    return shots
+
+
+def test_health_strip_regions(lab_server: Any, page: Any) -> None:
+    """One chip per region (holding / at risk / broken; marginal and per class): the page follows the rule."""
+    notebook = "health-regions.ipynb"
+    write_notebook(
+        lab_server.root / notebook, [REGIONS_SOURCE + "\nregions.show()", "regions.show(sidebar=True)"]
+    )
+    kernel = open_notebook(page, lab_server, notebook)
+    run_all(page, notebook, timeout_s=120)
+    _updates_done(page, kernel, "regions")
+
+    expected = _expected(kernel, "regions")
+    assert [(k, s) for k, s, _ in expected] == [(k, s) for k, (s, _) in REGION_STATES.items()], expected
+    assert [p for _, _, p in expected] == [
+        *(f"{t}% coverage" for t in (80, 90, 95)),
+        *(f"{t}% coverage (per class)" for t in (80, 90, 95)),
+    ]
+    reasons = dict(
+        kernel.eval(
+            "[(r['key'], r['reason']) for r in __import__('calwatch.widget').widget.health_rows(regions)]"
+        )
+    )
+    for root in (INLINE, SIDEBAR):
+        _wait_chips(page, root, expected)
+        chips = {c[0]: c[1:] for c in page.evaluate(REGION_CHIPS_JS, root)}
+        assert {k: c[0] for k, c in chips.items()} == {k: s for k, (s, _) in REGION_STATES.items()}
+        assert {k: c[1] for k, c in chips.items()} == {k: s for k, (s, _) in REGION_STATES.items()}
+        assert {k: c[2] for k, c in chips.items()} == reasons
+        # the worst class is named on every per-class chip; the slack is said on the amber ones
+        for key, (state, worst) in REGION_STATES.items():
+            if worst is not None:
+                assert chips[key][2].startswith(f"class '{worst}': 0.800 [0.744, 0.849]"), chips[key]
+            if state == "at risk":
+                assert "below 90%, within calibration slack" in chips[key][2], chips[key]
+        # one colour per state: green, amber, red, each distinct
+        colours = {
+            state: {c[3] for c in chips.values() if c[0] == state}
+            for state in ("holding", "at risk", "broken")
+        }
+        assert all(len(v) == 1 for v in colours.values()) and len(set().union(*colours.values())) == 3, (
+            colours
+        )
+        layout = page.evaluate(LAYOUT_JS, root)
+        assert layout["overflow"] == [] and layout["sparklines"] == [1] * 6, layout
+    assert page.evaluate(LAYOUT_JS, SIDEBAR)["width"] < 400
+    assert page.evaluate(LAYOUT_JS, INLINE)["clipped_reasons"] == []
+    for path in _strip_shots(page, "health-regions"):
+        assert 0 < path.stat().st_size < 200_000, (path, path.stat().st_size)
+    for root in (INLINE, SIDEBAR):
+        no_widget_error(page, root)

@@ -421,8 +421,19 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
                 )
                 shift = ShiftWatch(detectors)
             names = [str(c) for c in encoder.classes.tolist()]
+            covered = (
+                None if block_keys_ is None else self._calibration_covered(fitted, outputs, y_idx, categories)
+            )
             shift.calibrate(
-                CalibrationData(outputs.probs, y_idx, fitted, outputs.embeddings, names, blocks=block_keys_)
+                CalibrationData(
+                    outputs.probs,
+                    y_idx,
+                    fitted,
+                    outputs.embeddings,
+                    names,
+                    blocks=block_keys_,
+                    covered=covered,
+                )
             )
         # Commit only once every calibrator (and detector) fitted.
         self._shift = shift
@@ -584,6 +595,28 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
             for stream, state in zip(streams, drawn_from, strict=True):
                 stream.bit_generator.state = state
             raise
+
+    @staticmethod
+    def _calibration_covered(
+        fitted: dict[str, Any], outputs: ModelOutputs, labels: npt.NDArray[np.intp], categories: Any
+    ) -> dict[str, npt.NDArray[np.bool_]]:
+        """Whether each calibration row lies in each set calibrator's fitted set (for block null rates).
+
+        The block label tests size their calibration-draw slack from how the calibration rows'
+        misses cluster in their blocks (:func:`calwatch.engine.shift.block_labels.block_null_rate`).
+        Each calibrator is applied to a copy, so a randomised one's own stream does not move.
+        """
+        cats = None if categories is None else as_1d_array(categories, "categories")
+        out: dict[str, npt.NDArray[np.bool_]] = {}
+        for key, cal in fitted.items():
+            kind = kind_of(cal)
+            if not kind.has_sets:
+                continue
+            results = kind.apply(key, copy.deepcopy(cal), outputs, cats)
+            hits = kind.covered(results, labels)
+            if hits is not None:
+                out[key] = np.asarray(hits, dtype=np.bool_)
+        return out
 
     def _calibration_blocks(self, blocks: Any, n: int) -> list[str] | None:
         """``calibrate(blocks=)`` checked: one key per row, a monitor with detectors, used alike each time."""

@@ -3,13 +3,14 @@
 :class:`MonitorLabels` is a part of :class:`~calwatch.monitor.Monitor` (a mixin). A call finds
 each id's batch and row, has each calibrator's kind compute the labelled rows' statistics (merged
 into the batch's, a relabel's old labels merged with the sign reversed), feeds the detectors and
-the calibrators that learn from labels, and only then changes the batches: all or nothing.
+the calibrators that learn from labels (ACI also takes the relabels' corrections), and only then
+changes the batches: all or nothing.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,8 +78,23 @@ class MonitorLabels(MonitorState):
         Notes
         -----
         A second label for a row replaces the first in every count (coverage, class coverage,
-        errors). The shift detectors and ``cw.Adaptive`` are sequential: they took the row in
-        with its first label and do not take it again (a relabel is not a new observation).
+        errors). The two sequential consumers treat it differently, each soundly:
+
+        - The shift detectors keep the first label: they took the row in when it came, a
+          relabel is not a new observation for them, and feeding it again would double-count
+          the row in their tests (whose false-alarm bounds assume each row once).
+        - ``cw.Adaptive`` takes the correction: its level is a plain sum of per-row steps,
+          ``α_{T+1} = α_1 + γ Σ_t (α − err_t)``, so a row whose label changes from ``y_old`` to
+          ``y_new`` moves it by ``γ (err_old − err_new)``, ``err = 1{y ∉ C}`` with ``C`` the set
+          the row was shown at observe time (kept with the row, or in the row log). Nothing clips
+          ``α_t``, so when the correction comes before the next :meth:`observe`, ``α_t`` (and
+          every set taken afterwards) equals that of a stream that only received the final
+          labels, up to float rounding; after it, ``α_t`` moves by the same amount but the sets
+          taken in between were built at the uncorrected level. A relabel to the same label, or
+          one whose set holds (or misses) both labels, moves nothing.
+
+        A call that raises leaves ACI's level and the detectors as they were.
+
         A label whose row left the window is applied from the row log (:mod:`calwatch.row_log`)
         exactly as it would have been in the window: however late a label comes, it counts.
         Those rows are read from disk before the call takes the monitor's lock (the parts are
@@ -130,18 +146,24 @@ class MonitorLabels(MonitorState):
             assert record.rows is not None
             parts.append((record, record.rows, row_of[mask], label_of[mask]))
         groups = []
+        corrections = []
         updates = []
         relabelled = newly = newly_logged = 0
         for record, rows, rows_b, labels_b in parts:
             view = record if rows is record.rows else _with_rows(record, rows)
             stats, new_b, relabelled_b = self._labelled_stats(view, rows_b, labels_b)
             updates.append((record, stats, rows, rows_b, labels_b))
-            # A relabel replaces the row's label in every count, but the sequential consumers (the
-            # detectors' tests, ACI's level) took the row in when its first label came: it is not
-            # a new observation for them, and counting it again would bias their bounds.
-            first = rows.labels[rows_b] == NO_LABEL
+            # A relabel replaces the row's label in every count. The detectors' tests took the row in
+            # when its first label came: it is not a new observation for them, and counting it
+            # again would bias their bounds. ACI's level is a sum of per-row steps: a changed label
+            # swaps the row's step (``corrections``: rows, old labels, new labels).
+            old_b = rows.labels[rows_b]
+            first = old_b == NO_LABEL
             if first.any():
                 groups.append((view, rows_b[first], labels_b[first]))
+            changed = ~first & (old_b != labels_b)
+            if changed.any():
+                corrections.append((view, rows_b[changed], old_b[changed], labels_b[changed]))
             newly, relabelled = newly + new_b, relabelled + relabelled_b
             newly_logged += new_b if rows is not record.rows else 0
         # Everything is computed: the detectors and ACI are fed, the row log stages its labels,
@@ -149,7 +171,10 @@ class MonitorLabels(MonitorState):
         try:
             with detectors_kept_on_failure(self._shift):
                 self._feed_labels(
-                    groups, latest=len(self._stream.batches) - 1, rows_seen=self._stream.rows_seen
+                    groups,
+                    latest=len(self._stream.batches) - 1,
+                    rows_seen=self._stream.rows_seen,
+                    corrections=corrections,
                 )
             for record, _, rows, _, labels_b in updates:
                 if rows is not record.rows:
@@ -234,18 +259,25 @@ class MonitorLabels(MonitorState):
         return stats, int((~had).sum()), int(had.sum())
 
     def _feed_labels(
-        self, groups: list[tuple[BatchRecord, IntArray, IntArray]], *, latest: int, rows_seen: int
+        self,
+        groups: list[tuple[BatchRecord, IntArray, IntArray]],
+        *,
+        latest: int,
+        rows_seen: int,
+        corrections: Sequence[tuple[BatchRecord, IntArray, IntArray, IntArray]] = (),
     ) -> None:
         """Give newly labelled rows to the calibrators that learn from labels (ACI) and the detectors.
 
-        Should anything fail, the calibrators that learned get their earlier state back; the
-        callers (``label``, ``observe``) put the detectors back
+        ``corrections`` (rows whose label changed: record, rows, old labels, new labels) go to
+        the calibrators that learn only. Should anything fail, the calibrators that learned get
+        their earlier state back (corrections included); the callers (``label``, ``observe``)
+        put the detectors back
         (:func:`calwatch.shift_watch.detectors_kept_on_failure`).
         """
         learners = {key: cal for key, cal in self._calibrators.items() if kind_of(cal).learns_from_labels}
         saved = {key: copy.deepcopy(vars(cal)) for key, cal in learners.items()}
         try:
-            self._feed_adaptive(groups, learners)
+            self._feed_adaptive(groups, learners, corrections)
             if self._shift is not None and groups:
                 self._feed_detectors(groups, latest=latest, rows_seen=rows_seen)
         except BaseException:
@@ -273,14 +305,32 @@ class MonitorLabels(MonitorState):
             for key, cal in self._calibrators.items()
             if (kind := kind_of(cal)).has_sets
         }
-        self._shift.labelled(latest, (rows_seen - 1, rows_seen - 1), probs, labels, covered)
+        where = (
+            np.concatenate(
+                [np.full(rows.shape[0], record.index, dtype=np.int64) for record, rows, _ in groups]
+            ),
+            np.concatenate([np.asarray(rows, dtype=np.int64) for _, rows, _ in groups]),
+        )
+        self._shift.labelled(latest, (rows_seen - 1, rows_seen - 1), probs, labels, covered, where)
 
     def _feed_adaptive(
-        self, groups: list[tuple[BatchRecord, IntArray, IntArray]], learners: Mapping[str, Any]
+        self,
+        groups: list[tuple[BatchRecord, IntArray, IntArray]],
+        learners: Mapping[str, Any],
+        corrections: Sequence[tuple[BatchRecord, IntArray, IntArray, IntArray]] = (),
     ) -> None:
-        """Give newly labelled rows, with the sets they were shown, to the calibrators that learn (ACI)."""
+        """Give labelled rows, with the sets they were shown, to the calibrators that learn (ACI).
+
+        Corrections first (they replace labels of rows fed before), then the rows' first labels.
+        ACI's level is a sum of per-row steps ``γ (α − err)``, ``err = 1{y ∉ C}`` with ``C`` the
+        set the row was shown at observe time, so a label changed from ``y_old`` to ``y_new``
+        adds ``γ (err_old − err_new)`` (:meth:`calwatch.Adaptive.correct`).
+        """
         for key, cal in learners.items():
             kind = kind_of(cal)
+            for record, rows, old, new in corrections:
+                if record.rows is not None and rows.shape[0]:
+                    kind.after_relabels(cal, kind.results_of(record.rows, key, cal).take(rows), old, new)
             for record, rows, labels in groups:
                 if record.rows is not None and rows.shape[0]:
                     kind.after_labels(cal, kind.results_of(record.rows, key, cal).take(rows), labels)

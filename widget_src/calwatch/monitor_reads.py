@@ -25,7 +25,7 @@ from calwatch.kinds import KINDS, kind_of
 from calwatch.kinds.admit import admitted_accuracy
 from calwatch.kinds.base import null_where
 from calwatch.monitor_state import MonitorState
-from calwatch.shift_watch import ShiftWatch, first_names
+from calwatch.shift_watch import CORRELATED_ROWS, ShiftWatch, first_names
 from calwatch.stream import NO_LABEL, BatchRecord
 
 if TYPE_CHECKING:
@@ -183,6 +183,9 @@ class MonitorReads(MonitorState):
 
         ``classes_untested`` counts the (calibrator, class) pairs that a per-class detector
         cannot test (too few calibration rows; :meth:`notices` says which).
+        ``detectors_on_correlated_rows`` counts the label-based detectors whose labelled rows
+        look correlated (they come in runs): their row-level alarms are held back and whole
+        batches decide until ``blocks=`` is given (:meth:`notices` says which and why).
         ``admitting_nothing`` counts the Venn-ADMIT calibrators that admit under 1% of rows
         (:meth:`notices` says why and what to try). ``rows_from_tables``
         counts rows observed from tables (:meth:`observe_table`, ``calwatch.spark``,
@@ -207,6 +210,7 @@ class MonitorReads(MonitorState):
             "labels_unmatched": s.labels_unmatched,
             "rows_in_window": s.rows_in_window,
             "classes_untested": sum(int(n["classes"]) for n in detector_notices),
+            "detectors_on_correlated_rows": sum(n["examples"] == CORRELATED_ROWS for n in detector_notices),
             "admitting_nothing": len(self._admit_notices()),
             "rows_from_tables": from_tables,
             **self._row_log_counts(),

@@ -49,6 +49,7 @@ from calwatch.engine.shift.betting import (
     guarantee_text,
     has_finite_threshold,
 )
+from calwatch.engine.shift.block_labels import DEFAULT_BLOCK_TIMEOUT, MIN_DISPERSION_BATCHES, Dispersion
 from calwatch.engine.shift.blocks import (
     BlockAccumulator,
     calibration_blocks,
@@ -65,6 +66,17 @@ from calwatch.engine.shift.monitors import (
     MonitorResult,
     ShiftWarning,
     coverage_drop_words,
+)
+from calwatch.label_blocks import (
+    CHUNK_ROWS,
+    BatchFallback,
+    BlockConformityTest,
+    BlockMissTest,
+    ChunkDispersion,
+    EvidenceTrail,
+    MissLook,
+    result_of,
+    stretch_words,
 )
 from calwatch.looks import LookStore
 
@@ -90,6 +102,9 @@ class CalibrationData:
     embeddings: npt.NDArray[np.float32] | None = None
     classes: list[str] | None = None  # class names, for explanations
     blocks: list[str] | None = None  # per-row block keys (calibrate(blocks=)), for block martingales
+    covered: dict[str, npt.NDArray[np.bool_]] | None = (
+        None  # per set calibrator, with blocks: for block nulls
+    )
 
 
 class Detector(Protocol):
@@ -171,8 +186,18 @@ class _MartingaleDetector:
         self.martingale_: ConformalTestMartingale | None = None
 
     def checkpoint(self) -> Callable[[], None]:
-        """A function that puts the martingale back as it is now."""
-        return _nothing_to_restore if self.martingale_ is None else self.martingale_.checkpoint()
+        """A function that puts the martingale (and the stretch followed for its words) back as it is now."""
+        if self.martingale_ is None:
+            return _nothing_to_restore
+        restore_martingale = self.martingale_.checkpoint()
+        runs = {name: list(self.__dict__[name]) for name in ("run_", "block_run_") if name in self.__dict__}
+
+        def restore() -> None:
+            restore_martingale()
+            for name, run in runs.items():
+                self.__dict__[name] = list(run)
+
+        return restore
 
     def _fit(self, scores: FloatArray) -> None:
         self.martingale_ = ConformalTestMartingale(
@@ -185,13 +210,33 @@ class _MartingaleDetector:
         ).fit(scores)
 
     def _look(
-        self, scores: FloatArray, what: str, *, unit: str = "rows", null: str = ROW_NULL
+        self,
+        scores: FloatArray,
+        what: str,
+        *,
+        unit: str = "rows",
+        null: str = ROW_NULL,
+        hold: Callable[[FloatArray, bool], tuple[bool, str]] | None = None,
+        martingale: ConformalTestMartingale | None = None,
+        statistic_name: StatisticName | None = None,
+        run_name: str = "run_",
     ) -> MonitorResult:
-        assert self.martingale_ is not None  # calibrate() runs before any look
-        m = self.martingale_
+        """One look: step the martingale on ``scores``; the result with its words (written when read).
+
+        ``hold(p_values, alarm)`` may hold an alarm back: it returns the alarm to report and a
+        sentence to add to the explanation. ``martingale`` and ``statistic_name`` replace the
+        detector's own (a label test on blocks runs its own martingale); ``run_name`` names the
+        attribute that follows the stretch behind the statistic.
+        """
+        m = self.martingale_ if martingale is None else martingale
+        assert m is not None  # calibrate() runs before any look
+        statistic_name = self.statistic if statistic_name is None else statistic_name
         before = len(m.alarm_indices_)
+        first_row = m.n_seen_
         step = m.step(scores)
-        statistic_name = self.statistic
+        run = _advance_run(
+            self.__dict__.setdefault(run_name, [0, 0, 0.0, 0, 0]), step, statistic_name, first_row
+        )
         values = (
             step.log_cusum
             if statistic_name == "cusum"
@@ -210,19 +255,23 @@ class _MartingaleDetector:
             else "exchangeable with the calibration data"
         )
         threatens, action = self.threatens, self.action
+        alarm, held = bool(new_alarms), ""
+        if hold is not None:
+            alarm, held = hold(p_values, alarm)
+        start, n_run, p_sum, low, high = run[:5]
 
         def words() -> dict[str, Any]:
-            p_mean = float(p_values.mean()) if p_values.size else math.nan
             return {
                 "guarantee": _martingale_guarantee(*rule, unit=unit, null=null),
                 "threatens": threatens,
                 "explanation": (
                     f"{what} no longer look {exchangeable}: the test martingale "
                     f"reached 10^{statistic:.1f} (alarm at 10^{limit:.1f}); "
-                    f"mean conformal p-value of the window {p_mean:.2f} (0.5 when nothing changed)"
+                    + run_words(start, n_run, p_sum, low, high, unit)
+                    + held
                 ),
                 "action": action,
-                "estimate": p_mean,
+                "estimate": p_sum / n_run if n_run else math.nan,
                 "interval": (math.nan, math.nan),
             }
 
@@ -230,11 +279,63 @@ class _MartingaleDetector:
             name=self.name,
             statistic=statistic,
             threshold=limit,
-            alarm=bool(new_alarms),
+            alarm=alarm,
             rows_seen=m.n_seen_,
-            alarm_rows=new_alarms,
+            alarm_rows=new_alarms if alarm else (),
             words=words,
         )
+
+
+def _advance_run(run: list[Any], step: Any, statistic: str, first_row: int) -> list[Any]:
+    """Follow the stretch of p-values behind a martingale's statistic: ``[start, n, Σp, #p<0.1, #p>0.9]``.
+
+    For CUSUM the stretch starts after the statistic last stood at 1 (``log ≤ 0``: a restart,
+    after an alarm or when the evidence ran out); for the others, after the log martingale's
+    lowest point. The run carries over from look to look; updated in place.
+    """
+    p = step.p_value
+    if p.size == 0:
+        return run
+    if statistic == "cusum":
+        restarts = np.flatnonzero(step.log_cusum <= 0.0)
+    else:
+        level = step.log_martingale
+        low_before = run[5] if len(run) > 5 else 0.0
+        lowest = int(np.argmin(level))
+        restarts = np.array([lowest]) if level[lowest] < low_before else np.zeros(0, dtype=np.intp)
+        if len(run) > 5:
+            run[5] = min(low_before, float(level[lowest]))
+        else:
+            run.append(min(low_before, float(level[lowest])))
+    if restarts.size:
+        cut = int(restarts[-1]) + 1
+        tail = p[cut:]
+        run[0], run[1] = first_row + cut, int(tail.size)
+        run[2], run[3], run[4] = float(tail.sum()), int((tail < 0.1).sum()), int((tail > 0.9).sum())
+    else:
+        run[1] += int(p.size)
+        run[2] += float(p.sum())
+        run[3] += int((p < 0.1).sum())
+        run[4] += int((p > 0.9).sum())
+    return run
+
+
+def run_words(start: int, n: int, p_sum: float, low: int, high: int, unit: str) -> str:
+    """The stretch behind a martingale's statistic in words (:func:`_advance_run`)."""
+    if n == 0:
+        return "the evidence stopped growing with the latest " + unit
+    text = (
+        f"the evidence comes from the {n:,} {unit} since {unit[:-1]} {start + 1:,}, whose conformal p-values "
+        f"average {p_sum / n:.2f} with {low / n:.0%} below 0.1 and {high / n:.0%} above 0.9 "
+        "(0.5, 10% and 10% when nothing changed)"
+    )
+    if abs(p_sum / n - 0.5) < 0.05 and abs(low / n - 0.1) < 0.04 and abs(high / n - 0.1) < 0.04:
+        text += (
+            f"; taken together these {unit} look like nothing changed, so the evidence is in their order: "
+            f"similar values come in runs (correlated {unit}, e.g. one unit's or one day's rows together)"
+            + ("; if the stream has such blocks, give blocks=" if unit == "rows" else "")
+        )
+    return text
 
 
 class ConfidenceMartingale(_MartingaleDetector):
@@ -538,45 +639,148 @@ class BlockDistanceMartingale(_NearestReference, _BlockMartingale):
         return np.array([self._statistic(c) for c in counts], dtype=np.float64)
 
 
+def _positions(
+    where: tuple[Any, Any] | None, n: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """The labelled rows' ``(batch, row in batch)`` arrays, checked against the rows fed (None: not given)."""
+    if where is None:
+        return None
+    batches, rows = (np.asarray(a, dtype=np.int64) for a in where)
+    if batches.shape != (n,) or rows.shape != (n,):
+        msg = f"where must give a batch and a row for each of the {n} labelled rows"
+        raise ValueError(msg)
+    return batches, rows
+
+
+def _dependence_words(reading: Dispersion, what: str = "misses") -> str:
+    """What a warning says when the labelled rows cluster by batch."""
+    return (
+        f"; rows look correlated, coming in runs ({reading.words(what)}): a row-level bound assumes "
+        "independent rows, so this alarm takes whole batches as the unit — give blocks= to "
+        "calibrate() and observe() (a day, a session, a unit) for a test whose bound holds"
+    )
+
+
+#: The ``examples`` entry of a notice about correlated rows (``Monitor.status()`` counts them).
+CORRELATED_ROWS = "correlated rows"
+
+
+def _unsettled_words(reading: Dispersion) -> str:
+    """What a look says while too few runs of rows are fully labelled to tell whether rows cluster."""
+    return (
+        f"; the row-level test waits for {MIN_DISPERSION_BATCHES} fully labelled runs of "
+        f"{CHUNK_ROWS} rows (it has {reading.batches}) to tell whether rows cluster, since its "
+        "bound assumes independent rows; meanwhile whole batches decide"
+    )
+
+
+def _held_notice(detector: Any, kind: str) -> dict[str, Any] | None:
+    """The notice of a row-level alarm held back because the rows cluster by batch (None if none)."""
+    held = getattr(detector, "held_back_", None)
+    reading = getattr(detector, "dispersion_reading_", None)
+    if reading is None or not reading.clustered:
+        return None
+    count = 0 if held is None else int(held["looks"])
+    tail = (
+        ""
+        if held is None or not count
+        else f"; {count} row-level alarm{'s' if count != 1 else ''} held back (evidence up to "
+        f"10^{held['statistic']:.1f}), since its bound assumes independent rows"
+    )
+    return {
+        "calibrator": getattr(detector, "calibrator", None),
+        "detector": detector.name,
+        "classes": 0,
+        "examples": CORRELATED_ROWS,
+        "message": (
+            f"{detector.name}: rows look correlated, coming in runs ({reading.words(kind)}){tail}; "
+            f"the {kind} test now takes whole batches as the unit. Give blocks= to calibrate() and "
+            "observe() (a day, a session, a unit) for a test whose bound holds on correlated rows"
+        ),
+    }
+
+
 class LabelMartingale(_MartingaleDetector):
     """Label-based: a conformal test martingale on a calibrator's conformity scores ``s(x, y)``.
 
     Fed with newly labelled rows in arrival order. Needs a calibrator with
     ``label_scores(P, y)`` (``SplitConformalClassifier``).
+
+    With ``calibrate(blocks=)`` the unit is the block
+    (:class:`~calwatch.label_blocks.BlockConformityTest`: a Kolmogorov–Smirnov distance of each
+    complete block's scores to a reference half of the calibration blocks, Ville's rule). Without
+    block keys the row martingale runs, and the p-values of complete batches are read for
+    clustering (:class:`~calwatch.engine.shift.block_labels.BatchDispersion`): while they
+    cluster by batch, its alarms are held back (its bound assumes independent rows) and
+    :meth:`notice` says so.
     """
 
     needs_labels = True
+    uses_positions = True
     action = "recalibrate on recent labelled data; if the alarm keeps recurring, retrain the model"
 
-    def __init__(self, calibrator: str, **options: Any) -> None:
+    def __init__(
+        self, calibrator: str, *, block_timeout: int | None = DEFAULT_BLOCK_TIMEOUT, **options: Any
+    ) -> None:
         super().__init__(**options)
         self.calibrator = calibrator
         self.name = f"{calibrator}: conformity martingale"
         self.threatens = f"the coverage of {calibrator}'s prediction sets"
+        self.block_timeout = block_timeout
         self._scorer: Any = None
+        self._init_units()
+
+    def _init_units(self) -> None:
+        self.blocks_: BlockConformityTest | None = None
+        self.chunks_: ChunkDispersion | None = ChunkDispersion()  # do the p-values cluster?
+        self.dispersion_reading_: Dispersion | None = None
+        self.held_back_: dict[str, Any] | None = None
+
+    def _after_decode(self) -> None:
+        """A snapshot written before block-aware label tests lacks their state."""
+        if "chunks_" not in self.__dict__:
+            self._init_units()
+            self.chunks_ = None  # the rows it saw were not registered: rows only, as then
 
     def checkpoint(self) -> Callable[[], None]:
-        """A function that puts the martingale and its scorer's random stream back as they are now."""
+        """A function that puts the martingale, its units and its scorer's random stream back as they are."""
         restore_martingale = super().checkpoint()
         # Only a randomised scorer draws from its stream when scoring.
         rng = (
             getattr(self._scorer, "_predict_rng", None) if getattr(self._scorer, "randomized", True) else None
         )
         rng_state = None if rng is None else rng.bit_generator.state
+        undo = [part.checkpoint() for part in (self.blocks_, self.chunks_) if part is not None]
+        reading, held = self.dispersion_reading_, None if self.held_back_ is None else dict(self.held_back_)
 
         def restore() -> None:
             restore_martingale()
+            for step in undo:
+                step()
+            self.dispersion_reading_, self.held_back_ = reading, held
             if rng is not None:
                 rng.bit_generator.state = rng_state
 
         return restore
 
     def calibrate(self, data: CalibrationData) -> None:
-        """Fit on the calibrator's conformity scores of the calibration rows."""
+        """Fit on the calibrator's conformity scores of the calibration rows (by block with blocks)."""
         # A copy: scoring must not advance a randomised calibrator's own random stream.
         self._scorer = copy.deepcopy(data.calibrators[self.calibrator])
         self._sort_free: bool | None = None
-        self._fit(self._conformity(data.probs, data.labels))
+        scores = self._conformity(data.probs, data.labels)
+        self._fit(scores)
+        self._init_units()
+        self.run_ = [0, 0, 0.0, 0, 0]
+        self.block_run_ = [0, 0, 0.0, 0, 0]
+        if data.blocks is not None:
+            self.blocks_ = BlockConformityTest(timeout=self.block_timeout, seed=self.seed)
+            self.blocks_.calibrate(scores, data.blocks)
+
+    def check_blocks(self, keys: list[str]) -> None:
+        """Raise ``ValueError`` (changing nothing) if these keys would reopen a complete block."""
+        if self.blocks_ is not None:
+            self.blocks_.ledger_.check(keys)
 
     def _conformity(self, probs: FloatArray, labels: IntArray) -> FloatArray:
         """The scorer's label scores, summed without sorting where it offers that.
@@ -596,53 +800,259 @@ class LabelMartingale(_MartingaleDetector):
         """Label-based: nothing to do until labels arrive."""
         return None
 
+    def observed(self, batch: int, m: int, blocks: list[str] | None) -> None:
+        """Register a newly observed batch's rows (by block with blocks, else the batch as one block)."""
+        if self.blocks_ is not None:
+            assert blocks is not None  # the monitor requires blocks= once calibrated with them
+            self.blocks_.observed(batch, blocks)
+        elif self.chunks_ is not None:
+            self.chunks_.observed(batch, m)
+
     def labelled(
-        self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
+        self,
+        probs: FloatArray,
+        labels: IntArray,
+        covered: dict[str, npt.NDArray[np.bool_]],
+        where: tuple[Any, Any] | None = None,
+        now: int = 0,
     ) -> MonitorResult | None:
-        """Feed the conformity scores of the newly labelled rows."""
+        """Feed the conformity scores of the newly labelled rows (``where``: their batch and row)."""
         scores = self._conformity(probs, labels)
-        return self._look(scores, f"{self.calibrator}'s conformity scores of labelled rows")
+        positions = _positions(where, scores.shape[0])
+        what = f"{self.calibrator}'s conformity scores of labelled rows"
+        if self.blocks_ is not None:
+            if positions is None:
+                msg = f"the {self.name} tests blocks: it needs each labelled row's batch and row (where=)"
+                raise ValueError(msg)
+            statistics, _ = self.blocks_.labelled(*positions, scores, now=now)
+            if self.blocks_.martingale_ is None or statistics.size == 0:
+                return None
+            return self._look(
+                statistics, f"whole blocks of {what}", unit="blocks", null=BLOCK_NULL,
+                martingale=self.blocks_.martingale_, statistic_name="ville", run_name="block_run_",
+            )  # fmt: skip
+        if positions is None or self.chunks_ is None:
+            return self._look(scores, what)
+        chunks = self.chunks_
+
+        def hold(p_values: FloatArray, alarm: bool) -> tuple[bool, str]:
+            reading = self.dispersion_reading_ = chunks.labelled(*positions, p_values, now=now)
+            if reading.settled and not reading.clustered:
+                return alarm, ""
+            if not reading.settled:
+                return False, _unsettled_words(reading)
+            if alarm:
+                held = self.held_back_ or {"looks": 0, "statistic": -math.inf}
+                held["looks"] += 1
+                assert self.martingale_ is not None
+                held["statistic"] = max(held["statistic"], self.martingale_.log10_cusum_)
+                self.held_back_ = held
+            return False, _dependence_words(reading, "conformal p-values")
+
+        return self._look(scores, what, hold=hold)
+
+    def notice(self) -> dict[str, Any] | None:
+        """Held-back alarms and correlated rows, as a notice for ``Monitor.notices()``."""
+        return _held_notice(self, "conformal p-values")
 
 
 class CoverageDropDetector:
-    """Label-based: a betting test of a set calibrator's miss rate (``engine.monitors.CoverageDrop``)."""
+    """Label-based: a betting test of a set calibrator's miss rate (``engine.monitors.CoverageDrop``).
+
+    Three units, one decision:
+
+    - with ``calibrate(blocks=)``, whole blocks (:class:`~calwatch.label_blocks.BlockMissTest`:
+      Ville's betting test on each complete block's miss rate, against a null rate computed
+      from the calibration blocks);
+    - without block keys, rows (Shiryaev-Roberts on each labelled row's miss, anytime threshold)
+      while the misses of complete batches do not cluster by batch;
+    - while they do (:class:`~calwatch.label_blocks.BatchFallback`: batch-dispersion F test at
+      p < 0.001 over ≥ 5 batches), whole batches: the row test's alarms are held back (its bound
+      assumes independent rows) and the decision is the batch test's; the warning and
+      :meth:`notice` say so and suggest ``blocks=``.
+    """
 
     needs_labels = True
+    uses_positions = True
 
-    def __init__(self, calibrator: str, **options: Any) -> None:
+    def __init__(
+        self, calibrator: str, *, block_timeout: int | None = DEFAULT_BLOCK_TIMEOUT, **options: Any
+    ) -> None:
         self.calibrator = calibrator
         self.name = f"{calibrator}: coverage drop"
         self.options = options
+        self.block_timeout = block_timeout
         self.test_: CoverageDrop | None = None
+        self._init_units()
+
+    def _init_units(self) -> None:
+        self.blocks_: BlockMissTest | None = None
+        self.fallback_: BatchFallback | None = None
+        self.trail_: EvidenceTrail | None = None
+        self.dispersion_reading_: Dispersion | None = None
+        self.held_back_: dict[str, Any] | None = None
+
+    def _after_decode(self) -> None:
+        """A snapshot written before block-aware label tests lacks their state (rows only, as then)."""
+        if "fallback_" not in self.__dict__:
+            self._init_units()
 
     def checkpoint(self) -> Callable[[], None]:
-        """A function that puts the test back as it is now."""
-        return _nothing_to_restore if self.test_ is None else self.test_.test_.checkpoint()
+        """A function that puts the tests back as they are now."""
+        parts = (self.blocks_, self.fallback_, self.trail_)
+        undo = [part.checkpoint() for part in parts if part is not None]
+        if self.test_ is not None:
+            undo.append(self.test_.test_.checkpoint())
+        reading, held = self.dispersion_reading_, None if self.held_back_ is None else dict(self.held_back_)
+
+        def restore() -> None:
+            for step in undo:
+                step()
+            self.dispersion_reading_, self.held_back_ = reading, held
+
+        return restore
 
     def calibrate(self, data: CalibrationData) -> None:
-        """Set the null miss rate from the calibrator's α and calibration size.
+        """Set the null miss rate from the calibrator's α and calibration size (or blocks).
 
         Too few calibration rows for a finite threshold (every set full: nothing can be missed)
         leave nothing to test; the detector then stays silent rather than refusing the monitor.
         """
         cal = data.calibrators[self.calibrator]
+        alpha = float(cal.alpha)
         n_cal = int(getattr(cal, "n_calibration_", None) or data.labels.shape[0])
-        testable = has_finite_threshold(float(cal.alpha), n_cal)
-        self.test_ = (
-            CoverageDrop(alpha=float(cal.alpha), n_calibration=n_cal, **self.options) if testable else None
-        )
+        testable = has_finite_threshold(alpha, n_cal)
+        self._init_units()
+        classes = data.classes or []
+        if data.blocks is not None and data.covered is not None and testable:
+            self.test_ = None
+            self.blocks_ = BlockMissTest(self.calibrator, timeout=self.block_timeout)
+            self.blocks_.calibrate(
+                alpha=alpha, misses=~data.covered[self.calibrator], labels=data.labels, keys=data.blocks,
+                classes=classes,
+            )  # fmt: skip
+            return
+        self.test_ = CoverageDrop(alpha=alpha, n_calibration=n_cal, **self.options) if testable else None
+        if self.test_ is not None:
+            self.fallback_ = BatchFallback(self.calibrator)
+            self.fallback_.calibrate(alpha, [n_cal], classes)
+            self.trail_ = EvidenceTrail([self.test_.null_rate])
+
+    def check_blocks(self, keys: list[str]) -> None:
+        """Raise ``ValueError`` (changing nothing) if these keys would reopen a complete block."""
+        if self.blocks_ is not None:
+            self.blocks_.ledger_.check(keys)
 
     def observe(self, probs: FloatArray) -> MonitorResult | None:
         """Label-based: nothing to do until labels arrive."""
         return None
 
+    def observed(self, batch: int, m: int, blocks: list[str] | None) -> None:
+        """Register a newly observed batch's rows with their blocks (or the batch as one block)."""
+        if self.blocks_ is not None:
+            assert blocks is not None  # the monitor requires blocks= once calibrated with them
+            self.blocks_.observed(batch, blocks)
+        elif self.fallback_ is not None:
+            self.fallback_.observed(batch, m)
+
     def labelled(
-        self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
+        self,
+        probs: FloatArray,
+        labels: IntArray,
+        covered: dict[str, npt.NDArray[np.bool_]],
+        where: tuple[Any, Any] | None = None,
+        now: int = 0,
     ) -> MonitorResult | None:
-        """Feed whether each newly labelled row was covered."""
+        """Feed whether each newly labelled row was covered (``where``: each row's batch and row)."""
+        hits = covered[self.calibrator]
+        positions = _positions(where, hits.shape[0])
+        if self.blocks_ is not None:
+            if positions is None:
+                msg = f"the {self.name} tests blocks: it needs each labelled row's batch and row (where=)"
+                raise ValueError(msg)
+            found = self.blocks_.labelled(*positions, ~hits, labels, now=now)
+            return (
+                None
+                if found is None
+                else result_of(self.name, found[0], found[1], self.blocks_.blocks_tested_)
+            )
         if self.test_ is None:
             return None
-        return self.test_.update(covered[self.calibrator], name=self.name)
+        row = self.test_.update(hits, name=self.name)
+        if positions is None or self.fallback_ is None or self.trail_ is None:
+            return row
+        return self._decide(row, hits, labels, positions, now)
+
+    def _decide(
+        self,
+        row: MonitorResult,
+        hits: npt.NDArray[np.bool_],
+        labels: IntArray,
+        positions: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
+        now: int,
+    ) -> MonitorResult:
+        """The row test's look, or the batch test's while the rows cluster by batch."""
+        assert self.fallback_ is not None
+        assert self.trail_ is not None
+        assert self.test_ is not None
+        batches = positions[0]
+        misses = int((~hits).sum())
+        self.trail_.add(np.zeros(1, np.intp), [hits.size], [misses], [batches.min()], [batches.max()])
+        stretch = self.trail_.stretch(0)
+        if row.alarm_rows:
+            self.trail_.restart(0)
+        reading, batch_look = self.fallback_.labelled(*positions, ~hits, labels, now=now)
+        self.dispersion_reading_ = reading
+        null_rate, window = self.test_.null_rate, (int(hits.size), misses)
+        if reading.settled and not reading.clustered:
+            return _reworded(row, stretch_words(stretch, null_rate, window))
+        if row.alarm and reading.clustered:
+            held = self.held_back_ or {"looks": 0, "statistic": -math.inf}
+            held["looks"] += 1
+            held["statistic"] = max(held["statistic"], row.statistic)
+            self.held_back_ = held
+        test = self.fallback_.test_.test_
+        if batch_look is None:
+            assert test is not None
+            look = MissLook(test.log10_statistic(0), test.log10_threshold, bool(test.alarmed_.any()), 0)
+            words = self.fallback_.test_._words(look, 0)
+        else:
+            look, words = batch_look
+        dependence = _dependence_words(reading) if reading.clustered else _unsettled_words(reading)
+
+        def reworded() -> dict[str, Any]:
+            out = words()
+            out["explanation"] += dependence
+            return out
+
+        return result_of(self.name, look, reworded, row.rows_seen)
+
+    def notice(self) -> dict[str, Any] | None:
+        """Held-back alarms and correlated rows, as a notice for ``Monitor.notices()``."""
+        return _held_notice(self, "misses")
+
+
+def _reworded(result: MonitorResult, evidence: str) -> MonitorResult:
+    """A row coverage test's result whose explanation cites the stretch that drove it."""
+    words: Callable[[], dict[str, Any]] | None = result.__dict__.get("_words")
+    if words is None:  # not deferred, or its words were read already
+        return result
+
+    def reworded() -> dict[str, Any]:
+        out = dict(words())
+        out["explanation"] = _evidence_sentence(out["explanation"], evidence)
+        return out
+
+    return DeferredResult.later(
+        name=result.name, statistic=result.statistic, threshold=result.threshold, alarm=result.alarm,
+        rows_seen=result.rows_seen, alarm_rows=result.alarm_rows, words=reworded,
+    )  # fmt: skip
+
+
+def _evidence_sentence(explanation: str, evidence: str) -> str:
+    """Replace a coverage-drop explanation's window clause ("; in this window …") by the evidence."""
+    head = explanation.split("; in this window", 1)[0]
+    return f"{head}; {evidence}"
 
 
 class ClassCoverageDropDetector:
@@ -660,17 +1070,51 @@ class ClassCoverageDropDetector:
 
     A class with too few calibration rows for a finite threshold at the calibrator's α (its sets
     always hold it: its coverage cannot drop) has no test; ``untested_`` lists them.
+
+    The units follow :class:`CoverageDropDetector`: whole blocks with ``calibrate(blocks=)``
+    (one block test per class, each at ``K·c``, against a null rate from that class's
+    calibration rows and their blocks); rows otherwise, and whole batches while the misses of
+    complete batches cluster by batch.
     """
 
     needs_labels = True
+    uses_positions = True
 
-    def __init__(self, calibrator: str, *, threshold: float | None = None) -> None:
+    def __init__(
+        self,
+        calibrator: str,
+        *,
+        threshold: float | None = None,
+        block_timeout: int | None = DEFAULT_BLOCK_TIMEOUT,
+    ) -> None:
         self.calibrator = calibrator
         self.name = f"{calibrator}: class coverage drop"
         self.threshold = threshold
+        self.block_timeout = block_timeout
         self.test_: GroupedBetting | None = None
         self.alpha_ = math.nan
         self.classes_: list[str] = []
+        self._init_units()
+
+    def _init_units(self) -> None:
+        self.blocks_: BlockMissTest | None = None
+        self.fallback_: BatchFallback | None = None
+        self.trail_: EvidenceTrail | None = None
+        self.dispersion_reading_: Dispersion | None = None
+        self.held_back_: dict[str, Any] | None = None
+
+    def check_blocks(self, keys: list[str]) -> None:
+        """Raise ``ValueError`` (changing nothing) if these keys would reopen a complete block."""
+        if self.blocks_ is not None:
+            self.blocks_.ledger_.check(keys)
+
+    def observed(self, batch: int, m: int, blocks: list[str] | None) -> None:
+        """Register a newly observed batch's rows with their blocks (or the batch as one block)."""
+        if self.blocks_ is not None:
+            assert blocks is not None  # the monitor requires blocks= once calibrated with them
+            self.blocks_.observed(batch, blocks)
+        elif self.fallback_ is not None:
+            self.fallback_.observed(batch, m)
 
     @property
     def untested_(self) -> list[int]:
@@ -679,7 +1123,16 @@ class ClassCoverageDropDetector:
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts every class's test back as it is now."""
-        return _nothing_to_restore if self.test_ is None else self.test_.checkpoint()
+        parts = (self.test_, self.blocks_, self.fallback_, self.trail_)
+        undo = [part.checkpoint() for part in parts if part is not None]
+        reading, held = self.dispersion_reading_, None if self.held_back_ is None else dict(self.held_back_)
+
+        def restore() -> None:
+            for step in undo:
+                step()
+            self.dispersion_reading_, self.held_back_ = reading, held
+
+        return restore
 
     def calibrate(self, data: CalibrationData) -> None:
         """One test per class with enough calibration rows, against that class's calibration count."""
@@ -690,19 +1143,35 @@ class ClassCoverageDropDetector:
         testable = np.array([has_finite_threshold(self.alpha_, int(n)) for n in counts.tolist()], dtype=bool)
         rates = np.full(K, np.nan)
         rates[testable] = calibration_null_rates(self.alpha_, counts[testable], DEFAULT_CALIBRATION_DELTA)
+        self.classes_ = data.classes if data.classes is not None else [str(c) for c in range(K)]
+        self._init_units()
+        if data.blocks is not None and data.covered is not None:
+            self.test_ = None
+            self.blocks_ = BlockMissTest(self.calibrator, by_class=True, timeout=self.block_timeout)
+            self.blocks_.calibrate(
+                alpha=self.alpha_, misses=~data.covered[self.calibrator], labels=data.labels,
+                keys=data.blocks, classes=self.classes_,
+            )  # fmt: skip
+            return
         # K tests: each at δ/K (anytime, the default) or at threshold K·c, so by the union bound
         # the K together keep one test's false-alarm bound.
         if self.threshold is None:
             self.test_ = GroupedBetting(rates, false_alarm=DEFAULT_FALSE_ALARM / K)
         else:
             self.test_ = GroupedBetting(rates, threshold=self.threshold * K)
-        self.classes_ = data.classes if data.classes is not None else [str(c) for c in range(K)]
+        self.fallback_ = BatchFallback(self.calibrator, by_class=True)
+        self.fallback_.calibrate(
+            self.alpha_,
+            [int(n) if ok else 0 for n, ok in zip(counts.tolist(), testable.tolist(), strict=True)],
+            self.classes_,
+        )
+        self.trail_ = EvidenceTrail(np.where(testable, rates, 0.5))
 
     def notice(self) -> dict[str, Any] | None:
         """The classes without a test, as a notice for ``Monitor.notices()`` (None if every class has one)."""
         untested = self.untested_
         if not untested:
-            return None
+            return _held_notice(self, "misses")
         need = smallest_testable_count(self.alpha_)
         names = [self.classes_[c] if c < len(self.classes_) else str(c) for c in untested]
         return {
@@ -718,7 +1187,12 @@ class ClassCoverageDropDetector:
         }
 
     def _after_decode(self) -> None:
-        """Rebuild a snapshot of the one-test-per-class layout (``tests_``) as grouped state."""
+        """Rebuild a snapshot of the one-test-per-class layout (``tests_``) as grouped state.
+
+        A snapshot written before block-aware label tests lacks their state (rows only, as then).
+        """
+        if "fallback_" not in self.__dict__:
+            self._init_units()
         tests: dict[int, CoverageDrop] | None = self.__dict__.pop("tests_", None)
         if tests is None or getattr(self, "test_", None) is not None:
             return
@@ -749,12 +1223,92 @@ class ClassCoverageDropDetector:
         return None
 
     def labelled(
-        self, probs: FloatArray, labels: IntArray, covered: dict[str, npt.NDArray[np.bool_]]
+        self,
+        probs: FloatArray,
+        labels: IntArray,
+        covered: dict[str, npt.NDArray[np.bool_]],
+        where: tuple[Any, Any] | None = None,
+        now: int = 0,
     ) -> MonitorResult | None:
         """Feed each class's newly labelled rows to its test; report the class most in doubt."""
+        hits = covered[self.calibrator]
+        positions = _positions(where, hits.shape[0])
+        if self.blocks_ is not None:
+            if positions is None:
+                msg = f"the {self.name} tests blocks: it needs each labelled row's batch and row (where=)"
+                raise ValueError(msg)
+            found = self.blocks_.labelled(*positions, ~hits, labels, now=now)
+            return (
+                None
+                if found is None
+                else result_of(self.name, found[0], found[1], self.blocks_.blocks_tested_)
+            )
         if self.test_ is None:
             return None
-        hits = covered[self.calibrator]
+        row = self._row_look(hits, labels)
+        if row is None:
+            return None
+        result, c = row
+        if positions is None or self.fallback_ is None or self.trail_ is None:
+            return result
+        return self._decide(result, c, hits, labels, positions, now)
+
+    def _decide(
+        self,
+        row: MonitorResult,
+        c: int,
+        hits: npt.NDArray[np.bool_],
+        labels: IntArray,
+        positions: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
+        now: int,
+    ) -> MonitorResult:
+        """The row tests' look, or the batch tests' while the rows cluster by batch."""
+        assert self.fallback_ is not None
+        assert self.trail_ is not None
+        assert self.test_ is not None
+        batches, misses = positions[0], ~hits
+        touched = np.unique(labels)
+        per = [labels == k for k in touched.tolist()]
+        self.trail_.add(
+            touched, [int(m.sum()) for m in per], [int(misses[m].sum()) for m in per],
+            [int(batches[m].min()) for m in per], [int(batches[m].max()) for m in per],
+        )  # fmt: skip
+        stretch = self.trail_.stretch(c)
+        if row.alarm_rows:
+            self.trail_.restart(c)
+        reading, batch_look = self.fallback_.labelled(*positions, misses, labels, now=now)
+        self.dispersion_reading_ = reading
+        in_class = labels == c
+        window = (int(in_class.sum()), int(misses[in_class].sum()))
+        if reading.settled and not reading.clustered:
+            return _reworded(row, stretch_words(stretch, float(self.test_.null_rates[c]), window))
+        if row.alarm and reading.clustered:
+            held = self.held_back_ or {"looks": 0, "statistic": -math.inf}
+            held["looks"] += 1
+            held["statistic"] = max(held["statistic"], row.statistic)
+            self.held_back_ = held
+        test = self.fallback_.test_.test_
+        if batch_look is None:
+            assert test is not None
+            stats = [test.log10_statistic(i) for i in range(test.n_groups)]
+            worst = int(np.argmax(stats))
+            group = int(np.flatnonzero(self.fallback_.test_.tested_ == worst)[0])
+            look = MissLook(stats[worst], test.log10_threshold, bool(test.alarmed_.any()), group)
+            words = self.fallback_.test_._words(look, worst)
+        else:
+            look, words = batch_look
+        dependence = _dependence_words(reading) if reading.clustered else _unsettled_words(reading)
+
+        def reworded() -> dict[str, Any]:
+            out = words()
+            out["explanation"] += dependence
+            return out
+
+        return result_of(self.name, look, reworded, row.rows_seen)
+
+    def _row_look(self, hits: npt.NDArray[np.bool_], labels: IntArray) -> tuple[MonitorResult, int] | None:
+        """The row tests' look: the class most in doubt (an alarmed one first), and that class."""
+        assert self.test_ is not None
         test = self.test_
         look = test.update(~hits, labels)
         if look.groups.size == 0:
@@ -793,7 +1347,7 @@ class ClassCoverageDropDetector:
             out["guarantee"] = f"{out['guarantee']}; each of the {n_tests} class tests at {each}"
             return out
 
-        return DeferredResult.later(
+        result = DeferredResult.later(
             name=self.name,
             statistic=statistic,
             threshold=limit,
@@ -802,6 +1356,7 @@ class ClassCoverageDropDetector:
             alarm_rows=window_alarms,
             words=words,
         )
+        return result, c
 
 
 @contextlib.contextmanager
@@ -986,6 +1541,7 @@ class ShiftWatch:
         """Fit every detector (fresh state: warnings and looks of an earlier calibration stay)."""
         for detector in self.detectors:
             detector.calibrate(data)
+        self.calibration_keys_ = set(data.blocks) if data.blocks is not None else set()
 
     def _record(
         self, detector: Detector, result: MonitorResult | None, batch: int, rows: tuple[int, int]
@@ -1019,6 +1575,10 @@ class ShiftWatch:
         """Feed a newly observed batch to the label-free detectors (``blocks``: per-row block keys)."""
         for detector in self.detectors:
             if detector.needs_labels:
+                observed = getattr(detector, "observed", None)
+                if observed is not None:  # label tests register the rows their labels will join
+                    self._feeding(detector)
+                    observed(batch, probs.shape[0], blocks)
                 continue
             self._feeding(detector)
             if getattr(detector, "uses_blocks", False):
@@ -1032,10 +1592,26 @@ class ShiftWatch:
     @property
     def uses_blocks(self) -> bool:
         """Whether a detector tests whole blocks (then ``observe`` needs each row's block key)."""
-        return any(getattr(d, "uses_blocks", False) for d in self.detectors)
+        return any(getattr(d, "uses_blocks", False) for d in self.detectors) or bool(
+            self.__dict__.get("calibration_keys_")
+        )
 
     def check_blocks(self, blocks: list[str]) -> None:
-        """Raise ``ValueError`` (changing nothing) if a block detector would refuse these keys."""
+        """Raise ``ValueError`` (changing nothing) if a block detector would refuse these keys.
+
+        A key that named calibration rows is refused too: a block split between calibration and
+        the stream would be tested against itself.
+        """
+        calibration_keys: set[str] = self.__dict__.get("calibration_keys_") or set()
+        if calibration_keys:
+            shared = calibration_keys.intersection(blocks)
+            if shared:
+                key = min(shared)
+                msg = (
+                    f"blocks: key {key!r} names calibration rows too; a block must lie wholly in the "
+                    "calibration data or wholly in the stream (give stream blocks keys of their own)"
+                )
+                raise ValueError(msg)
         for detector in self.detectors:
             check = getattr(detector, "check_blocks", None)
             if check is not None:
@@ -1048,17 +1624,24 @@ class ShiftWatch:
         probs: FloatArray,
         labels: IntArray,
         covered: dict[str, npt.NDArray[np.bool_]],
+        where: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None,
     ) -> None:
         """Feed newly labelled rows (arrival order) to the label-based detectors.
 
-        ``batch`` is the latest batch at the time: their looks are charted there.
+        ``batch`` is the latest batch at the time: their looks are charted there. ``where``:
+        each row's batch and position in it, which the block-aware label tests need to join a
+        label to its block (or batch).
         """
         if labels.shape[0] == 0:
             return
         for detector in self.detectors:
             if detector.needs_labels:
                 self._feeding(detector)
-                self._record(detector, detector.labelled(probs, labels, covered), batch, rows)
+                if where is not None and getattr(detector, "uses_positions", False):
+                    result = detector.labelled(probs, labels, covered, where=where, now=batch)  # type: ignore[call-arg]
+                else:
+                    result = detector.labelled(probs, labels, covered)
+                self._record(detector, result, batch, rows)
 
     def acknowledge(self, episode: int, note: str = "", by: str | None = None) -> Acknowledgement:
         """Acknowledge a warning; the note, who and when are kept in the log."""

@@ -219,16 +219,25 @@ def health_rows(
     ``rows`` are per-batch summary rows holding at least the last
     :data:`~calwatch.health.SPARK_BATCHES` batches; ``promises`` the monitor's
     :func:`~calwatch.health.qualifiers` and :func:`~calwatch.health.floors` (computed when not
-    given; they change only with calibrate).
+    given; they change only with calibrate). Per-class promises are judged on their worst class,
+    from :meth:`Monitor.class_coverage` of the same batches (read only when there is one).
     """
     if monitor.calibration_ is None:
         return []
+    n = monitor.n_batches
+    recent = tuple(range(max(0, n - health.SPARK_BATCHES), n))
     if rows is None:
-        n = monitor.n_batches
-        rows = monitor.summary(tuple(range(max(0, n - health.SPARK_BATCHES), n))) if n else []
+        rows = monitor.summary(recent) if n else []
     quals, lows = promises if promises is not None else (health.qualifiers(monitor), health.floors(monitor))
+    per_class = health.per_class_calibrators(monitor)
     out = health.health(
-        rows, warning_rows(monitor), calibrators=list(monitor.calibrators), qualifiers=quals, floors=lows
+        rows,
+        warning_rows(monitor),
+        calibrators=list(monitor.calibrators),
+        qualifiers=quals,
+        floors=lows,
+        classes=monitor.class_coverage(recent) if per_class and n else None,
+        per_class=per_class,
     )
     return _json_rows_from_dicts(out)
 

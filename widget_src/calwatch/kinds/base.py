@@ -172,6 +172,9 @@ class CalibratorKind(ABC, Generic[R, S]):
     def after_labels(self, calibrator: Any, results: R, labels: IntArray) -> None:
         """React to newly labelled rows (adaptive calibrators move their level); default: nothing."""
 
+    def after_relabels(self, calibrator: Any, results: R, old: IntArray, new: IntArray) -> None:
+        """React to labelled rows whose label was replaced (``old`` → ``new``); default: nothing."""
+
     def calibrator_columns(self, calibrator: Any) -> dict[str, Any]:
         """Summary columns that describe the calibrator, the same in each of its rows; default: none.
 

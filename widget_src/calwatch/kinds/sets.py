@@ -339,7 +339,16 @@ class SetsKind(CalibratorKind[SetRows, CalibratorBatchStats]):
 
 
 class AdaptiveKind(SetsKind):
-    """Adaptive conformal inference (``cw.Adaptive``): sets whose level moves as labels arrive."""
+    """Adaptive conformal inference (``cw.Adaptive``): sets whose level moves as labels arrive.
+
+    A row's first label moves ``α_t`` by ``γ (α − err)`` (:meth:`after_labels`); a replaced
+    label moves it by ``γ (err_old − err_new)`` (:meth:`after_relabels`), ``err`` judged
+    against the set the row was shown at observe time (kept with the row). So ``α_t`` follows
+    the labels the dashboard shows: when the correction comes before the next observe it equals
+    the level of a stream that only received the final labels. (The shift detectors, also
+    sequential, keep the first label: a relabel is not a new observation for their tests, whose
+    false-alarm bounds count each row once; ``Monitor.label``'s Notes.)
+    """
 
     panels: ClassVar[tuple[str, ...]] = (*SetsKind.panels, "aci")
     learns_from_labels = True
@@ -356,6 +365,16 @@ class AdaptiveKind(SetsKind):
         """Move ``α_t`` with the sets the labelled rows were shown."""
         if labels.shape[0]:
             calibrator.update(results.sets, labels)
+
+    def after_relabels(self, calibrator: Any, results: SetRows, old: IntArray, new: IntArray) -> None:
+        """Move ``α_t`` by ``γ Σ (err_old − err_new)`` against the sets the rows were shown.
+
+        A calibrator without ``correct(sets, y_old, y_new)`` (an ACI look-alike) is left as
+        its first labels put it.
+        """
+        correct = getattr(calibrator, "correct", None)
+        if old.shape[0] and callable(correct):
+            correct(results.sets, old, new)
 
     def levels(self, calibrator: Any) -> ConformalLevels | None:
         """ACI's sets at any level."""

@@ -29,6 +29,18 @@ Variants (which rows share one level):
   sets react, so ``α_t ∈ [−γB, 1 + γB]`` and the bound becomes
   ``|mean(err) − α| ≤ (max(α_1, 1 − α_1) + γB) / (γT)`` (:meth:`Adaptive.long_run_bound`).
 
+Corrected labels (:meth:`Adaptive.correct`, batched variant): a row's label may be replaced
+after it was fed back. Each row's step ``γ (α − err_t)`` enters ``α_t`` as a plain sum and
+nothing clips ``α_t``, so replacing its label adds ``γ (err_old − err_new)``, with ``err``
+judged against the set the row was shown. When the correction comes before the next sets are
+taken, ``α_t`` is that of a stream that only received the final labels (equal up to float
+rounding), and the identity holds with the final labels. A correction after the next sets
+moves ``α_t`` by the same amount, but those sets were taken at the uncorrected level, so the
+trajectories differ from then on (the identity still holds; the bound needs ``B`` raised by
+the corrected rows, see :meth:`Adaptive.correct`). The row-by-row variant has no correction:
+its ``err_t`` depends on each row's own level ``α_t``, which a correction would move for every
+later row.
+
 Sets at the edges (our choice, following the paper): ``α_t ≤ 0`` (in fact any
 ``α_t < 1/(n+1)``) gives every class. ``α_t ≥ 1`` gives the empty set when the calibrator
 allows empty sets (``allow_empty=True``), otherwise just the top class ``ŷ`` (calwatch's
@@ -259,7 +271,8 @@ class Adaptive:
     levels_ : LevelSets
         What gives the sets at any level (the calibrator itself, or its :class:`ConformalLevels`).
     n_updates_ : int
-        Labelled rows fed back so far (``T``).
+        Labelled rows fed back so far (``T``); a corrected label (:meth:`correct`) is not a new
+        row.
     max_batch_rows_ : int
         Largest number of rows that shared one level (1 when only row-by-row updates ran).
     alpha_range_ : tuple of float
@@ -397,6 +410,79 @@ class Adaptive:
         self._n_missed += int(covered.shape[0] - np.count_nonzero(covered))
         return self
 
+    def correct(self, sets: Any, y_old: Any, y_new: Any) -> Adaptive:
+        """Replace labels already fed back (batched variant) and move ``α_t`` as the new ones would have.
+
+        A row fed back with label ``y_old`` moved the level by ``γ (α − err_old)``; had its label
+        been ``y_new`` it would have moved it by ``γ (α − err_new)``, with
+        ``err = 1{y ∉ C}`` for the set ``C`` the row was shown. The recursion is a plain sum
+        (nothing clips ``α_t``), so replacing the labels adds the difference:
+
+            α_t ← α_t + γ Σ_i (err_old,i − err_new,i).
+
+        The realised miss count changes by ``Σ_i (err_new,i − err_old,i)``; ``T``
+        (:attr:`n_updates_`) does not (a correction is not a new observation). The identity
+        ``α_{T+1} − α_1 = γ Σ_t (α − err_t)`` then holds with each row's *final* label.
+
+        When the correction comes before the next sets are taken (before the next
+        :meth:`predict_sets`), no set was built at the wrong level, so ``α_t`` equals that of a
+        stream that only ever received the final labels (up to float rounding: the same terms
+        summed in another order). Later, it still moves ``α_t`` by exactly that difference, but
+        the sets taken in between were built at the uncorrected level, so the two streams'
+        levels differ from then on. Such a late correction of ``c`` rows is a jump the sets did
+        not react to, like a batch of ``c`` rows: :meth:`long_run_bound` then needs
+        ``batch_rows = B + c`` (the identity is exact either way).
+
+        Parameters
+        ----------
+        sets : bool array of shape (m, K)
+            The sets the rows were shown when they were predicted (as given to :meth:`update`).
+        y_old : array-like of shape (m,)
+            The labels the rows were fed back with.
+        y_new : array-like of shape (m,)
+            Their corrected labels. A row whose label is unchanged, or whose set holds (or
+            misses) both, moves nothing.
+
+        Returns
+        -------
+        Adaptive
+            ``self``.
+
+        Examples
+        --------
+        ``α = 0.1``, ``γ = 0.05``: a row fed back as a miss (``α_2 = 0.055``), then corrected to
+        a label in its set, gives ``0.055 + 0.05 · (1 − 0) = 0.105``, the level of one hit.
+
+        >>> P = np.array([[0.7, 0.2, 0.1], [0.5, 0.4, 0.1], [0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
+        >>> aci = Adaptive(SplitConformalClassifier(alpha=0.1), gamma=0.05).fit(P, np.array([0, 1, 2, 0]))
+        >>> sets = np.array([[True, False, False]])
+        >>> round(aci.update(sets, np.array([1])).alpha_t_, 12)
+        0.055
+        >>> round(aci.correct(sets, np.array([1]), np.array([0])).alpha_t_, 12)
+        0.105
+        """
+        self._check_fitted()
+        arr = np.asarray(sets)
+        if arr.dtype != np.bool_ or arr.ndim != 2:
+            msg = (
+                "sets must be the 2-D boolean matrix (rows, classes) the rows were shown; "
+                f"got dtype {arr.dtype}, shape {arr.shape}"
+            )
+            raise ValueError(msg)
+        old = check_labels(y_old, arr.shape[1], "y_old", n_rows=arr.shape[0])
+        new = check_labels(y_new, arr.shape[1], "y_new", n_rows=arr.shape[0])
+        rows = np.arange(arr.shape[0])
+        # Integer counts first, one float step: Σ (err_old − err_new) = misses_old − misses_new.
+        missed_old = int(arr.shape[0] - np.count_nonzero(arr[rows, old]))
+        missed_new = int(arr.shape[0] - np.count_nonzero(arr[rows, new]))
+        if missed_old == missed_new:
+            return self
+        level = self.alpha_t_ + self.gamma * (missed_old - missed_new)
+        self.alpha_t_ = level
+        self.alpha_range_ = (min(self.alpha_range_[0], level), max(self.alpha_range_[1], level))
+        self._n_missed += missed_new - missed_old
+        return self
+
     def _row_by_row(self, P: Any, y: Any) -> tuple[FloatArray, FloatArray, BoolArray]:
         """Gibbs & Candès's recursion with each row at its own level."""
         if isinstance(self.levels_, CoverLimits):
@@ -456,6 +542,8 @@ class Adaptive:
         one level: 1 for the row-by-row variant, where this is Gibbs & Candès's bound. It holds
         for every sequence when ``α_t`` stays in ``[−γB, 1 + γB]`` (always true at the lower
         end; at the upper end when ``α ≥ 1`` gives empty sets, see the module docstring).
+        Corrections (:meth:`correct`) that come before the next sets are taken leave it as it
+        is; pass ``batch_rows = B + c`` when ``c`` rows were corrected after that.
         """
         self._check_fitted()
         rows = self.max_batch_rows_ if batch_rows is None else int(batch_rows)
@@ -469,7 +557,9 @@ class Adaptive:
 
         Columns: ``row`` (0-based arrival index), ``update`` (which :meth:`update` call),
         ``alpha_t`` (the level the row's set was taken at), ``alpha_next`` (the level after its
-        update), ``covered`` and ``coverage`` (realised coverage of rows ``0..row``).
+        update), ``covered`` and ``coverage`` (realised coverage of rows ``0..row``). The rows are
+        as they were fed back: a later :meth:`correct` moves :attr:`alpha_t_` and the miss count
+        (:attr:`coverage_`, :meth:`long_run_gap`), not these rows.
         """
         self._check_fitted()
         if not self._covered:
