@@ -193,3 +193,35 @@ def test_bad_blocks_are_refused_and_change_nothing(blocks: Any, message: str) ->
     with pytest.raises(ValueError, match="key '500' comes back"):
         mon.observe(probs=P, blocks=np.r_[np.full(5, 502), np.full(5, 500)], ids=np.arange(10, 20))
     assert (mon.status(), mon.warnings().height) == before
+
+
+def test_every_label_warning_cites_evidence_on_the_side_it_claims() -> None:
+    """Independent rows, most labels of class 0 flipped in batches 8–19: each text agrees with its statistic."""
+    rng = np.random.default_rng(11)
+    mon = monitor()
+    P, y, _ = units(rng, 3000, 1)
+    mon.calibrate(probs=P, y=y)
+    for batch in range(30):
+        P, y, _ = units(rng, 300, 1)
+        if 8 <= batch < 20:
+            y = np.where((y == 0) & (rng.random(y.shape[0]) < 0.9), rng.integers(1, K, y.shape[0]), y)
+        ids = np.arange(batch * 300, batch * 300 + 300)
+        mon.observe(probs=P, ids=ids)
+        mon.label(ids, y)
+    warnings = label_warnings(mon)
+    assert {"by-class: class coverage drop", "lac: conformity martingale"} <= {w["name"] for w in warnings}
+    for w in warnings:
+        text = w["explanation"]
+        if "coverage drop" in w["name"]:
+            found = re.search(r"missed \(([\d.]+)%, against the allowed ([\d.]+)%\)", text)
+            assert found is not None, text
+            assert float(found.group(1)) > float(found.group(2)), text
+        else:  # a martingale: its stretch's p-values stray from uniform, or the text says it is their order
+            found = re.search(r"average ([\d.]+) with (\d+)% below 0.1 and (\d+)% above 0.9", text)
+            assert found is not None, text
+            mean, low, high = float(found.group(1)), int(found.group(2)), int(found.group(3))
+            assert abs(mean - 0.5) >= 0.05 or abs(low - 10) >= 4 or abs(high - 10) >= 4 or "order" in text, (
+                text
+            )
+        if w["name"] == "by-class: class coverage drop":  # the flipped rows' new classes are missed
+            assert re.match(r"class '[123]': ", text), text
