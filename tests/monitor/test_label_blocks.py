@@ -196,7 +196,7 @@ def test_bad_blocks_are_refused_and_change_nothing(blocks: Any, message: str) ->
 
 
 def test_every_label_warning_cites_evidence_on_the_side_it_claims() -> None:
-    """Independent rows, most labels of class 0 flipped in batches 8–19: each text agrees with its statistic."""
+    """Independent rows, most labels of class 0 flipped in batches 8–19: texts agree with statistics."""
     rng = np.random.default_rng(11)
     mon = monitor()
     P, y, _ = units(rng, 3000, 1)
