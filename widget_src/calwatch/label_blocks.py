@@ -34,8 +34,8 @@ from calwatch.engine.shift.block_labels import (
     BlockNull,
     BoundedBetting,
     CompleteBlock,
-    Dispersion,
     PairedDispersion,
+    RunsReading,
     block_null_rate,
 )
 from calwatch.engine.shift.blocks import grid_counts, ks_distance, split_blocks
@@ -298,42 +298,58 @@ CHUNK_ROWS = 32
 
 
 class ChunkDispersion:
-    """Whether labelled rows cluster: the dispersion of their values across chunks of each batch.
+    """Whether labelled rows cluster, read at two scales: runs of rows, and whole batches.
 
-    A chunk is a run of :data:`CHUNK_ROWS` consecutive rows of one batch (the batch's last chunk
-    may be shorter), complete once every row is labelled (or after the ledger's timeout). Rows
-    of a correlated block usually arrive together, so chunks inherit their blocks' spread; and
-    a batch (a day) whose rows share a cause spreads its chunks from other batches'. Neighbouring
-    complete chunks are compared with the spread within chunks
-    (:class:`~calwatch.engine.shift.block_labels.PairedDispersion`), which reads that spread even
-    in a stream of one batch, and does not read a coverage drop as clustering.
+    A run is :data:`CHUNK_ROWS` consecutive rows of one batch (its last run may be shorter),
+    complete once every row is labelled (or after the ledger's timeout). Rows of a correlated
+    block usually arrive together, so runs inherit their blocks' spread; a batch that is a block
+    (a day whose rows share a cause) spreads from its neighbour batches. Each scale compares
+    neighbouring complete units with the spread within units
+    (:class:`~calwatch.engine.shift.block_labels.PairedDispersion`), which does not read a
+    coverage drop (a rate that steps up and stays) as clustering.
     """
 
     def __init__(self, timeout: int | None = DEFAULT_BLOCK_TIMEOUT) -> None:
         self.ledger_ = BlockLedger(timeout)
         self.dispersion_ = PairedDispersion()
+        self.batch_ledger_ = BlockLedger(timeout)
+        self.batch_dispersion_ = PairedDispersion()
+
+    def _after_decode(self) -> None:
+        """A snapshot written with runs only lacks the batch scale (it starts from here)."""
+        if "batch_ledger_" not in self.__dict__:
+            self.batch_ledger_ = BlockLedger(self.ledger_.timeout)
+            self.batch_dispersion_ = PairedDispersion()
 
     def checkpoint(self) -> Callable[[], None]:
-        """A function that puts the chunks and the sums back as they are now."""
-        undo_ledger, undo_sums = self.ledger_.checkpoint(), self.dispersion_.checkpoint()
+        """A function that puts the units and the sums back as they are now."""
+        parts = (self.ledger_, self.dispersion_, self.batch_ledger_, self.batch_dispersion_)
+        undo = [part.checkpoint() for part in parts]
 
         def restore() -> None:
-            undo_ledger()
-            undo_sums()
+            for step in undo:
+                step()
 
         return restore
 
     def observed(self, batch: int, m: int) -> None:
-        """Register a batch's rows in chunks (all closed: a batch is whole when observed)."""
+        """Register a batch's rows in runs and as one batch (all closed: a batch is whole when observed)."""
         self.ledger_.observe(batch, [f"{batch}:{i // CHUNK_ROWS}" for i in range(m)])
         self.ledger_.close_open(batch)
+        self.batch_ledger_.observe(batch, [str(batch)] * m)
+        self.batch_ledger_.close_open(batch)
 
-    def labelled(self, batches: Any, rows: Any, values: Any, *, now: int) -> Dispersion:
-        """Add labelled rows' values; the reading with the chunks they completed."""
-        self.ledger_.label(batches, rows, {"value": np.asarray(values, dtype=np.float64)})
-        for block in self.ledger_.complete(now):
-            self.dispersion_.add_run(block.payload["value"])
-        return self.dispersion_.reading()
+    def labelled(self, batches: Any, rows: Any, values: Any, *, now: int) -> RunsReading:
+        """Add labelled rows' values; the reading with the units they completed."""
+        payload = {"value": np.asarray(values, dtype=np.float64)}
+        for ledger, dispersion in (
+            (self.ledger_, self.dispersion_),
+            (self.batch_ledger_, self.batch_dispersion_),
+        ):
+            ledger.label(batches, rows, payload)
+            for block in ledger.complete(now):
+                dispersion.add_run(block.payload["value"])
+        return RunsReading(self.dispersion_.reading(), self.batch_dispersion_.reading("batches"))
 
 
 class BatchFallback:
@@ -394,7 +410,7 @@ class BatchFallback:
 
     def labelled(
         self, batches: Any, rows: Any, misses: BoolArray, labels: IntArray, *, now: int
-    ) -> tuple[Dispersion, tuple[MissLook, Callable[[], dict[str, Any]]] | None]:
+    ) -> tuple[RunsReading, tuple[MissLook, Callable[[], dict[str, Any]]] | None]:
         """Add labelled rows: the chunks' dispersion reading, and the batch test's look (if any)."""
         reading = self.dispersion_.reading()
         # A group too small to test at this dispersion bets against 0.5 (little evidence, no false alarm).

@@ -49,7 +49,7 @@ from calwatch.engine.shift.betting import (
     guarantee_text,
     has_finite_threshold,
 )
-from calwatch.engine.shift.block_labels import DEFAULT_BLOCK_TIMEOUT, MIN_DISPERSION_BATCHES, Dispersion
+from calwatch.engine.shift.block_labels import DEFAULT_BLOCK_TIMEOUT, MIN_DISPERSION_BATCHES, RunsReading
 from calwatch.engine.shift.blocks import (
     BlockAccumulator,
     calibration_blocks,
@@ -652,7 +652,7 @@ def _positions(
     return batches, rows
 
 
-def _dependence_words(reading: Dispersion, what: str = "misses") -> str:
+def _dependence_words(reading: RunsReading, what: str = "misses") -> str:
     """What a warning says when the labelled rows cluster by batch."""
     return (
         f"; rows look correlated, coming in runs ({reading.words(what)}): a row-level bound assumes "
@@ -665,12 +665,20 @@ def _dependence_words(reading: Dispersion, what: str = "misses") -> str:
 CORRELATED_ROWS = "correlated rows"
 
 
-def _unsettled_words(reading: Dispersion) -> str:
-    """What a look says while too few runs of rows are fully labelled to tell whether rows cluster."""
+def _unsettled_words(reading: RunsReading) -> str:
+    """What a look says while the runs check can tell neither way whether rows cluster."""
+    runs = reading.runs
+    if not runs.settled:
+        state = (
+            f"waits for {MIN_DISPERSION_BATCHES} fully labelled pairs of runs of {CHUNK_ROWS} rows "
+            f"(it has {runs.batches})"
+        )
+    else:
+        shown = reading.evidence()
+        state = f"cannot yet rule out that rows cluster (neighbouring {shown.unit}: p = {shown.p_value:.2g})"
     return (
-        f"; the row-level test waits for {MIN_DISPERSION_BATCHES} fully labelled runs of "
-        f"{CHUNK_ROWS} rows (it has {reading.batches}) to tell whether rows cluster, since its "
-        "bound assumes independent rows; meanwhile whole batches decide"
+        f"; the row-level test {state}, and its bound assumes independent rows: meanwhile whole "
+        "batches decide"
     )
 
 
@@ -733,7 +741,7 @@ class LabelMartingale(_MartingaleDetector):
     def _init_units(self) -> None:
         self.blocks_: BlockConformityTest | None = None
         self.chunks_: ChunkDispersion | None = ChunkDispersion()  # do the p-values cluster?
-        self.dispersion_reading_: Dispersion | None = None
+        self.dispersion_reading_: RunsReading | None = None
         self.held_back_: dict[str, Any] | None = None
 
     def _after_decode(self) -> None:
@@ -837,9 +845,9 @@ class LabelMartingale(_MartingaleDetector):
 
         def hold(p_values: FloatArray, alarm: bool) -> tuple[bool, str]:
             reading = self.dispersion_reading_ = chunks.labelled(*positions, p_values, now=now)
-            if reading.settled and not reading.clustered:
+            if reading.clear:
                 return alarm, ""
-            if not reading.settled:
+            if not reading.clustered:
                 return False, _unsettled_words(reading)
             if alarm:
                 held = self.held_back_ or {"looks": 0, "statistic": -math.inf}
@@ -889,7 +897,7 @@ class CoverageDropDetector:
         self.blocks_: BlockMissTest | None = None
         self.fallback_: BatchFallback | None = None
         self.trail_: EvidenceTrail | None = None
-        self.dispersion_reading_: Dispersion | None = None
+        self.dispersion_reading_: RunsReading | None = None
         self.held_back_: dict[str, Any] | None = None
 
     def _after_decode(self) -> None:
@@ -1004,7 +1012,7 @@ class CoverageDropDetector:
         reading, batch_look = self.fallback_.labelled(*positions, ~hits, labels, now=now)
         self.dispersion_reading_ = reading
         null_rate, window = self.test_.null_rate, (int(hits.size), misses)
-        if reading.settled and not reading.clustered:
+        if reading.clear:
             return _reworded(row, stretch_words(stretch, null_rate, window))
         if row.alarm and reading.clustered:
             held = self.held_back_ or {"looks": 0, "statistic": -math.inf}
@@ -1100,7 +1108,7 @@ class ClassCoverageDropDetector:
         self.blocks_: BlockMissTest | None = None
         self.fallback_: BatchFallback | None = None
         self.trail_: EvidenceTrail | None = None
-        self.dispersion_reading_: Dispersion | None = None
+        self.dispersion_reading_: RunsReading | None = None
         self.held_back_: dict[str, Any] | None = None
 
     def check_blocks(self, keys: list[str]) -> None:
@@ -1280,7 +1288,7 @@ class ClassCoverageDropDetector:
         self.dispersion_reading_ = reading
         in_class = labels == c
         window = (int(in_class.sum()), int(misses[in_class].sum()))
-        if reading.settled and not reading.clustered:
+        if reading.clear:
             return _reworded(row, stretch_words(stretch, float(self.test_.null_rates[c]), window))
         if row.alarm and reading.clustered:
             held = self.held_back_ or {"looks": 0, "statistic": -math.inf}

@@ -72,9 +72,11 @@ BoolArray = npt.NDArray[np.bool_]
 DEFAULT_BLOCK_THRESHOLD = 100.0
 #: Batches observed after a block closed before it is tested on the labels it has.
 DEFAULT_BLOCK_TIMEOUT = 10
-#: p-value of the batch-dispersion F test below which rows are said to cluster by batch.
-DEFAULT_DISPERSION_LEVEL = 0.001
-#: Fewest batches with labelled rows before the dispersion test is read.
+#: p-value of a runs check below which labelled rows are said to cluster (each of its two scales).
+DEFAULT_DISPERSION_LEVEL = 0.0005
+#: p-value at or above which a runs check finds no sign of clustering (then the row tests decide).
+CLEAR_DISPERSION_LEVEL = 0.05
+#: Fewest pairs of runs before a runs check is read.
 MIN_DISPERSION_BATCHES = 5
 _LN10 = math.log(10.0)
 
@@ -566,12 +568,13 @@ def _runs_with_ends(keys: list[str]) -> list[tuple[str, int]]:
 # ---------------------------------------------------------- batch dispersion
 @dataclass(frozen=True)
 class Dispersion:
-    """The batch-dispersion F test's reading."""
+    """A dispersion F test's reading: ``φ``, its p-value, and how many groups (pairs) it read."""
 
-    ratio: float  # φ = MSB / MSW
+    ratio: float  # φ
     p_value: float
-    batches: int
+    batches: int  # groups read (pairs, for a paired reading)
     rows: int
+    unit: str = "runs of rows"
 
     @property
     def clustered(self) -> bool:
@@ -583,12 +586,55 @@ class Dispersion:
         """Whether enough groups were read to tell (at least :data:`MIN_DISPERSION_BATCHES`)."""
         return self.batches >= MIN_DISPERSION_BATCHES
 
+    @property
+    def clear(self) -> bool:
+        """Whether the reading finds no sign of clustering (settled, p ≥ :data:`CLEAR_DISPERSION_LEVEL`)."""
+        return self.settled and self.p_value >= CLEAR_DISPERSION_LEVEL
+
     def words(self, what: str = "misses") -> str:
         """The reading in one clause."""
         return (
-            f"{what} cluster: neighbouring runs of rows differ {self.ratio:.1f}× as much as "
-            f"independent rows would (F test over {self.batches:,} pairs of runs, p = {self.p_value:.1g})"
+            f"{what} cluster: neighbouring {self.unit} differ {self.ratio:.1f}× as much as independent "
+            f"rows would (F test over {self.batches:,} pairs, p = {self.p_value:.1g})"
         )
+
+
+@dataclass(frozen=True)
+class RunsReading:
+    """The two scales of a runs check: runs of consecutive rows, and whole batches.
+
+    Rows that come in correlated blocks shift neighbouring runs of rows apart when the blocks
+    are shorter than a batch, and neighbouring batches apart when a batch is a block (a day).
+    """
+
+    runs: Dispersion
+    batches: Dispersion
+
+    @property
+    def clustered(self) -> bool:
+        """Either scale finds clustering (each at :data:`DEFAULT_DISPERSION_LEVEL`)."""
+        return self.runs.clustered or self.batches.clustered
+
+    @property
+    def clear(self) -> bool:
+        """No sign of clustering: runs clear, and batches clear once there are enough of them.
+
+        A stream of few batches is judged on its runs alone (a batch-level reading needs ten).
+        """
+        return self.runs.clear and (self.batches.clear or not self.batches.settled)
+
+    @property
+    def settled(self) -> bool:
+        """Whether the runs scale was read often enough to tell."""
+        return self.runs.settled
+
+    def evidence(self) -> Dispersion:
+        """The scale that speaks for clustering (the smaller p-value)."""
+        return self.batches if self.batches.p_value < self.runs.p_value else self.runs
+
+    def words(self, what: str = "misses") -> str:
+        """The clustering reading in one clause."""
+        return self.evidence().words(what)
 
 
 class PairedDispersion:
@@ -639,21 +685,21 @@ class PairedDispersion:
         else:
             self.waiting_ = [n, mean]
 
-    def reading(self) -> Dispersion:
+    def reading(self, unit: str = "runs of rows") -> Dispersion:
         """The F test on the pairs so far (``φ = 1``, ``p = 1`` while undefined)."""
         pairs, d_sum, rows, within = self.totals_
         n_pairs, runs = int(pairs), self.runs_
         if n_pairs < 1 or rows <= runs:
-            return Dispersion(1.0, 1.0, n_pairs, int(rows))
+            return Dispersion(1.0, 1.0, n_pairs, int(rows), unit)
         msw = within / (rows - runs)
         mean_d = d_sum / n_pairs
         if msw <= 1e-12:
             spread = mean_d > 1e-12
-            return Dispersion(math.inf if spread else 1.0, 0.0 if spread else 1.0, n_pairs, int(rows))
+            return Dispersion(math.inf if spread else 1.0, 0.0 if spread else 1.0, n_pairs, int(rows), unit)
         from scipy.special import fdtrc  # on first use: `import calwatch` stays fast
 
         ratio = mean_d / msw
-        return Dispersion(ratio, float(fdtrc(n_pairs, rows - runs, ratio)), n_pairs, int(rows))
+        return Dispersion(ratio, float(fdtrc(n_pairs, rows - runs, ratio)), n_pairs, int(rows), unit)
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts the totals back as they are now."""
