@@ -216,15 +216,15 @@ class _MartingaleDetector:
         *,
         unit: str = "rows",
         null: str = ROW_NULL,
-        hold: Callable[[FloatArray, bool], tuple[bool, str]] | None = None,
+        hold: Callable[[FloatArray, bool, float], tuple[bool, str]] | None = None,
         martingale: ConformalTestMartingale | None = None,
         statistic_name: StatisticName | None = None,
         run_name: str = "run_",
     ) -> MonitorResult:
         """One look: step the martingale on ``scores``; the result with its words (written when read).
 
-        ``hold(p_values, alarm)`` may hold an alarm back: it returns the alarm to report and a
-        sentence to add to the explanation. ``martingale`` and ``statistic_name`` replace the
+        ``hold(p_values, alarm, log10_statistic)`` may hold an alarm back: it returns the alarm to
+        report and a sentence to add to the explanation. ``martingale`` and ``statistic_name`` replace the
         detector's own (a label test on blocks runs its own martingale); ``run_name`` names the
         attribute that follows the stretch behind the statistic.
         """
@@ -257,7 +257,7 @@ class _MartingaleDetector:
         threatens, action = self.threatens, self.action
         alarm, held = bool(new_alarms), ""
         if hold is not None:
-            alarm, held = hold(p_values, alarm)
+            alarm, held = hold(p_values, alarm, statistic)
         start, n_run, p_sum, low, high = run[:5]
 
         def words() -> dict[str, Any]:
@@ -652,12 +652,17 @@ def _positions(
     return batches, rows
 
 
-def _dependence_words(reading: RunsReading, what: str = "misses") -> str:
-    """What a warning says when the labelled rows cluster by batch."""
+def _dependence_words(reading: RunsReading, what: str = "misses", *, batches_decide: bool = True) -> str:
+    """What a warning (or a held-back look) says when the labelled rows cluster."""
+    then = (
+        "so this alarm takes whole batches as the unit"
+        if batches_decide
+        else "so its alarms are held back while they do"
+    )
     return (
         f"; rows look correlated, coming in runs ({reading.words(what)}): a row-level bound assumes "
-        "independent rows, so this alarm takes whole batches as the unit — give blocks= to "
-        "calibrate() and observe() (a day, a session, a unit) for a test whose bound holds"
+        f"independent rows, {then} — give blocks= to calibrate() and observe() (a day, a session, "
+        "a unit) for a test whose bound holds"
     )
 
 
@@ -682,28 +687,30 @@ def _unsettled_words(reading: RunsReading) -> str:
     )
 
 
-def _held_notice(detector: Any, kind: str) -> dict[str, Any] | None:
+def _held_notice(detector: Any, kind: str, *, batches_decide: bool = True) -> dict[str, Any] | None:
     """The notice of a row-level alarm held back because the rows cluster by batch (None if none)."""
     held = getattr(detector, "held_back_", None)
     reading = getattr(detector, "dispersion_reading_", None)
     if reading is None or not reading.clustered:
         return None
     count = 0 if held is None else int(held["looks"])
-    tail = (
-        ""
-        if held is None or not count
-        else f"; {count} row-level alarm{'s' if count != 1 else ''} held back (evidence up to "
-        f"10^{held['statistic']:.1f}), since its bound assumes independent rows"
+    assert held is not None or not count
+    what = (
+        f"{count} row-level alarm{'s' if count != 1 else ''} held back (evidence up to "
+        f"10^{held['statistic']:.1f}), as a row-level bound assumes independent rows"
+        if held is not None and count
+        else "row-level alarms are held back, as a row-level bound assumes independent rows"
     )
+    tail = what + ("; whole batches decide instead" if batches_decide else "")
     return {
         "calibrator": getattr(detector, "calibrator", None),
         "detector": detector.name,
         "classes": 0,
         "examples": CORRELATED_ROWS,
         "message": (
-            f"{detector.name}: rows look correlated, coming in runs ({reading.words(kind)}){tail}; "
-            f"the {kind} test now takes whole batches as the unit. Give blocks= to calibrate() and "
-            "observe() (a day, a session, a unit) for a test whose bound holds on correlated rows"
+            f"{detector.name}: rows look correlated, coming in runs ({reading.words(kind)}); {tail}. "
+            "Give blocks= to calibrate() and observe() (a day, a session, a unit) for a test whose "
+            "bound holds on correlated rows"
         ),
     }
 
@@ -843,7 +850,7 @@ class LabelMartingale(_MartingaleDetector):
             return self._look(scores, what)
         chunks = self.chunks_
 
-        def hold(p_values: FloatArray, alarm: bool) -> tuple[bool, str]:
+        def hold(p_values: FloatArray, alarm: bool, statistic: float) -> tuple[bool, str]:
             reading = self.dispersion_reading_ = chunks.labelled(*positions, p_values, now=now)
             if reading.clear:
                 return alarm, ""
@@ -852,16 +859,15 @@ class LabelMartingale(_MartingaleDetector):
             if alarm:
                 held = self.held_back_ or {"looks": 0, "statistic": -math.inf}
                 held["looks"] += 1
-                assert self.martingale_ is not None
-                held["statistic"] = max(held["statistic"], self.martingale_.log10_cusum_)
+                held["statistic"] = max(held["statistic"], statistic)
                 self.held_back_ = held
-            return False, _dependence_words(reading, "conformal p-values")
+            return False, _dependence_words(reading, "conformal p-values", batches_decide=False)
 
         return self._look(scores, what, hold=hold)
 
     def notice(self) -> dict[str, Any] | None:
         """Held-back alarms and correlated rows, as a notice for ``Monitor.notices()``."""
-        return _held_notice(self, "conformal p-values")
+        return _held_notice(self, "conformal p-values", batches_decide=False)
 
 
 class CoverageDropDetector:
