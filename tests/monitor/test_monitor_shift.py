@@ -320,10 +320,14 @@ def test_kept_on_failure_undoes_what_the_block_fed_and_wrote_even_nested():
         ).calibrate(probs=P_cal, y=y_cal)
         for _ in range(2)
     )
-    P, y = softmax_data(2000, K=4, seed=2)
-    for m in (mon, twin):
-        m.observe(probs=P[:1000], ids=range(1000))
-        m.label(range(1000), (y[:1000] + 1) % 4)  # wrong labels: alarms and an open episode
+    P, y = softmax_data(4000, K=4, seed=2)
+    for m in (
+        mon,
+        twin,
+    ):  # wrong labels over 12 batches (enough for the runs check): alarms and open episodes
+        for lo in range(0, 3000, 250):
+            m.observe(probs=P[lo : lo + 250], ids=range(lo, lo + 250))
+            m.label(range(lo, lo + 250), (y[lo : lo + 250] + 1) % 4)
     watch = mon.shift_watch
 
     def state():
@@ -336,9 +340,9 @@ def test_kept_on_failure_undoes_what_the_block_fed_and_wrote_even_nested():
 
     def feed_then_fail():
         with watch.kept_on_failure():
-            watch.observe(1, (1000, 1999), P[1000:])
+            watch.observe(12, (3000, 3999), P[3000:])
             with watch.kept_on_failure():
-                watch.labelled(1, (1000, 1999), P[1000:], y[1000:], covered)
+                watch.labelled(12, (3000, 3999), P[3000:], y[3000:], covered)
             changed.append(state() != before)
             raise RuntimeError("late")
 
@@ -347,8 +351,8 @@ def test_kept_on_failure_undoes_what_the_block_fed_and_wrote_even_nested():
     assert changed == [True]
     assert state() == before
     for m in (mon, twin):
-        m.observe(probs=P[1000:], ids=range(1000, 2000))
-        m.label(range(1000, 2000), y[1000:])
+        m.observe(probs=P[3000:], ids=range(3000, 4000))
+        m.label(range(3000, 4000), y[3000:])
     assert dict(mon.shift_watch.looks) == dict(twin.shift_watch.looks)
     assert mon.shift_watch.warning_records() == twin.shift_watch.warning_records()
     assert [_detector_state(d) for d in mon.shift_watch.detectors] == [

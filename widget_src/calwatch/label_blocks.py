@@ -29,7 +29,6 @@ from calwatch.engine.shift.betting import BET_FRACTIONS, calibration_null_rates,
 from calwatch.engine.shift.block_labels import (
     DEFAULT_BLOCK_THRESHOLD,
     DEFAULT_BLOCK_TIMEOUT,
-    BatchDispersion,
     BlockLedger,
     BlockNull,
     BoundedBetting,
@@ -293,38 +292,49 @@ class BlockMissTest:
         return words
 
 
-#: Rows of a chunk, the unit whose spread tells whether labelled rows cluster.
+#: Rows of a short run and of a long run, the units whose spread tells whether labelled rows cluster.
 CHUNK_ROWS = 32
+LONG_RUN_ROWS = 256
 
 
 class ChunkDispersion:
-    """Whether labelled rows cluster, read at two scales: runs of rows, and whole batches.
+    """Whether labelled rows cluster, read at three scales: short runs, long runs, whole batches.
 
-    A run is :data:`CHUNK_ROWS` consecutive rows of one batch (its last run may be shorter),
-    complete once every row is labelled (or after the ledger's timeout). Rows of a correlated
-    block usually arrive together, so runs inherit their blocks' spread; a batch that is a block
-    (a day whose rows share a cause) spreads from its neighbour batches. Each scale compares
-    neighbouring complete units with the spread within units
-    (:class:`~calwatch.engine.shift.block_labels.PairedDispersion`), which does not read a
-    coverage drop (a rate that steps up and stays) as clustering.
+    A run is :data:`CHUNK_ROWS` (short) or :data:`LONG_RUN_ROWS` (long) consecutive rows of one
+    batch (its last run may be shorter), complete once every row is labelled (or after the
+    ledger's timeout). Rows of a correlated block usually arrive together, so runs inherit
+    their blocks' spread; a batch that is a block (a day whose rows share a cause) spreads from
+    its neighbour batches. Each scale compares neighbouring complete units with the spread
+    within units (:class:`~calwatch.engine.shift.block_labels.PairedDispersion`), which does not
+    read a coverage drop (a rate that steps up and stays) as clustering
+    (:class:`~calwatch.engine.shift.block_labels.RunsReading` combines them).
     """
 
     def __init__(self, timeout: int | None = DEFAULT_BLOCK_TIMEOUT) -> None:
         self.ledger_ = BlockLedger(timeout)
         self.dispersion_ = PairedDispersion()
+        self.long_ledger_ = BlockLedger(timeout)
+        self.long_dispersion_ = PairedDispersion()
         self.batch_ledger_ = BlockLedger(timeout)
         self.batch_dispersion_ = PairedDispersion()
 
     def _after_decode(self) -> None:
-        """A snapshot written with runs only lacks the batch scale (it starts from here)."""
-        if "batch_ledger_" not in self.__dict__:
-            self.batch_ledger_ = BlockLedger(self.ledger_.timeout)
-            self.batch_dispersion_ = PairedDispersion()
+        """A snapshot written with fewer scales lacks the others (they start from here)."""
+        for name in ("long", "batch"):
+            if f"{name}_ledger_" not in self.__dict__:
+                setattr(self, f"{name}_ledger_", BlockLedger(self.ledger_.timeout))
+                setattr(self, f"{name}_dispersion_", PairedDispersion())
+
+    def _scales(self) -> list[tuple[BlockLedger, PairedDispersion]]:
+        return [
+            (self.ledger_, self.dispersion_),
+            (self.long_ledger_, self.long_dispersion_),
+            (self.batch_ledger_, self.batch_dispersion_),
+        ]
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts the units and the sums back as they are now."""
-        parts = (self.ledger_, self.dispersion_, self.batch_ledger_, self.batch_dispersion_)
-        undo = [part.checkpoint() for part in parts]
+        undo = [part.checkpoint() for scale in self._scales() for part in scale]
 
         def restore() -> None:
             for step in undo:
@@ -334,40 +344,49 @@ class ChunkDispersion:
 
     def observed(self, batch: int, m: int) -> None:
         """Register a batch's rows in runs and as one batch (all closed: a batch is whole when observed)."""
-        self.ledger_.observe(batch, [f"{batch}:{i // CHUNK_ROWS}" for i in range(m)])
-        self.ledger_.close_open(batch)
-        self.batch_ledger_.observe(batch, [str(batch)] * m)
-        self.batch_ledger_.close_open(batch)
+        keys = (
+            [f"{batch}:{i // CHUNK_ROWS}" for i in range(m)],
+            [f"{batch}:{i // LONG_RUN_ROWS}" for i in range(m)],
+            [str(batch)] * m,
+        )
+        for (ledger, _), scale_keys in zip(self._scales(), keys, strict=True):
+            ledger.observe(batch, scale_keys)
+            ledger.close_open(batch)
 
     def labelled(self, batches: Any, rows: Any, values: Any, *, now: int) -> RunsReading:
         """Add labelled rows' values; the reading with the units they completed."""
         payload = {"value": np.asarray(values, dtype=np.float64)}
-        for ledger, dispersion in (
-            (self.ledger_, self.dispersion_),
-            (self.batch_ledger_, self.batch_dispersion_),
-        ):
+        for ledger, dispersion in self._scales():
             ledger.label(batches, rows, payload)
             for block in ledger.complete(now):
                 dispersion.add_run(block.payload["value"])
-        return RunsReading(self.dispersion_.reading(), self.batch_dispersion_.reading("batches"))
+        return RunsReading(
+            self.dispersion_.reading(f"runs of {CHUNK_ROWS} rows"),
+            self.long_dispersion_.reading(f"runs of {LONG_RUN_ROWS} rows"),
+            self.batch_dispersion_.reading("batches"),
+        )
 
 
 class BatchFallback:
     """Without block keys: every batch as one block, and whether the rows cluster by batch.
 
-    The row test's bound assumes independent rows. :attr:`dispersion_` reads the labelled rows'
-    misses by batch (:class:`~calwatch.engine.shift.block_labels.BatchDispersion`); while they
-    cluster, the detector takes its decision from :attr:`test_`, a miss-rate test on whole
-    batches. Its null rate for a group with ``n`` calibration rows is the ``1 − δ_c`` quantile
-    of the calibration draw's Beta law at ``n / φ`` rows (``φ`` the dispersion ratio, read
-    before each call's rows: if the calibration rows were drawn like the stream's batches they
-    carry as little information as that; if they were drawn independently this is
-    conservative).
+    The row test's bound assumes independent rows. :attr:`chunks_` tells whether the labelled
+    rows cluster (:class:`ChunkDispersion`); while they do (or while it cannot tell), the
+    detector takes its decision from :attr:`test_`, a miss-rate test on whole batches. Its null
+    rate for a group with ``n`` calibration rows is the ``1 − δ_c`` quantile of the calibration
+    draw's Beta law at ``n / φ`` rows, ``φ`` the design effect of whole batches' miss rates read
+    from neighbouring batches (:class:`~calwatch.engine.shift.block_labels.PairedDispersion`:
+    ``n_b Var(x̄_b) / σ²``, which a trend or a step in the rate does not inflate), read before
+    each call's rows, for the group's own rows (a class's misses may cluster far more than all
+    rows'), and at least the ratio of all rows (1 until five pairs of batches are read). If the
+    calibration rows were drawn like the stream's batches they carry as little information as
+    that; if they were drawn independently this is conservative.
     """
 
     def __init__(self, calibrator: str, *, by_class: bool = False) -> None:
         self.test_ = BlockMissTest(calibrator, by_class=by_class, unit="batches")
-        self.dispersion_ = BatchDispersion()  # of whole batches: sizes the batch test's null
+        self.dispersion_ = PairedDispersion()  # of whole batches: sizes the batch test's null
+        self.group_dispersions_: list[PairedDispersion] = []  # per class, when by class
         self.chunks_ = ChunkDispersion()  # of chunks: tells whether rows cluster
         self.counts_: list[int] = []
         self.alpha_ = math.nan
@@ -375,14 +394,22 @@ class BatchFallback:
     def calibrate(self, alpha: float, counts: list[int], classes: list[str]) -> None:
         """Start: the calibration count of each group (one group, or one per class)."""
         self.alpha_, self.counts_ = float(alpha), list(counts)
-        self.test_.start_batches(self.rates(1.0), classes, alpha)
-        self.dispersion_ = BatchDispersion()
+        self.test_.start_batches(self.rates([1.0] * len(counts)), classes, alpha)
+        self.dispersion_ = PairedDispersion()
+        self.group_dispersions_ = [PairedDispersion() for _ in counts] if self.test_.by_class else []
         self.chunks_ = ChunkDispersion()
 
-    def rates(self, ratio: float) -> list[float | None]:
-        """Each group's null rate at dispersion ratio ``φ`` (None: too few effective rows to test)."""
+    def _after_decode(self) -> None:
+        """A snapshot written before per-class ratios lacks them (its classes start from here)."""
+        if "group_dispersions_" not in self.__dict__:
+            self.group_dispersions_ = (
+                [PairedDispersion() for _ in self.counts_] if self.test_.by_class else []
+            )
+
+    def rates(self, ratios: list[float]) -> list[float | None]:
+        """Each group's null rate at its dispersion ratio ``φ`` (None: too few effective rows to test)."""
         out: list[float | None] = []
-        for n in self.counts_:
+        for n, ratio in zip(self.counts_, ratios, strict=True):
             n_eff = max(int(n / max(ratio, 1.0)), 1)
             testable = has_finite_threshold(self.alpha_, n_eff)
             out.append(
@@ -394,7 +421,8 @@ class BatchFallback:
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts the batch test and the dispersion sums back as they are now."""
-        undo = [self.test_.checkpoint(), self.dispersion_.checkpoint(), self.chunks_.checkpoint()]
+        parts: list[Any] = [self.test_, self.dispersion_, self.chunks_, *self.group_dispersions_]
+        undo = [part.checkpoint() for part in parts]
 
         def restore() -> None:
             for step in undo:
@@ -412,14 +440,23 @@ class BatchFallback:
         self, batches: Any, rows: Any, misses: BoolArray, labels: IntArray, *, now: int
     ) -> tuple[RunsReading, tuple[MissLook, Callable[[], dict[str, Any]]] | None]:
         """Add labelled rows: the chunks' dispersion reading, and the batch test's look (if any)."""
-        reading = self.dispersion_.reading()
+        marginal = self.dispersion_.reading()
+        overall = marginal.ratio if marginal.settled else 1.0
+        if self.group_dispersions_:
+            readings = [d.reading() for d in self.group_dispersions_]
+            ratios = [max(overall, r.ratio) if r.settled else overall for r in readings]
+        else:
+            ratios = [overall] * len(self.counts_)
         # A group too small to test at this dispersion bets against 0.5 (little evidence, no false alarm).
-        rates = [0.5 if r is None else r for r in self.rates(reading.ratio)]
-        dispersion = self.dispersion_
+        rates = [0.5 if r is None else r for r in self.rates(ratios)]
+        dispersion, groups = self.dispersion_, self.group_dispersions_
 
         def add(done: list[CompleteBlock]) -> None:
             for block in done:
-                dispersion.add_batch(block.payload["miss"])
+                miss = block.payload["miss"]
+                dispersion.add_run(miss)
+                for c, group in enumerate(groups):
+                    group.add_run(miss[block.payload["label"] == c])
 
         look = self.test_.labelled(batches, rows, misses, labels, now=now, rates=rates, on_complete=add)
         return self.chunks_.labelled(batches, rows, misses, now=now), look

@@ -671,19 +671,11 @@ CORRELATED_ROWS = "correlated rows"
 
 
 def _unsettled_words(reading: RunsReading) -> str:
-    """What a look says while the runs check can tell neither way whether rows cluster."""
-    runs = reading.runs
-    if not runs.settled:
-        state = (
-            f"waits for {MIN_DISPERSION_BATCHES} fully labelled pairs of runs of {CHUNK_ROWS} rows "
-            f"(it has {runs.batches})"
-        )
-    else:
-        shown = reading.evidence()
-        state = f"cannot yet rule out that rows cluster (neighbouring {shown.unit}: p = {shown.p_value:.2g})"
+    """What a look says while too few runs of rows are fully labelled to tell whether rows cluster."""
     return (
-        f"; the row-level test {state}, and its bound assumes independent rows: meanwhile whole "
-        "batches decide"
+        f"; the row-level test waits for {MIN_DISPERSION_BATCHES} fully labelled pairs of runs of "
+        f"{CHUNK_ROWS} rows (it has {reading.runs.batches}) to tell whether rows cluster, as its bound "
+        "assumes independent rows: meanwhile whole batches decide"
     )
 
 
@@ -786,6 +778,9 @@ class LabelMartingale(_MartingaleDetector):
         scores = self._conformity(data.probs, data.labels)
         self._fit(scores)
         self._init_units()
+        # A fixed map of a score to the share of calibration scores at or above it: the runs check
+        # reads these (the martingale's own p-values drift as the stream joins their bag).
+        self.calibration_scores_ = np.sort(scores)
         self.run_ = [0, 0, 0.0, 0, 0]
         self.block_run_ = [0, 0, 0.0, 0, 0]
         if data.blocks is not None:
@@ -849,9 +844,13 @@ class LabelMartingale(_MartingaleDetector):
         if positions is None or self.chunks_ is None:
             return self._look(scores, what)
         chunks = self.chunks_
+        reference = self.__dict__.get("calibration_scores_")
+        if reference is None or reference.size == 0:
+            return self._look(scores, what)
+        fixed = 1.0 - np.searchsorted(reference, scores, side="left") / reference.shape[0]
 
         def hold(p_values: FloatArray, alarm: bool, statistic: float) -> tuple[bool, str]:
-            reading = self.dispersion_reading_ = chunks.labelled(*positions, p_values, now=now)
+            reading = self.dispersion_reading_ = chunks.labelled(*positions, fixed, now=now)
             if reading.clear:
                 return alarm, ""
             if not reading.clustered:

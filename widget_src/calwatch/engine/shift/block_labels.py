@@ -74,8 +74,6 @@ DEFAULT_BLOCK_THRESHOLD = 100.0
 DEFAULT_BLOCK_TIMEOUT = 10
 #: p-value of a runs check below which labelled rows are said to cluster (each of its two scales).
 DEFAULT_DISPERSION_LEVEL = 0.0005
-#: p-value at or above which a runs check finds no sign of clustering (then the row tests decide).
-CLEAR_DISPERSION_LEVEL = 0.05
 #: Fewest pairs of runs before a runs check is read.
 MIN_DISPERSION_BATCHES = 5
 _LN10 = math.log(10.0)
@@ -586,11 +584,6 @@ class Dispersion:
         """Whether enough groups were read to tell (at least :data:`MIN_DISPERSION_BATCHES`)."""
         return self.batches >= MIN_DISPERSION_BATCHES
 
-    @property
-    def clear(self) -> bool:
-        """Whether the reading finds no sign of clustering (settled, p ≥ :data:`CLEAR_DISPERSION_LEVEL`)."""
-        return self.settled and self.p_value >= CLEAR_DISPERSION_LEVEL
-
     def words(self, what: str = "misses") -> str:
         """The reading in one clause."""
         return (
@@ -601,36 +594,41 @@ class Dispersion:
 
 @dataclass(frozen=True)
 class RunsReading:
-    """The two scales of a runs check: runs of consecutive rows, and whole batches.
+    """The three scales of a runs check: short runs of rows, long runs of rows, whole batches.
 
-    Rows that come in correlated blocks shift neighbouring runs of rows apart when the blocks
-    are shorter than a batch, and neighbouring batches apart when a batch is a block (a day).
+    Rows that come in correlated blocks shift neighbouring short runs apart when the blocks are
+    shorter than a run, neighbouring long runs apart when a few blocks fill one, and
+    neighbouring batches apart when a batch is a block (a day). Neighbours within one block
+    look alike, so each scale sees only blocks smaller than its unit.
     """
 
     runs: Dispersion
+    long_runs: Dispersion
     batches: Dispersion
 
     @property
+    def scales(self) -> tuple[Dispersion, Dispersion, Dispersion]:
+        """The three readings."""
+        return self.runs, self.long_runs, self.batches
+
+    @property
     def clustered(self) -> bool:
-        """Either scale finds clustering (each at :data:`DEFAULT_DISPERSION_LEVEL`)."""
-        return self.runs.clustered or self.batches.clustered
+        """Any scale finds clustering (each at :data:`DEFAULT_DISPERSION_LEVEL`)."""
+        return any(scale.clustered for scale in self.scales)
 
     @property
     def clear(self) -> bool:
-        """No sign of clustering: runs clear, and batches clear once there are enough of them.
-
-        A stream of few batches is judged on its runs alone (a batch-level reading needs ten).
-        """
-        return self.runs.clear and (self.batches.clear or not self.batches.settled)
+        """The row tests may decide: short runs were read often enough, and no scale finds clustering."""
+        return self.runs.settled and not self.clustered
 
     @property
     def settled(self) -> bool:
-        """Whether the runs scale was read often enough to tell."""
+        """Whether short runs were read often enough to tell (five pairs)."""
         return self.runs.settled
 
     def evidence(self) -> Dispersion:
-        """The scale that speaks for clustering (the smaller p-value)."""
-        return self.batches if self.batches.p_value < self.runs.p_value else self.runs
+        """The scale that speaks for clustering (the smallest p-value)."""
+        return min(self.scales, key=lambda scale: scale.p_value)
 
     def words(self, what: str = "misses") -> str:
         """The clustering reading in one clause."""
