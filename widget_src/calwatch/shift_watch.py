@@ -69,6 +69,7 @@ from calwatch.engine.shift.monitors import (
 )
 from calwatch.label_blocks import (
     CHUNK_ROWS,
+    LONG_RUN_ROWS,
     BatchFallback,
     BlockConformityTest,
     BlockMissTest,
@@ -671,10 +672,12 @@ CORRELATED_ROWS = "correlated rows"
 
 
 def _unsettled_words(reading: RunsReading) -> str:
-    """What a look says while too few runs of rows are fully labelled to tell whether rows cluster."""
+    """What a look says while the runs check has not read enough to tell whether rows cluster."""
+    runs, long_runs, batches = reading.scales
     return (
         f"; the row-level test waits for {MIN_DISPERSION_BATCHES} fully labelled pairs of runs of "
-        f"{CHUNK_ROWS} rows (it has {reading.runs.batches}) to tell whether rows cluster, as its bound "
+        f"{CHUNK_ROWS} rows (it has {runs.batches}) and of runs of {LONG_RUN_ROWS} rows or of batches "
+        f"(it has {long_runs.batches} and {batches.batches}) to tell whether rows cluster, as its bound "
         "assumes independent rows: meanwhile whole batches decide"
     )
 

@@ -618,13 +618,18 @@ class RunsReading:
 
     @property
     def clear(self) -> bool:
-        """The row tests may decide: short runs were read often enough, and no scale finds clustering."""
-        return self.runs.settled and not self.clustered
+        """The row tests may decide: the check has read enough (:attr:`settled`), and no scale clusters."""
+        return self.settled and not self.clustered
 
     @property
     def settled(self) -> bool:
-        """Whether short runs were read often enough to tell (five pairs)."""
-        return self.runs.settled
+        """Five pairs of short runs read, and five of long runs or of batches.
+
+        Blocks longer than a short run are invisible to it (neighbours inside one block look
+        alike): the row tests wait until a longer scale can see them too (2,560 labelled rows
+        in runs of 256, or ten batches).
+        """
+        return self.runs.settled and (self.long_runs.settled or self.batches.settled)
 
     def evidence(self) -> Dispersion:
         """The scale that speaks for clustering (the smallest p-value)."""
