@@ -217,6 +217,16 @@ class BlockMissTest:
         look = MissLook(float(statistics[worst]), test.log10_threshold, bool(test.alarmed_.any()), group)
         return look, self._words(look, worst)
 
+    def current_look(self) -> tuple[MissLook, Callable[[], dict[str, Any]]]:
+        """The look as it stands: the group most in doubt (an alarmed one first), and its words."""
+        test = self.test_
+        assert test is not None  # a batch fallback always has a test
+        statistics = np.array([test.log10_statistic(i) for i in range(test.n_groups)])
+        worst = int(np.argmax(np.where(test.alarmed_, np.inf, statistics)))
+        group = int(np.flatnonzero(self.tested_ == worst)[0])
+        look = MissLook(float(statistics[worst]), test.log10_threshold, bool(test.alarmed_.any()), group)
+        return look, self._words(look, worst)
+
     def _values(
         self, done: list[CompleteBlock]
     ) -> tuple[list[int], list[float], list[str], list[int], list[float]]:

@@ -872,7 +872,127 @@ class LabelMartingale(_MartingaleDetector):
         return _held_notice(self, "conformal p-values", batches_decide=False)
 
 
-class CoverageDropDetector:
+class _CoverageUnits:
+    """What the two coverage-drop detectors share: their units (blocks, or rows with a batch fallback).
+
+    With ``calibrate(blocks=)`` the test is :attr:`blocks_`; without, the row test decides while
+    the runs check is clear (:class:`~calwatch.engine.shift.block_labels.RunsReading`) and
+    :attr:`fallback_` (whole batches) decides otherwise.
+    """
+
+    name: str
+    calibrator: str
+
+    def _init_units(self) -> None:
+        self.blocks_: BlockMissTest | None = None
+        self.fallback_: BatchFallback | None = None
+        self.trail_: EvidenceTrail | None = None
+        self.dispersion_reading_: RunsReading | None = None
+        self.held_back_: dict[str, Any] | None = None
+
+    def _unit_checkpoint(self) -> Callable[[], None]:
+        """A function that puts the units back as they are now."""
+        undo = [part.checkpoint() for part in (self.blocks_, self.fallback_, self.trail_) if part is not None]
+        reading, held = self.dispersion_reading_, None if self.held_back_ is None else dict(self.held_back_)
+
+        def restore() -> None:
+            for step in undo:
+                step()
+            self.dispersion_reading_, self.held_back_ = reading, held
+
+        return restore
+
+    def check_blocks(self, keys: list[str]) -> None:
+        """Raise ``ValueError`` (changing nothing) if these keys would reopen a complete block."""
+        if self.blocks_ is not None:
+            self.blocks_.ledger_.check(keys)
+
+    def observed(self, batch: int, m: int, blocks: list[str] | None) -> None:
+        """Register a newly observed batch's rows with their blocks (or the batch as one block)."""
+        if self.blocks_ is not None:
+            assert blocks is not None  # the monitor requires blocks= once calibrated with them
+            self.blocks_.observed(batch, blocks)
+        elif self.fallback_ is not None:
+            self.fallback_.observed(batch, m)
+
+    def _block_look(
+        self, positions: tuple[Any, Any] | None, hits: npt.NDArray[np.bool_], labels: IntArray, now: int
+    ) -> MonitorResult | None:
+        """The block test's look at newly labelled rows (with ``calibrate(blocks=)``)."""
+        assert self.blocks_ is not None
+        if positions is None:
+            msg = f"the {self.name} tests blocks: it needs each labelled row's batch and row (where=)"
+            raise ValueError(msg)
+        found = self.blocks_.labelled(*positions, ~hits, labels, now=now)
+        return (
+            None if found is None else result_of(self.name, found[0], found[1], self.blocks_.blocks_tested_)
+        )
+
+    def _decide(
+        self,
+        row: MonitorResult,
+        group: int,
+        groups: IntArray,
+        hits: npt.NDArray[np.bool_],
+        labels: IntArray,
+        positions: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
+        now: int,
+        null_rate: float,
+    ) -> MonitorResult:
+        """Follow the evidence of each group touched (one, or one per class), then decide (:meth:`_decided`).
+
+        ``group`` is the row test's group reported in ``row``; ``groups`` each row's group.
+        """
+        assert self.fallback_ is not None
+        assert self.trail_ is not None
+        batches, misses = positions[0], ~hits
+        touched = np.unique(groups)
+        per = [groups == k for k in touched.tolist()]
+        self.trail_.add(
+            touched, [int(m.sum()) for m in per], [int(misses[m].sum()) for m in per],
+            [int(batches[m].min()) for m in per], [int(batches[m].max()) for m in per],
+        )  # fmt: skip
+        stretch = self.trail_.stretch(group)
+        if row.alarm_rows:
+            self.trail_.restart(group)
+        reading, batch_look = self.fallback_.labelled(*positions, misses, labels, now=now)
+        mine = groups == group
+        window = (int(mine.sum()), int(misses[mine].sum()))
+        return self._decided(row, reading, batch_look, stretch_words(stretch, null_rate, window))
+
+    def _decided(
+        self,
+        row: MonitorResult,
+        reading: RunsReading,
+        batch_look: tuple[MissLook, Callable[[], dict[str, Any]]] | None,
+        evidence: str,
+    ) -> MonitorResult:
+        """The row test's look when the runs check is clear, else the batch test's, saying why."""
+        self.dispersion_reading_ = reading
+        if reading.clear:
+            return _reworded(row, evidence)
+        if row.alarm and reading.clustered:
+            held = self.held_back_ or {"looks": 0, "statistic": -math.inf}
+            held["looks"] += 1
+            held["statistic"] = max(held["statistic"], row.statistic)
+            self.held_back_ = held
+        assert self.fallback_ is not None
+        look, words = batch_look if batch_look is not None else self.fallback_.test_.current_look()
+        dependence = _dependence_words(reading) if reading.clustered else _unsettled_words(reading)
+
+        def reworded() -> dict[str, Any]:
+            out = words()
+            out["explanation"] += dependence
+            return out
+
+        return result_of(self.name, look, reworded, row.rows_seen)
+
+    def notice(self) -> dict[str, Any] | None:
+        """Held-back alarms and correlated rows, as a notice for ``Monitor.notices()``."""
+        return _held_notice(self, "misses")
+
+
+class CoverageDropDetector(_CoverageUnits):
     """Label-based: a betting test of a set calibrator's miss rate (``engine.monitors.CoverageDrop``).
 
     Three units, one decision:
@@ -901,13 +1021,6 @@ class CoverageDropDetector:
         self.test_: CoverageDrop | None = None
         self._init_units()
 
-    def _init_units(self) -> None:
-        self.blocks_: BlockMissTest | None = None
-        self.fallback_: BatchFallback | None = None
-        self.trail_: EvidenceTrail | None = None
-        self.dispersion_reading_: RunsReading | None = None
-        self.held_back_: dict[str, Any] | None = None
-
     def _after_decode(self) -> None:
         """A snapshot written before block-aware label tests lacks their state (rows only, as then)."""
         if "fallback_" not in self.__dict__:
@@ -915,16 +1028,13 @@ class CoverageDropDetector:
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts the tests back as they are now."""
-        parts = (self.blocks_, self.fallback_, self.trail_)
-        undo = [part.checkpoint() for part in parts if part is not None]
+        undo = [self._unit_checkpoint()]
         if self.test_ is not None:
             undo.append(self.test_.test_.checkpoint())
-        reading, held = self.dispersion_reading_, None if self.held_back_ is None else dict(self.held_back_)
 
         def restore() -> None:
             for step in undo:
                 step()
-            self.dispersion_reading_, self.held_back_ = reading, held
 
         return restore
 
@@ -954,22 +1064,9 @@ class CoverageDropDetector:
             self.fallback_.calibrate(alpha, [n_cal], classes)
             self.trail_ = EvidenceTrail([self.test_.null_rate])
 
-    def check_blocks(self, keys: list[str]) -> None:
-        """Raise ``ValueError`` (changing nothing) if these keys would reopen a complete block."""
-        if self.blocks_ is not None:
-            self.blocks_.ledger_.check(keys)
-
     def observe(self, probs: FloatArray) -> MonitorResult | None:
         """Label-based: nothing to do until labels arrive."""
         return None
-
-    def observed(self, batch: int, m: int, blocks: list[str] | None) -> None:
-        """Register a newly observed batch's rows with their blocks (or the batch as one block)."""
-        if self.blocks_ is not None:
-            assert blocks is not None  # the monitor requires blocks= once calibrated with them
-            self.blocks_.observed(batch, blocks)
-        elif self.fallback_ is not None:
-            self.fallback_.observed(batch, m)
 
     def labelled(
         self,
@@ -983,69 +1080,15 @@ class CoverageDropDetector:
         hits = covered[self.calibrator]
         positions = _positions(where, hits.shape[0])
         if self.blocks_ is not None:
-            if positions is None:
-                msg = f"the {self.name} tests blocks: it needs each labelled row's batch and row (where=)"
-                raise ValueError(msg)
-            found = self.blocks_.labelled(*positions, ~hits, labels, now=now)
-            return (
-                None
-                if found is None
-                else result_of(self.name, found[0], found[1], self.blocks_.blocks_tested_)
-            )
+            return self._block_look(positions, hits, labels, now)
         if self.test_ is None:
             return None
         row = self.test_.update(hits, name=self.name)
         if positions is None or self.fallback_ is None or self.trail_ is None:
             return row
-        return self._decide(row, hits, labels, positions, now)
-
-    def _decide(
-        self,
-        row: MonitorResult,
-        hits: npt.NDArray[np.bool_],
-        labels: IntArray,
-        positions: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
-        now: int,
-    ) -> MonitorResult:
-        """The row test's look, or the batch test's while the rows cluster by batch."""
-        assert self.fallback_ is not None
-        assert self.trail_ is not None
         assert self.test_ is not None
-        batches = positions[0]
-        misses = int((~hits).sum())
-        self.trail_.add(np.zeros(1, np.intp), [hits.size], [misses], [batches.min()], [batches.max()])
-        stretch = self.trail_.stretch(0)
-        if row.alarm_rows:
-            self.trail_.restart(0)
-        reading, batch_look = self.fallback_.labelled(*positions, ~hits, labels, now=now)
-        self.dispersion_reading_ = reading
-        null_rate, window = self.test_.null_rate, (int(hits.size), misses)
-        if reading.clear:
-            return _reworded(row, stretch_words(stretch, null_rate, window))
-        if row.alarm and reading.clustered:
-            held = self.held_back_ or {"looks": 0, "statistic": -math.inf}
-            held["looks"] += 1
-            held["statistic"] = max(held["statistic"], row.statistic)
-            self.held_back_ = held
-        test = self.fallback_.test_.test_
-        if batch_look is None:
-            assert test is not None
-            look = MissLook(test.log10_statistic(0), test.log10_threshold, bool(test.alarmed_.any()), 0)
-            words = self.fallback_.test_._words(look, 0)
-        else:
-            look, words = batch_look
-        dependence = _dependence_words(reading) if reading.clustered else _unsettled_words(reading)
-
-        def reworded() -> dict[str, Any]:
-            out = words()
-            out["explanation"] += dependence
-            return out
-
-        return result_of(self.name, look, reworded, row.rows_seen)
-
-    def notice(self) -> dict[str, Any] | None:
-        """Held-back alarms and correlated rows, as a notice for ``Monitor.notices()``."""
-        return _held_notice(self, "misses")
+        groups = np.zeros(hits.shape[0], dtype=np.intp)
+        return self._decide(row, 0, groups, hits, labels, positions, now, self.test_.null_rate)
 
 
 def _reworded(result: MonitorResult, evidence: str) -> MonitorResult:
@@ -1071,7 +1114,7 @@ def _evidence_sentence(explanation: str, evidence: str) -> str:
     return f"{head}; {evidence}"
 
 
-class ClassCoverageDropDetector:
+class ClassCoverageDropDetector(_CoverageUnits):
     """Label-based: a coverage-drop test per true class, for calibrators that promise it per class.
 
     A ``mondrian="label"`` calibrator promises coverage ``≥ 1 − α`` within every class, so a
@@ -1112,26 +1155,6 @@ class ClassCoverageDropDetector:
         self.classes_: list[str] = []
         self._init_units()
 
-    def _init_units(self) -> None:
-        self.blocks_: BlockMissTest | None = None
-        self.fallback_: BatchFallback | None = None
-        self.trail_: EvidenceTrail | None = None
-        self.dispersion_reading_: RunsReading | None = None
-        self.held_back_: dict[str, Any] | None = None
-
-    def check_blocks(self, keys: list[str]) -> None:
-        """Raise ``ValueError`` (changing nothing) if these keys would reopen a complete block."""
-        if self.blocks_ is not None:
-            self.blocks_.ledger_.check(keys)
-
-    def observed(self, batch: int, m: int, blocks: list[str] | None) -> None:
-        """Register a newly observed batch's rows with their blocks (or the batch as one block)."""
-        if self.blocks_ is not None:
-            assert blocks is not None  # the monitor requires blocks= once calibrated with them
-            self.blocks_.observed(batch, blocks)
-        elif self.fallback_ is not None:
-            self.fallback_.observed(batch, m)
-
     @property
     def untested_(self) -> list[int]:
         """Classes without a test (too few calibration rows at the calibrator's α)."""
@@ -1139,14 +1162,13 @@ class ClassCoverageDropDetector:
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts every class's test back as it is now."""
-        parts = (self.test_, self.blocks_, self.fallback_, self.trail_)
-        undo = [part.checkpoint() for part in parts if part is not None]
-        reading, held = self.dispersion_reading_, None if self.held_back_ is None else dict(self.held_back_)
+        undo = [self._unit_checkpoint()]
+        if self.test_ is not None:
+            undo.append(self.test_.checkpoint())
 
         def restore() -> None:
             for step in undo:
                 step()
-            self.dispersion_reading_, self.held_back_ = reading, held
 
         return restore
 
@@ -1250,15 +1272,7 @@ class ClassCoverageDropDetector:
         hits = covered[self.calibrator]
         positions = _positions(where, hits.shape[0])
         if self.blocks_ is not None:
-            if positions is None:
-                msg = f"the {self.name} tests blocks: it needs each labelled row's batch and row (where=)"
-                raise ValueError(msg)
-            found = self.blocks_.labelled(*positions, ~hits, labels, now=now)
-            return (
-                None
-                if found is None
-                else result_of(self.name, found[0], found[1], self.blocks_.blocks_tested_)
-            )
+            return self._block_look(positions, hits, labels, now)
         if self.test_ is None:
             return None
         row = self._row_look(hits, labels)
@@ -1267,60 +1281,8 @@ class ClassCoverageDropDetector:
         result, c = row
         if positions is None or self.fallback_ is None or self.trail_ is None:
             return result
-        return self._decide(result, c, hits, labels, positions, now)
-
-    def _decide(
-        self,
-        row: MonitorResult,
-        c: int,
-        hits: npt.NDArray[np.bool_],
-        labels: IntArray,
-        positions: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
-        now: int,
-    ) -> MonitorResult:
-        """The row tests' look, or the batch tests' while the rows cluster by batch."""
-        assert self.fallback_ is not None
-        assert self.trail_ is not None
-        assert self.test_ is not None
-        batches, misses = positions[0], ~hits
-        touched = np.unique(labels)
-        per = [labels == k for k in touched.tolist()]
-        self.trail_.add(
-            touched, [int(m.sum()) for m in per], [int(misses[m].sum()) for m in per],
-            [int(batches[m].min()) for m in per], [int(batches[m].max()) for m in per],
-        )  # fmt: skip
-        stretch = self.trail_.stretch(c)
-        if row.alarm_rows:
-            self.trail_.restart(c)
-        reading, batch_look = self.fallback_.labelled(*positions, misses, labels, now=now)
-        self.dispersion_reading_ = reading
-        in_class = labels == c
-        window = (int(in_class.sum()), int(misses[in_class].sum()))
-        if reading.clear:
-            return _reworded(row, stretch_words(stretch, float(self.test_.null_rates[c]), window))
-        if row.alarm and reading.clustered:
-            held = self.held_back_ or {"looks": 0, "statistic": -math.inf}
-            held["looks"] += 1
-            held["statistic"] = max(held["statistic"], row.statistic)
-            self.held_back_ = held
-        test = self.fallback_.test_.test_
-        if batch_look is None:
-            assert test is not None
-            stats = [test.log10_statistic(i) for i in range(test.n_groups)]
-            worst = int(np.argmax(stats))
-            group = int(np.flatnonzero(self.fallback_.test_.tested_ == worst)[0])
-            look = MissLook(stats[worst], test.log10_threshold, bool(test.alarmed_.any()), group)
-            words = self.fallback_.test_._words(look, worst)
-        else:
-            look, words = batch_look
-        dependence = _dependence_words(reading) if reading.clustered else _unsettled_words(reading)
-
-        def reworded() -> dict[str, Any]:
-            out = words()
-            out["explanation"] += dependence
-            return out
-
-        return result_of(self.name, look, reworded, row.rows_seen)
+        null_rate = float(self.test_.null_rates[c])
+        return self._decide(result, c, labels, hits, labels, positions, now, null_rate)
 
     def _row_look(self, hits: npt.NDArray[np.bool_], labels: IntArray) -> tuple[MonitorResult, int] | None:
         """The row tests' look: the class most in doubt (an alarmed one first), and that class."""
