@@ -375,12 +375,12 @@ class RowLog:
         log = cls()
         try:
             for part in index["parts"]:
-                source = folder / str(part["file"])
+                source = inside(folder, part["file"])
                 check_file(source, str(part["sha256"]))
                 link_or_copy(source, log.folder / source.name)
                 log.parts.append(dict(part))
             for name, sha in zip(index["labels"], index["labels_sha256"], strict=True):
-                source = folder / str(name)
+                source = inside(folder, name)
                 check_file(source, str(sha))
                 link_or_copy(source, log.folder / source.name)
                 log.labels.parts.append(log.folder / source.name)
@@ -431,6 +431,34 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def inside(folder: Path, name: Any) -> Path:
+    """The file ``name`` names in the snapshot's ``folder``, refused unless it is a plain name in it.
+
+    A snapshot may be sent by anyone: a name that is absolute, holds a separator or ``..``, or
+    resolves (symbolic links followed) outside the folder is refused with one message that does
+    not say whether such a path exists.
+
+    Examples
+    --------
+    >>> inside(Path("/tmp/snap/rowlog"), "part-0.parquet").name
+    'part-0.parquet'
+    """
+    text = str(name)
+    plain = (
+        bool(text) and text not in {".", ".."} and "/" not in text and "\\" not in text and "\0" not in text
+    )
+    if plain:
+        path = folder / text
+        root = folder.resolve()
+        try:
+            if path.resolve().is_relative_to(root):
+                return path
+        except (OSError, RuntimeError):  # a link loop
+            pass
+    msg = f"the snapshot's row log names {text!r}, which is not a file of the snapshot: refusing to load it"
+    raise SnapshotError(msg)
 
 
 def check_file(path: Path, sha: str) -> None:

@@ -387,11 +387,41 @@ def current_name(name: str) -> str:
     return LEGACY_CLASSES.get(renamed, renamed)
 
 
+#: The calwatch modules whose classes a snapshot may name: the numerics, the calibrator kinds,
+#: the table statistics and the monitor's own state. Checked *before* any import, so a snapshot
+#: cannot make the loader import a module with effects of its own (the command line, the
+#: Spark and Dask adapters, the server, the widget, the demo).
+SNAPSHOT_MODULE_PREFIXES: tuple[str, ...] = ("calwatch.engine.", "calwatch.kinds.", "calwatch.scale.")
+SNAPSHOT_MODULES: frozenset[str] = frozenset(
+    {
+        "calwatch.classes", "calwatch.compare", "calwatch.ids", "calwatch.kinds",
+        "calwatch.label_blocks", "calwatch.looks", "calwatch.models", "calwatch.monitor",
+        "calwatch.monitor_labels", "calwatch.monitor_reads", "calwatch.monitor_share",
+        "calwatch.monitor_state", "calwatch.monitor_tables", "calwatch.regression_monitor",
+        "calwatch.row_log", "calwatch.shift_watch", "calwatch.stats_columns", "calwatch.stream",
+    }
+)  # fmt: skip
+
+
+def snapshot_may_name(module_name: str) -> bool:
+    """Whether a snapshot may name a class of ``module_name`` (:data:`SNAPSHOT_MODULES`).
+
+    Examples
+    --------
+    >>> snapshot_may_name("calwatch.engine.shift.betting"), snapshot_may_name("calwatch.__main__")
+    (True, False)
+    """
+    return module_name in SNAPSHOT_MODULES or module_name.startswith(SNAPSHOT_MODULE_PREFIXES)
+
+
 def resolve_trusted(name: str) -> Any:
-    """The class or function ``"module:qualname"`` names, if it lives in the calwatch package."""
+    """The class or function ``"module:qualname"`` names, if a snapshot may name it (checked first)."""
     module_name, _, qualname = current_name(name).partition(":")
     if module_name.split(".")[0] != TRUSTED_PACKAGE or not qualname or "<" in qualname:
         msg = f"the snapshot names {name!r}, which is not part of calwatch: refusing to load it"
+        raise SnapshotError(msg)
+    if not snapshot_may_name(module_name):
+        msg = f"the snapshot names {name!r}, of a calwatch module no snapshot holds: refusing to load it"
         raise SnapshotError(msg)
     try:
         target: Any = importlib.import_module(module_name)
