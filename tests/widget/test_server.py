@@ -120,6 +120,7 @@ def test_a_broken_save_keeps_the_last_good_version_and_says_why(tmp_path):
             assert time.monotonic() < deadline, "the broken snapshot was never reported"
             time.sleep(0.05)
         assert version["version"] == good["version"] and "checksum" in version["error"]
+        assert str(tmp_path) not in version["error"]  # served errors name the snapshot, not its absolute path
         assert _get(server, "/")[0] == 200
 
 
@@ -213,3 +214,35 @@ def test_a_regression_snapshot_is_served_too(tmp_path):
     assert feed.current is not None and feed.current.batches == 1
     assert json.loads(feed.current.report_json)["model"]["_status"]["batches"] == 1
     assert not feed.refresh()  # unchanged: nothing read again
+
+
+def test_a_wrong_host_gets_403_and_allowed_names_get_through(tmp_path):
+    # A page of another site whose name is rebound to 127.0.0.1 sends its own Host (DNS rebinding).
+    path = pets_monitor().save(tmp_path / "snap")
+    with DashboardServer(path, allow_hosts=("dashboards.example",)) as server:
+        status, _, body = _get(server, "/api/version", headers={"Host": f"evil.example:{server.port}"})
+        assert status == 403 and b"names of its address" in body
+        assert _get(server, "/api/version", headers={"Host": f"localhost:{server.port}"})[0] == 200
+        assert _get(server, "/api/version", headers={"Host": f"dashboards.example:{server.port}"})[0] == 200
+        assert _get(server, "/api/version")[0] == 200  # 127.0.0.1
+    with pytest.raises(ValueError, match="allow_hosts"):
+        DashboardServer(path, allow_hosts="dashboards.example")  # type: ignore[arg-type]
+
+
+def test_idle_connections_are_closed_and_the_token_holder_is_still_served(tmp_path):
+    import socket
+
+    path = pets_monitor().save(tmp_path / "snap")
+    with DashboardServer(path, idle_timeout=0.5) as server:
+        idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(50)]
+        half = socket.create_connection(("127.0.0.1", server.port))
+        half.sendall(b"GET /api/version HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers never finished
+        start = time.monotonic()
+        assert _get(server, "/api/version")[0] == 200  # served while the idle sockets are open
+        for sock in [*idle, half]:
+            sock.settimeout(5)
+            assert sock.recv(1) == b""  # closed by the server after idle_timeout
+            sock.close()
+        assert time.monotonic() - start < 5
+    with pytest.raises(ValueError, match="idle_timeout"):
+        DashboardServer(path, idle_timeout=0)

@@ -57,6 +57,8 @@ LONG_POLL_S = 25.0
 #: Tokens: URL-safe characters (what :func:`secrets.token_urlsafe` gives), 16 at least.
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,}")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: Seconds an open connection may stay idle (before or between requests) before it is closed.
+IDLE_TIMEOUT_S = 20.0
 
 logger = logging.getLogger("calwatch.server")
 
@@ -64,9 +66,10 @@ logger = logging.getLogger("calwatch.server")
 class _Readers:
     """What the request handlers share: the feed, the token, and a wake-up for long polls."""
 
-    def __init__(self, feed: SnapshotFeed, token: str) -> None:
+    def __init__(self, feed: SnapshotFeed, token: str, hosts: frozenset[str] | None = None) -> None:
         self.feed = feed
         self.token = token
+        self.hosts = hosts  # the Host names a request may carry (None: any, for a non-loopback address)
         self.stopping = False
         self._changed: asyncio.Event | None = None
 
@@ -118,6 +121,10 @@ class _Handler(tornado.web.RequestHandler):
         self.set_header("Cache-Control", "no-store")
 
     def prepare(self) -> None:
+        hosts = self.readers.hosts
+        if hosts is not None and self.request.host_name.lower().strip("[]") not in hosts:
+            # A page of another site that rebinds its name to 127.0.0.1 sends its own Host.
+            raise tornado.web.HTTPError(403, reason="Host not allowed")
         if not self._authorized():
             raise tornado.web.HTTPError(403)
 
@@ -134,7 +141,9 @@ class _Handler(tornado.web.RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         self.set_header("Content-Type", "text/plain; charset=utf-8")
-        if status_code == 403:
+        if status_code == 403 and self._reason == "Host not allowed":
+            self.finish("403 Forbidden: this view answers only to the names of its address (allow_hosts=).\n")
+        elif status_code == 403:
             self.finish("403 Forbidden: this view needs its token (the URL calwatch serve printed).\n")
         else:
             self.finish(f"{status_code} {self._reason}\n")
@@ -219,6 +228,13 @@ class DashboardServer:
         characters (letters, digits, ``-``, ``_``).
     watch_interval : float
         Seconds between looks at the snapshot's manifest.
+    idle_timeout : float
+        Seconds a connection may stay idle (no request, or headers never finished) before it is
+        closed (default 20), so idle sockets cannot use up the process's file descriptors.
+    allow_hosts : tuple of str
+        Host names, besides the loopback ones, that requests may carry in their ``Host`` header
+        when the server listens on a loopback address (as Jupyter's ``allow_remote_access``):
+        a page of another site whose name resolves to 127.0.0.1 is refused with 403.
 
     Attributes
     ----------
@@ -247,6 +263,8 @@ class DashboardServer:
         port: int = 0,
         token: str | None = None,
         watch_interval: float = WATCH_INTERVAL_S,
+        idle_timeout: float = IDLE_TIMEOUT_S,
+        allow_hosts: tuple[str, ...] = (),
     ) -> None:
         if not isinstance(host, str) or not host:
             msg = f"host must be a non-empty address string, e.g. '127.0.0.1'; got {host!r}"
@@ -266,7 +284,18 @@ class DashboardServer:
         self.host = host
         self.port = port
         self.watch_interval = float(watch_interval)
-        self._readers = _Readers(self.feed, self.token)
+        idle_ok = isinstance(idle_timeout, (int, float)) and not isinstance(idle_timeout, bool)
+        if not (idle_ok and idle_timeout > 0):
+            msg = f"idle_timeout must be a positive number of seconds; got {idle_timeout!r}"
+            raise ValueError(msg)
+        if not isinstance(allow_hosts, (tuple, list)) or not all(
+            isinstance(h, str) and h for h in allow_hosts
+        ):
+            msg = f"allow_hosts must be a tuple of host names, e.g. ('myhost.local',); got {allow_hosts!r}"
+            raise ValueError(msg)
+        self.idle_timeout = float(idle_timeout)
+        hosts = None if host not in _LOOPBACK else frozenset(_LOOPBACK) | {h.lower() for h in allow_hosts}
+        self._readers = _Readers(self.feed, self.token, hosts)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested: asyncio.Event | None = None
@@ -364,7 +393,11 @@ class DashboardServer:
     async def _main(self, sockets: list[socket.socket], ready: threading.Event) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
-        server = HTTPServer(make_app(self._readers))
+        # An idle connection (no request started, or headers never finished) is closed after
+        # idle_timeout: idle sockets cannot pile up until descriptors run out.
+        server = HTTPServer(
+            make_app(self._readers), idle_connection_timeout=self.idle_timeout, body_timeout=self.idle_timeout
+        )
         server.add_sockets(sockets)
         watcher = asyncio.create_task(self._watch())
         ready.set()

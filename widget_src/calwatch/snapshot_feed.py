@@ -122,7 +122,8 @@ class SnapshotFeed:
                     self._failures[before] = self._failures.get(before, 0) + 1
                     if self._failures[before] >= 2:
                         named = isinstance(err, SnapshotError)
-                        self.error = str(err) if named else f"{type(err).__name__}: {err}"
+                        text = str(err) if named else f"{type(err).__name__}: {err}"
+                        self.error = self._without_path(text)
                 return False
             if self.manifest_version() != before:
                 return False  # saved again while we read: read the newer one next time
@@ -134,6 +135,13 @@ class SnapshotFeed:
             self.error = ""
             self._failures.clear()
             return True
+
+    def _without_path(self, text: str) -> str:
+        """An error's text with the snapshot's absolute path replaced by its name (errors are served)."""
+        for shown in {str(self.path.resolve()), str(self.path.absolute()), str(self.path)}:
+            if shown not in (".", ""):
+                text = text.replace(shown, self.path.name)
+        return text
 
     def version_json(self) -> bytes:
         """``{version, saved_at, batches, error}`` of the current version, as JSON."""
