@@ -9,7 +9,6 @@ import pytest
 
 from calwatch.engine.shift.betting import BernoulliBetting, calibration_null_rate
 from calwatch.engine.shift.block_labels import (
-    BatchDispersion,
     BlockLedger,
     BoundedBetting,
     PairedDispersion,
@@ -138,11 +137,19 @@ def test_dispersion_tells_runs_of_correlated_rows_from_a_rate_that_steps_up() ->
     assert "cluster" in reading.words()
 
 
-def test_batch_dispersion_by_hand() -> None:
-    d = BatchDispersion()
-    for values in ([1.0, 0.0], [1.0, 1.0], [0.0, 0.0]):
-        d.add_batch(np.array(values))
-    # grand mean 1/2; MSB = 2·(0 + 1/4 + 1/4)/2 = 1/2; MSW = (1/2)/3 = 1/6: φ = 3
-    reading = d.reading()
-    assert reading.ratio == pytest.approx(3.0, rel=1e-12)
-    assert (reading.batches, reading.rows) == (3, 6)
+@pytest.mark.parametrize(("m", "size"), [(70, 32), (64, 32), (5, 32), (0, 32), (40, None)])
+def test_observe_runs_is_observe_with_a_key_per_row_then_close(m: int, size: int | None) -> None:
+    runs, keyed = BlockLedger(timeout=1), BlockLedger(timeout=1)
+    for ledger in (runs, keyed):
+        ledger.observe(0, ["a", "a", "b"])  # an open block the batch closes
+    runs.observe_runs(1, m, size)
+    keyed.observe(1, [f"1:{i // size}" if size else "1" for i in range(m)])
+    keyed.close_open(1)
+    for name in ("keys_", "rows_", "labelled_", "closed_at_", "open_code_", "next_code_", "latest_batch_"):
+        assert getattr(runs, name) == getattr(keyed, name), name
+    np.testing.assert_array_equal(runs.batch_codes_[1], keyed.batch_codes_[1])
+    rows = np.arange(m)
+    for ledger in (runs, keyed):
+        ledger.label(np.ones(m, np.int64), rows, {"miss": rows % 3 == 0})
+    got = [(b.key, b.n_rows, b.payload["miss"].tolist()) for b in runs.complete(1)]
+    assert got == [(b.key, b.n_rows, b.payload["miss"].tolist()) for b in keyed.complete(1)]

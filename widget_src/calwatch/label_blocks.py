@@ -102,7 +102,7 @@ class BlockMissTest:
         self.by_class = by_class
         self.threshold = float(threshold)
         self.unit = unit
-        self.ledger_ = BlockLedger(timeout)
+        self.ledger_ = BlockLedger(timeout, remember_keys=unit == "blocks")  # batches are never checked
         self.nulls_: list[BlockNull | None] = []
         self.test_: BoundedBetting | None = None
         self.tested_: IntArray = np.zeros(0, dtype=np.intp)  # groups with a test -> their index in test_
@@ -146,13 +146,8 @@ class BlockMissTest:
         self.tested_ = np.full(len(rates), -1, dtype=np.intp)
         self.tested_[tested] = np.arange(len(tested))
         self.test_ = BoundedBetting([rates[g] for g in tested], threshold=self.threshold) if tested else None
-        self.ledger_ = BlockLedger(self.ledger_.timeout)
+        self.ledger_ = BlockLedger(self.ledger_.timeout, remember_keys=self.ledger_.remember_keys)
         self.blocks_tested_ = 0
-
-    @property
-    def untested(self) -> list[int]:
-        """Groups without a test (too few effective calibration rows)."""
-        return [g for g in range(self.tested_.shape[0]) if self.tested_[g] < 0]
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts the ledger and the test back as they are now."""
@@ -208,21 +203,19 @@ class BlockMissTest:
             events=np.asarray(events),
         )  # fmt: skip
         self.blocks_tested_ += len(set(keys))
-        statistics = np.array([test.log10_statistic(i) for i in range(test.n_groups)])
-        worst = int(np.argmax(statistics))
-        fresh = test.alarmed_ & ~before
-        if fresh.any():
-            worst = int(np.flatnonzero(fresh)[np.argmax(statistics[fresh])])
-        group = int(np.flatnonzero(self.tested_ == worst)[0])
-        look = MissLook(float(statistics[worst]), test.log10_threshold, bool(test.alarmed_.any()), group)
-        return look, self._words(look, worst)
+        return self._look_at(test.alarmed_ & ~before)
 
     def current_look(self) -> tuple[MissLook, Callable[[], dict[str, Any]]]:
         """The look as it stands: the group most in doubt (an alarmed one first), and its words."""
+        assert self.test_ is not None  # a batch fallback always has a test
+        return self._look_at(self.test_.alarmed_)
+
+    def _look_at(self, first: BoolArray) -> tuple[MissLook, Callable[[], dict[str, Any]]]:
+        """The look at the group most in doubt, among the ``first`` groups when any (else all)."""
         test = self.test_
-        assert test is not None  # a batch fallback always has a test
+        assert test is not None
         statistics = np.array([test.log10_statistic(i) for i in range(test.n_groups)])
-        worst = int(np.argmax(np.where(test.alarmed_, np.inf, statistics)))
+        worst = int(np.argmax(np.where(first, statistics, -np.inf) if first.any() else statistics))
         group = int(np.flatnonzero(self.tested_ == worst)[0])
         look = MissLook(float(statistics[worst]), test.log10_threshold, bool(test.alarmed_.any()), group)
         return look, self._words(look, worst)
@@ -321,18 +314,18 @@ class ChunkDispersion:
     """
 
     def __init__(self, timeout: int | None = DEFAULT_BLOCK_TIMEOUT) -> None:
-        self.ledger_ = BlockLedger(timeout)
+        self.ledger_ = BlockLedger(timeout, remember_keys=False)
         self.dispersion_ = PairedDispersion()
-        self.long_ledger_ = BlockLedger(timeout)
+        self.long_ledger_ = BlockLedger(timeout, remember_keys=False)
         self.long_dispersion_ = PairedDispersion()
-        self.batch_ledger_ = BlockLedger(timeout)
+        self.batch_ledger_ = BlockLedger(timeout, remember_keys=False)
         self.batch_dispersion_ = PairedDispersion()
 
     def _after_decode(self) -> None:
         """A snapshot written with fewer scales lacks the others (they start from here)."""
         for name in ("long", "batch"):
             if f"{name}_ledger_" not in self.__dict__:
-                setattr(self, f"{name}_ledger_", BlockLedger(self.ledger_.timeout))
+                setattr(self, f"{name}_ledger_", BlockLedger(self.ledger_.timeout, remember_keys=False))
                 setattr(self, f"{name}_dispersion_", PairedDispersion())
 
     def _scales(self) -> list[tuple[BlockLedger, PairedDispersion]]:
@@ -354,14 +347,8 @@ class ChunkDispersion:
 
     def observed(self, batch: int, m: int) -> None:
         """Register a batch's rows in runs and as one batch (all closed: a batch is whole when observed)."""
-        keys = (
-            [f"{batch}:{i // CHUNK_ROWS}" for i in range(m)],
-            [f"{batch}:{i // LONG_RUN_ROWS}" for i in range(m)],
-            [str(batch)] * m,
-        )
-        for (ledger, _), scale_keys in zip(self._scales(), keys, strict=True):
-            ledger.observe(batch, scale_keys)
-            ledger.close_open(batch)
+        for (ledger, _), size in zip(self._scales(), (CHUNK_ROWS, LONG_RUN_ROWS, None), strict=True):
+            ledger.observe_runs(batch, m, size)
 
     def labelled(self, batches: Any, rows: Any, values: Any, *, now: int) -> RunsReading:
         """Add labelled rows' values; the reading with the units they completed."""
@@ -395,9 +382,8 @@ class BatchFallback:
 
     def __init__(self, calibrator: str, *, by_class: bool = False) -> None:
         self.test_ = BlockMissTest(calibrator, by_class=by_class, unit="batches")
-        self.dispersion_ = PairedDispersion()  # of whole batches: sizes the batch test's null
         self.group_dispersions_: list[PairedDispersion] = []  # per class, when by class
-        self.chunks_ = ChunkDispersion()  # of chunks: tells whether rows cluster
+        self.chunks_ = ChunkDispersion()  # whether rows cluster; its batch scale sizes the null
         self.counts_: list[int] = []
         self.alpha_ = math.nan
 
@@ -405,7 +391,6 @@ class BatchFallback:
         """Start: the calibration count of each group (one group, or one per class)."""
         self.alpha_, self.counts_ = float(alpha), list(counts)
         self.test_.start_batches(self.rates([1.0] * len(counts)), classes, alpha)
-        self.dispersion_ = PairedDispersion()
         self.group_dispersions_ = [PairedDispersion() for _ in counts] if self.test_.by_class else []
         self.chunks_ = ChunkDispersion()
 
@@ -431,7 +416,7 @@ class BatchFallback:
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts the batch test and the dispersion sums back as they are now."""
-        parts: list[Any] = [self.test_, self.dispersion_, self.chunks_, *self.group_dispersions_]
+        parts: list[Any] = [self.test_, self.chunks_, *self.group_dispersions_]
         undo = [part.checkpoint() for part in parts]
 
         def restore() -> None:
@@ -442,15 +427,14 @@ class BatchFallback:
 
     def observed(self, batch: int, m: int) -> None:
         """A batch is one block, whole when observed."""
-        self.test_.observed(batch, [str(batch)] * m)
-        self.test_.ledger_.close_open(batch)
+        self.test_.ledger_.observe_runs(batch, m)
         self.chunks_.observed(batch, m)
 
     def labelled(
         self, batches: Any, rows: Any, misses: BoolArray, labels: IntArray, *, now: int
     ) -> tuple[RunsReading, tuple[MissLook, Callable[[], dict[str, Any]]] | None]:
         """Add labelled rows: the chunks' dispersion reading, and the batch test's look (if any)."""
-        marginal = self.dispersion_.reading()
+        marginal = self.chunks_.batch_dispersion_.reading()  # whole batches' misses, before this call
         overall = marginal.ratio if marginal.settled else 1.0
         if self.group_dispersions_:
             readings = [d.reading() for d in self.group_dispersions_]
@@ -459,12 +443,11 @@ class BatchFallback:
             ratios = [overall] * len(self.counts_)
         # A group too small to test at this dispersion bets against 0.5 (little evidence, no false alarm).
         rates = [0.5 if r is None else r for r in self.rates(ratios)]
-        dispersion, groups = self.dispersion_, self.group_dispersions_
+        groups = self.group_dispersions_
 
         def add(done: list[CompleteBlock]) -> None:
             for block in done:
                 miss = block.payload["miss"]
-                dispersion.add_run(miss)
                 for c, group in enumerate(groups):
                     group.add_run(miss[block.payload["label"] == c])
 
@@ -492,7 +475,6 @@ class BlockConformityTest:
         self.reference_: FloatArray = np.zeros(0)
         self.reference_cdf_: FloatArray = np.zeros(0)
         self.martingale_: ConformalTestMartingale | None = None
-        self.dropped_ = 0
 
     def calibrate(self, scores: FloatArray, keys: list[str]) -> None:
         """Fit the reference and the martingale on the calibration blocks."""
@@ -515,7 +497,6 @@ class BlockConformityTest:
             threshold=DEFAULT_BLOCK_THRESHOLD, statistic="ville", resolution=None, seed=self.seed
         ).fit(np.asarray(statistics, dtype=np.float64))
         self.ledger_ = BlockLedger(self.ledger_.timeout)
-        self.dropped_ = 0
 
     def _mapped(self, scores: FloatArray) -> FloatArray:
         """The reference's empirical CDF at each score, in ``[0, 1]``."""
@@ -529,13 +510,11 @@ class BlockConformityTest:
         """A function that puts the ledger and the martingale back as they are now."""
         undo_ledger = self.ledger_.checkpoint()
         undo_martingale = None if self.martingale_ is None else self.martingale_.checkpoint()
-        dropped = self.dropped_
 
         def restore() -> None:
             undo_ledger()
             if undo_martingale is not None:
                 undo_martingale()
-            self.dropped_ = dropped
 
         return restore
 
@@ -551,8 +530,7 @@ class BlockConformityTest:
         statistics: list[float] = []
         keys: list[str] = []
         for block in self.ledger_.complete(now):
-            if block.timed_out:
-                self.dropped_ += 1
+            if block.timed_out:  # a partly labelled block is not exchangeable with whole ones
                 continue
             statistics.append(self._statistic(block.payload["score"]))
             keys.append(block.key)
@@ -564,15 +542,13 @@ def result_of(
     look: MissLook,
     words: Callable[[], dict[str, Any]],
     rows_seen: int,
-    *,
-    alarm: bool | None = None,
 ) -> MonitorResult:
     """A deferred result of a block test's look."""
     return DeferredResult.later(
         name=name,
         statistic=look.statistic,
         threshold=look.threshold,
-        alarm=look.alarm if alarm is None else alarm,
+        alarm=look.alarm,
         rows_seen=rows_seen,
         alarm_rows=(),
         words=words,
@@ -622,9 +598,7 @@ class EvidenceTrail:
         self.events_[g] += np.asarray(events, dtype=np.float64)
         first = np.asarray(first_batch, dtype=np.int64)
         self.last_batch_[g] = np.asarray(last_batch, dtype=np.int64)
-        level = (
-            self.events_[g, None] * self.up_[g] + (self.rows_[g] - self.events_[g])[:, None] * self.down_[g]
-        )
+        level = self._level(g)
         lower = level < self.low_level_[g]
         unset = ~lower & (self.low_batch_[g] < 0)
         low_batch = self.low_batch_[g]
@@ -637,31 +611,31 @@ class EvidenceTrail:
             part[lower] = np.broadcast_to(value, part.shape)[lower]
             table[g] = part
 
+    def _level(self, groups: IntArray) -> FloatArray:
+        """``L_j`` of each bet for these groups, shape ``(len(groups), bets)``."""
+        g = np.asarray(groups, dtype=np.intp)
+        level: FloatArray = (
+            self.events_[g, None] * self.up_[g] + (self.rows_[g] - self.events_[g])[:, None] * self.down_[g]
+        )
+        return level
+
     def restart(self, group: int) -> None:
         """The test restarted (after an alarm): the stretch starts again from here."""
-        self.low_level_[group] = (
-            self.events_[group] * self.up_[group]
-            + (self.rows_[group] - self.events_[group]) * self.down_[group]
-        )
+        self.low_level_[group] = self._level(np.array([group]))[0]
         self.low_rows_[group] = self.rows_[group]
         self.low_events_[group] = self.events_[group]
         self.low_batch_[group] = -1
 
     def stretch(self, group: int = 0) -> tuple[int, int, int, int]:
         """``(rows, misses, first batch, last batch)`` since the best bet's lowest point (rows 0: none)."""
-        level = (
-            self.events_[group] * self.up_[group]
-            + (self.rows_[group] - self.events_[group]) * self.down_[group]
-        )
+        level = self._level(np.array([group]))[0]
         j = int(np.argmax(level - self.low_level_[group]))
         rows = round(float(self.rows_[group] - self.low_rows_[group, j]))
         events = round(float(self.events_[group] - self.low_events_[group, j]))
         return rows, events, int(self.low_batch_[group, j]), int(self.last_batch_[group])
 
 
-def stretch_words(
-    stretch: tuple[int, int, int, int], null_rate: float, window: tuple[int, int], batch_names: Any = None
-) -> str:
+def stretch_words(stretch: tuple[int, int, int, int], null_rate: float, window: tuple[int, int]) -> str:
     """A coverage test's evidence in words: the stretch that grew it, and the window when it differs.
 
     ``window``: the look's own labelled rows and misses.

@@ -235,9 +235,7 @@ class _MartingaleDetector:
         before = len(m.alarm_indices_)
         first_row = m.n_seen_
         step = m.step(scores)
-        run = _advance_run(
-            self.__dict__.setdefault(run_name, [0, 0, 0.0, 0, 0]), step, statistic_name, first_row
-        )
+        run = _advance_run(self.__dict__.setdefault(run_name, list(NEW_RUN)), step, statistic_name, first_row)
         values = (
             step.log_cusum
             if statistic_name == "cusum"
@@ -287,8 +285,12 @@ class _MartingaleDetector:
         )
 
 
+#: A martingale's run before any look: ``[start, n, Σp, #p<0.1, #p>0.9, lowest log martingale]``.
+NEW_RUN: tuple[Any, ...] = (0, 0, 0.0, 0, 0, 0.0)
+
+
 def _advance_run(run: list[Any], step: Any, statistic: str, first_row: int) -> list[Any]:
-    """Follow the stretch of p-values behind a martingale's statistic: ``[start, n, Σp, #p<0.1, #p>0.9]``.
+    """Follow the stretch of p-values behind a martingale's statistic (:data:`NEW_RUN`'s entries).
 
     For CUSUM the stretch starts after the statistic last stood at 1 (``log ≤ 0``: a restart,
     after an alarm or when the evidence ran out); for the others, after the log martingale's
@@ -301,13 +303,9 @@ def _advance_run(run: list[Any], step: Any, statistic: str, first_row: int) -> l
         restarts = np.flatnonzero(step.log_cusum <= 0.0)
     else:
         level = step.log_martingale
-        low_before = run[5] if len(run) > 5 else 0.0
         lowest = int(np.argmin(level))
-        restarts = np.array([lowest]) if level[lowest] < low_before else np.zeros(0, dtype=np.intp)
-        if len(run) > 5:
-            run[5] = min(low_before, float(level[lowest]))
-        else:
-            run.append(min(low_before, float(level[lowest])))
+        restarts = np.array([lowest]) if level[lowest] < run[5] else np.zeros(0, dtype=np.intp)
+        run[5] = min(run[5], float(level[lowest]))
     if restarts.size:
         cut = int(restarts[-1]) + 1
         tail = p[cut:]
@@ -682,19 +680,25 @@ def _unsettled_words(reading: RunsReading) -> str:
     )
 
 
+def _count_held(detector: Any, statistic: float) -> None:
+    """Count a row-level alarm held back (the rows cluster), with the highest evidence held."""
+    held = detector.held_back_ or {"looks": 0, "statistic": -math.inf}
+    held["looks"] += 1
+    held["statistic"] = max(held["statistic"], statistic)
+    detector.held_back_ = held
+
+
 def _held_notice(detector: Any, kind: str, *, batches_decide: bool = True) -> dict[str, Any] | None:
     """The notice of a row-level alarm held back because the rows cluster by batch (None if none)."""
     held = getattr(detector, "held_back_", None)
     reading = getattr(detector, "dispersion_reading_", None)
     if reading is None or not reading.clustered:
         return None
-    count = 0 if held is None else int(held["looks"])
-    assert held is not None or not count
     what = (
-        f"{count} row-level alarm{'s' if count != 1 else ''} held back (evidence up to "
-        f"10^{held['statistic']:.1f}), as a row-level bound assumes independent rows"
-        if held is not None and count
-        else "row-level alarms are held back, as a row-level bound assumes independent rows"
+        "row-level alarms are held back, as a row-level bound assumes independent rows"
+        if held is None
+        else f"{held['looks']} row-level alarm{'s' if held['looks'] != 1 else ''} held back (evidence up "
+        f"to 10^{held['statistic']:.1f}), as a row-level bound assumes independent rows"
     )
     tail = what + ("; whole batches decide instead" if batches_decide else "")
     return {
@@ -719,10 +723,10 @@ class LabelMartingale(_MartingaleDetector):
     With ``calibrate(blocks=)`` the unit is the block
     (:class:`~calwatch.label_blocks.BlockConformityTest`: a Kolmogorov–Smirnov distance of each
     complete block's scores to a reference half of the calibration blocks, Ville's rule). Without
-    block keys the row martingale runs, and the p-values of complete batches are read for
-    clustering (:class:`~calwatch.engine.shift.block_labels.BatchDispersion`): while they
-    cluster by batch, its alarms are held back (its bound assumes independent rows) and
-    :meth:`notice` says so.
+    block keys the row martingale runs, and its labelled rows are read for clustering
+    (:class:`~calwatch.label_blocks.ChunkDispersion`, on a fixed map of the scores): while they
+    cluster, or until enough rows were read to tell, its alarms are held back (its bound
+    assumes independent rows) and :meth:`notice` says so.
     """
 
     needs_labels = True
@@ -784,8 +788,8 @@ class LabelMartingale(_MartingaleDetector):
         # A fixed map of a score to the share of calibration scores at or above it: the runs check
         # reads these (the martingale's own p-values drift as the stream joins their bag).
         self.calibration_scores_ = np.sort(scores)
-        self.run_ = [0, 0, 0.0, 0, 0]
-        self.block_run_ = [0, 0, 0.0, 0, 0]
+        self.run_ = list(NEW_RUN)
+        self.block_run_ = list(NEW_RUN)
         if data.blocks is not None:
             self.blocks_ = BlockConformityTest(timeout=self.block_timeout, seed=self.seed)
             self.blocks_.calibrate(scores, data.blocks)
@@ -859,10 +863,7 @@ class LabelMartingale(_MartingaleDetector):
             if not reading.clustered:
                 return False, _unsettled_words(reading)
             if alarm:
-                held = self.held_back_ or {"looks": 0, "statistic": -math.inf}
-                held["looks"] += 1
-                held["statistic"] = max(held["statistic"], statistic)
-                self.held_back_ = held
+                _count_held(self, statistic)
             return False, _dependence_words(reading, "conformal p-values", batches_decide=False)
 
         return self._look(scores, what, hold=hold)
@@ -972,10 +973,7 @@ class _CoverageUnits:
         if reading.clear:
             return _reworded(row, evidence)
         if row.alarm and reading.clustered:
-            held = self.held_back_ or {"looks": 0, "statistic": -math.inf}
-            held["looks"] += 1
-            held["statistic"] = max(held["statistic"], row.statistic)
-            self.held_back_ = held
+            _count_held(self, row.statistic)
         assert self.fallback_ is not None
         look, words = batch_look if batch_look is not None else self.fallback_.test_.current_look()
         dependence = _dependence_words(reading) if reading.clustered else _unsettled_words(reading)

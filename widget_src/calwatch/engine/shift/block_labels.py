@@ -44,12 +44,13 @@ When a block is complete (:class:`BlockLedger`)
     the labels' values. A label that arrives after its block was tested is not used by the
     block tests (it still counts in every coverage figure).
 
-Without block keys (:class:`BatchDispersion`)
+Without block keys (:class:`PairedDispersion`, :class:`RunsReading`)
     The default cannot know the blocks, but it can see their symptom: miss indicators (or
-    conformity p-values) that cluster by batch. A one-way ANOVA of the labelled rows' values
-    by batch gives ``φ = MSB / MSW`` (about 1 for independent rows with a constant rate) and
-    the F test's p-value; a clustered stream gives ``φ`` far above 1. The detectors then say
-    so and hand the decision to a test that takes each batch as one block.
+    conformity scores) that cluster. Neighbouring runs of rows (and neighbouring batches) are
+    compared with the spread within them (:class:`PairedDispersion`: ``φ`` about 1 for
+    independent rows, also when the rate steps up or drifts; far above 1 for rows in correlated
+    runs), at three scales (:class:`RunsReading`). The detectors then say so and hand the
+    decision to a test that takes each batch as one block.
 """
 
 from __future__ import annotations
@@ -417,13 +418,17 @@ class BlockLedger:
     timeout : int or None
         Batches observed after a block closed before it is tested on the labels it has (None:
         wait for every label).
+    remember_keys : bool
+        Keep the keys of tested blocks, so that :meth:`check` refuses one that comes back (user
+        block keys); a ledger of runs of rows (:meth:`observe_runs`) never checks, and keeps none.
     """
 
-    def __init__(self, timeout: int | None = DEFAULT_BLOCK_TIMEOUT) -> None:
+    def __init__(self, timeout: int | None = DEFAULT_BLOCK_TIMEOUT, *, remember_keys: bool = True) -> None:
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0):
             msg = f"timeout must be None or an integer ≥ 0 (batches); got {timeout!r}"
             raise ValueError(msg)
         self.timeout = timeout
+        self.remember_keys = remember_keys
         self.batch_codes_: dict[int, npt.NDArray[np.int64]] = {}
         self.keys_: dict[int, str] = {}  # block code -> key (pending blocks)
         self.rows_: dict[int, int] = {}  # code -> rows observed
@@ -438,11 +443,10 @@ class BlockLedger:
     # -- checks -------------------------------------------------------------
     def check(self, keys: list[str]) -> None:
         """Raise ``ValueError`` if these keys, observed next, would reopen a closed block (no change)."""
-        done = set(self.done_keys_) | {self.keys_[c] for c in self.closed_at_}
-        open_key = None if self.open_code_ is None else self.keys_[self.open_code_]
-        previous = open_key
+        done = {self.keys_[c] for c in self.closed_at_}  # closed, not yet tested
+        previous = None if self.open_code_ is None else self.keys_[self.open_code_]
         for key in _run_keys(keys):
-            if key in done:
+            if key in done or key in self.done_keys_:
                 msg = (
                     f"blocks: key {key!r} comes back after its block was complete (another key came "
                     "in between); the rows of a block must arrive together, in one run"
@@ -471,6 +475,26 @@ class BlockLedger:
             self.rows_[self.open_code_] += stop - start
             start = stop
         self.batch_codes_[batch] = codes
+        self.latest_batch_ = max(self.latest_batch_, batch)
+
+    def observe_runs(self, batch: int, m: int, size: int | None = None) -> None:
+        """Register a batch's ``m`` rows as runs of ``size`` consecutive rows, each a block closed now.
+
+        :meth:`observe` with keys ``f"{batch}:{i // size}"`` (or ``str(batch)`` for the whole
+        batch, ``size=None``) then :meth:`close_open`, without building a key per row.
+        """
+        self.close_open(batch)
+        width = m if size is None else size
+        n_runs = -(-m // width) if m else 0
+        first = self.next_code_
+        for j in range(n_runs):
+            code = first + j
+            self.keys_[code] = str(batch) if size is None else f"{batch}:{j}"
+            self.rows_[code], self.labelled_[code] = min(width, m - j * width), 0
+            self.payload_[code] = []
+            self.closed_at_[code] = batch
+        self.next_code_ += n_runs
+        self.batch_codes_[batch] = first + np.arange(m, dtype=np.int64) // max(width, 1)
         self.latest_batch_ = max(self.latest_batch_, batch)
 
     def close_open(self, batch: int) -> None:
@@ -515,16 +539,18 @@ class BlockLedger:
                 ready.append(
                     CompleteBlock(self.keys_[code], self.rows_[code], self.labelled_[code], payload, not full)
                 )
-            self.done_keys_.add(self.keys_[code])
+            if self.remember_keys:
+                self.done_keys_.add(self.keys_[code])
             for table in (self.keys_, self.rows_, self.labelled_, self.closed_at_):
                 del table[code]
-        if ready or self.batch_codes_:
-            pending = set(self.keys_)
-            for batch in [
-                b for b, codes in self.batch_codes_.items() if not pending.intersection(codes.tolist())
-            ]:
-                del self.batch_codes_[batch]
+        # A batch's codes are ascending and consecutive: it is done once none in its range is pending.
+        for batch in [b for b, codes in self.batch_codes_.items() if not self._pending_in(codes)]:
+            del self.batch_codes_[batch]
         return ready
+
+    def _pending_in(self, codes: npt.NDArray[np.int64]) -> bool:
+        """Whether a block of these (ascending, consecutive) codes still awaits its test."""
+        return bool(codes.size) and any(c in self.keys_ for c in range(int(codes[0]), int(codes[-1]) + 1))
 
     def checkpoint(self) -> Callable[[], None]:
         """A function that puts the ledger back as it is now (its tables are small: copied)."""
@@ -710,68 +736,5 @@ class PairedDispersion:
 
         def restore() -> None:
             self.totals_, self.runs_, self.waiting_ = list(saved[0]), saved[1], list(saved[2])
-
-        return restore
-
-
-class BatchDispersion:
-    """One-way ANOVA of labelled rows' values by batch, over batches whose labels are complete.
-
-    ``φ = MSB / MSW`` with ``MSB = Σ n_b (ȳ_b − ȳ)² / (B − 1)`` and ``MSW = Σ (y − ȳ_b)² /
-    (N − B)``; ``F(B − 1, N − B)`` gives the p-value. Rows independent with one constant mean
-    give ``φ ≈ 1``; correlated rows within batches (or a mean moving from batch to batch) give
-    more. A batch enters once it is complete as a block (:class:`BlockLedger` with batches as
-    blocks), so its sums never change afterwards: the reading keeps five totals (``B``, ``N``,
-    ``Σy``, ``Σy²``, ``Σ_b (Σ_b y)² / n_b``) and costs the same however long the stream.
-
-    Examples
-    --------
-    Two batches, one all misses and one all hits: all the spread is between batches.
-
-    >>> d = BatchDispersion()
-    >>> d.add_batch(np.ones(3)); d.add_batch(np.zeros(3))
-    >>> r = d.reading(); (r.ratio, r.p_value, r.batches, r.rows)
-    (inf, 0.0, 2, 6)
-    """
-
-    def __init__(self) -> None:
-        self.totals_ = [0.0, 0.0, 0.0, 0.0, 0.0]  # B, N, Σy, Σy², Σ_b s_b²/n_b
-
-    def add_batch(self, values: Any) -> None:
-        """Add one complete batch's labelled values (nothing if it has none)."""
-        y = np.asarray(values, dtype=np.float64)
-        if y.size == 0:
-            return
-        total = float(y.sum())
-        t = self.totals_
-        t[0] += 1.0
-        t[1] += float(y.size)
-        t[2] += total
-        t[3] += float((y * y).sum())
-        t[4] += total * total / float(y.size)
-
-    def reading(self) -> Dispersion:
-        """The F test on the batches so far (``φ = 1``, ``p = 1`` while undefined)."""
-        n_batches, rows, total, squares, between = self.totals_
-        batches = int(n_batches)
-        if batches < 2 or rows <= batches:
-            return Dispersion(1.0, 1.0, batches, int(rows))
-        ssb = between - total**2 / rows
-        ssw = squares - between
-        msb, msw = max(ssb, 0.0) / (batches - 1), max(ssw, 0.0) / (rows - batches)
-        if msw <= 1e-12 * max(squares, 1.0):
-            spread = msb > 1e-12 * max(squares, 1.0)
-            return Dispersion(math.inf if spread else 1.0, 0.0 if spread else 1.0, batches, int(rows))
-        from scipy.special import fdtrc  # on first use: `import calwatch` stays fast
-
-        ratio = msb / msw
-        return Dispersion(ratio, float(fdtrc(batches - 1, rows - batches, ratio)), batches, int(rows))
-
-    def checkpoint(self) -> Callable[[], None]:
-        """A function that puts the totals back as they are now."""
-        totals = list(self.totals_)
-
-        def restore() -> None:
-            self.totals_ = list(totals)
 
         return restore
