@@ -40,14 +40,20 @@ def test_dask_refuses_a_repeat_across_partitions_and_no_hash_collision(
     engine = DaskEngine("dask-sync")
     with engine.running():
         mon = calibrated(task)
-        with pytest.raises(ValueError, match=f"id column 'id': id {ids[71]!r} appears 2 times in bucket 1"):
+        twice_in_1 = rf"id column 'id': id {ids[71]!r} appears 2 times \(in bucket 1\)"
+        with pytest.raises(ValueError, match=twice_in_1):
             cw_dask.observe(mon, engine.table(bad, 4), **LOG)  # rows 7 and 71 in different partitions
+        assert mon.n_batches == 0
+        moved = pl.when(pl.col("id") == ids[6]).then(pl.lit(ids[71])).otherwise(pl.col("id"))
+        across = frame.with_columns(moved.alias("id"))
+        with pytest.raises(ValueError, match=rf"id {ids[71]!r} appears 2 times \(in buckets 0, 1\)"):
+            cw_dask.observe(mon, engine.table(across, 4), **LOG)  # rows 6 and 71: buckets 0 and 1
         assert mon.n_batches == 0
         # Every hash collides: the rows decide, so a good log passes with the statistics of the
         # in-memory monitor and a bad one is still refused naming its repeat.
         monkeypatch.setattr(cw_dask, "grouped_hashes", _colliding)
         monkeypatch.setattr(cw_dask, "key_hashes", lambda batch, b, i: np.zeros(len(batch), dtype=np.uint64))
-        with pytest.raises(ValueError, match=f"id {ids[71]!r} appears 2 times in bucket 1"):
+        with pytest.raises(ValueError, match=rf"id {ids[71]!r} appears 2 times \(in bucket 1\)"):
             cw_dask.observe(mon, engine.table(bad, 4), **LOG)
         assert cw_dask.observe(mon, engine.table(frame, 4), **LOG) == (0, 1)
     memory = calibrated(task)

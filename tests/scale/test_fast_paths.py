@@ -62,10 +62,13 @@ def test_confidence_rank_sums_equal_the_per_group_mid_rank_sums(n_ref: int, K: i
 
 def test_key_hashes_group_and_find_repeats_for_integer_dates_and_strings() -> None:
     days = pa.array([dt.date(2024, 1, 1), dt.date(2024, 1, 2)] * 500, pa.date32())
-    for ids in (pa.array(np.arange(1000) // 2), pa.array([f"r{i // 2}" for i in range(1000)])):
+    for ids in (pa.array(np.arange(1000)), pa.array([f"r{i}" for i in range(1000)])):
         chunk = pa.record_batch({"day": days, "id": ids})
         hashes = key_hashes(chunk, "day", "id")
-        assert np.unique(hashes).shape[0] == 1000  # (day, id) pairs are all distinct
+        assert np.unique(hashes).shape[0] == 1000  # the ids are all distinct
+        # The same id on another day is the same key: ids are distinct across the table.
+        moved = pa.record_batch({"day": days.take([1, 0]), "id": ids.take([0, 1])})
+        assert np.array_equal(key_hashes(moved, "day", "id"), hashes[:2])
         grouped, bounds = grouped_hashes(chunk, "day", "id")
         assert bounds[-1] == 1000 and np.array_equal(np.sort(grouped), np.sort(hashes))
         top = grouped >> np.uint64(64 - 6)

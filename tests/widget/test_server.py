@@ -1,4 +1,4 @@
-"""calwatch serve: the token, the routes, updates after a save, and a snapshot left intact."""
+"""calwatch serve: the token, the routes, updates after a save, a snapshot left intact, and load limits."""
 
 import json
 import os
@@ -246,3 +246,145 @@ def test_idle_connections_are_closed_and_the_token_holder_is_still_served(tmp_pa
         assert time.monotonic() - start < 5
     with pytest.raises(ValueError, match="idle_timeout"):
         DashboardServer(path, idle_timeout=0)
+
+
+def _wait_until(condition, timeout=5.0):
+    """Poll ``condition`` until true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the server"
+        time.sleep(0.01)
+
+
+def _token_holder_served_within(server_port, token, seconds):
+    """Seconds until GET /api/version with the token answers 200, retrying while refused."""
+    start = time.monotonic()
+    url = f"http://127.0.0.1:{server_port}/api/version?token={token}"
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=0.25) as response:
+                if response.status == 200:
+                    return time.monotonic() - start
+        except (urllib.error.URLError, OSError):  # 503, or the backlog still full
+            pass
+        assert time.monotonic() - start < seconds, f"the token holder was not served within {seconds} s"
+        time.sleep(0.02)
+
+
+def test_connections_past_the_cap_get_503_and_the_token_holder_is_served_once_they_close(tmp_path):
+    import socket
+
+    path = pets_monitor().save(tmp_path / "snap")
+    with DashboardServer(path, max_connections=4) as server:
+        idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(4)]
+        _wait_until(lambda: server._http is not None and server._http.open_connections == 4)
+        status, headers, body = _get(server, "/api/version")
+        assert status == 503 and headers["Retry-After"] == "1"
+        assert body == b"calwatch serve: too many connections (limit 4); try again shortly\n"
+        extra = socket.create_connection(("127.0.0.1", server.port))  # never sends a request
+        extra.settimeout(5)
+        answer = b""
+        while chunk := extra.recv(4096):  # the 503, then the server's end of the connection
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n") and b"(limit 4)" in answer
+        extra.close()
+        for sock in idle:
+            sock.close()
+        assert _token_holder_served_within(server.port, server.token, 1.0) < 1.0
+    for bad in (0, -1, 2.5, True, "8"):
+        with pytest.raises(ValueError, match="max_connections must be a positive integer"):
+            DashboardServer(path, max_connections=bad)
+        with pytest.raises(ValueError, match="max_long_polls must be a positive integer"):
+            DashboardServer(path, max_long_polls=bad)
+
+
+def test_long_polls_past_the_cap_get_503_and_a_closed_one_frees_its_place(tmp_path):
+    import socket
+
+    path = pets_monitor().save(tmp_path / "snap")
+    with DashboardServer(path, max_long_polls=1) as server:
+        version = json.loads(_get(server, "/api/version")[2])["version"]
+        poll = socket.create_connection(("127.0.0.1", server.port))
+        request = f"GET /api/version?after={version}&token={server.token} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        poll.sendall(request.encode())
+        _wait_until(lambda: server._readers.long_polls == 1)
+        started = time.monotonic()
+        status, headers, body = _get(server, f"/api/version?after={version}")
+        assert status == 503 and headers["Retry-After"] == "1"
+        assert body == b"calwatch serve: too many long polls (limit 1); try again shortly\n"
+        assert time.monotonic() - started < 2  # refused at once, not after a long poll
+        assert _get(server, "/api/version")[0] == 200  # plain requests are not long polls
+        poll.close()  # the client goes away: its long poll ends and frees its place
+        _wait_until(lambda: server._readers.long_polls == 0, timeout=1.0)
+
+
+_SERVE_WITH_FEW_DESCRIPTORS = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+from calwatch.__main__ import main
+sys.exit(main(["serve", sys.argv[1], "--port", "0", "--token", sys.argv[2]]))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="descriptor limits are POSIX (resource.setrlimit)")
+def test_running_out_of_descriptors_neither_spins_nor_floods_and_serves_again(tmp_path):
+    # `ulimit -n 64` and 1,000 idle sockets: once accept() fails with EMFILE the server must stop
+    # watching its socket for a while (tornado's own accept loop retries at once, forever, with
+    # a traceback each time), and serve the token holder again once descriptors come free.
+    import resource
+    import socket
+
+    import psutil
+
+    n_idle = 1000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < n_idle + 200:
+        wanted = n_idle + 200 if hard == resource.RLIM_INFINITY else min(hard, n_idle + 200)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        n_idle = min(n_idle, wanted - 200)
+    token = "descriptor-test-token-0123456789"
+    stderr_path = tmp_path / "stderr.txt"
+    idle: list[socket.socket] = []
+    with stderr_path.open("wb") as stderr:  # a file, not a pipe: a flood cannot block the child
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVE_WITH_FEW_DESCRIPTORS, str(tmp_path / "none-yet"), token],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+    try:
+        lines = []
+        while not any("token=" in line for line in lines):
+            line = proc.stdout.readline()
+            assert line, f"calwatch serve exited: {''.join(lines)}{stderr_path.read_text()}"
+            lines.append(line)
+        port = int(next(line for line in lines if "token=" in line).split(":")[2].split("/")[0])
+        for _ in range(n_idle):  # non-blocking: most wait in (or beyond) the listen backlog
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            idle.append(sock)
+        child = psutil.Process(proc.pid)
+        _wait_until(lambda: child.num_fds() >= 60, timeout=10)  # out of descriptors (64)
+        time.sleep(0.2)
+        cpu_before, started = sum(child.cpu_times()[:2]), time.monotonic()
+        time.sleep(2.0)
+        cpu = sum(child.cpu_times()[:2]) - cpu_before  # user + system, every thread
+        elapsed = time.monotonic() - started
+        assert proc.poll() is None, stderr_path.read_text()[-2000:]
+        assert cpu < 0.5, f"the server spun: {cpu:.2f} s of CPU in {elapsed:.2f} s"
+        for sock in idle:
+            sock.close()
+        idle.clear()
+        served_after = _token_holder_served_within(port, token, 1.0)
+        log = stderr_path.read_text()
+        assert len(log) < 20_000, f"{len(log)} bytes of stderr: {log[:2000]}"
+        assert log.count("descriptors") == 1, log  # one warning, not one per attempt
+        print(f"child: {cpu:.3f} s CPU in {elapsed:.2f} s; served {served_after:.3f} s after; {len(log)} B")
+    finally:
+        for sock in idle:
+            sock.close()
+        proc.kill()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+        if soft != resource.getrlimit(resource.RLIMIT_NOFILE)[0]:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -12,7 +12,7 @@ What runs where:
 * workers: ``ddf.map_partitions`` converts each pandas partition to Arrow and runs the kernel
   (the bytes decoded once per worker process), giving a small pandas frame of partial
   statistics; ``groupby(bucket, calibrator, field, index).agg(sum, sum, max)`` reduces them,
-  and the check that no id repeats within a bucket (64-bit key hashes, sorted in 64 hash
+  and the check that no id repeats anywhere in the table (64-bit id hashes, sorted in 64 hash
   partitions, a repeat confirmed on the rows) runs in the same ``dask.compute``;
 * client again: the reduced frame (buckets × calibrators × (3K + 2) rows at most) is merged
   into the monitor under its lock, all or nothing.
@@ -37,6 +37,7 @@ from calwatch.scale import remote
 from calwatch.scale.collect import (
     LabelCall,
     Snapshot,
+    check_ids_of,
     check_label_facts,
     check_names,
     commit_observed_partials,
@@ -91,7 +92,9 @@ def observe(
     snap = snapshot(mon)
     names = columns.needed()
     check_names(list(ddf.columns), names, "the DataFrame")
-    columns.check_schema(_arrow_schema(ddf._meta[names], columns), snap.frozen.n_classes)
+    schema = _arrow_schema(ddf._meta[names], columns)
+    columns.check_schema(schema, snap.frozen.n_classes)
+    id_kind = check_ids_of(mon, schema, columns.id)
     partials = _partials(ddf[names], snap, columns, observed=True)
     # One compute of delayed objects only (Dask warns when collections and expressions mix):
     # the reduced partials (one partition) and the repeated hashes of each hash partition.
@@ -103,16 +106,16 @@ def observe(
         found = _confirmed_repeat(ddf[[bucket, id]], bucket, id, repeated)
         if found is not None:
             raise repeated_id(id, *found)
-    return commit_observed_partials(mon, snap, _polars(reduced), TableSource(ENGINE, ddf, columns))
+    return commit_observed_partials(mon, snap, _polars(reduced), TableSource(ENGINE, ddf, columns), id_kind)
 
 
 def _repeated_hashes(ddf: DataFrame, bucket: str, id: str) -> list[Any]:
-    """Delayed arrays of the ``(bucket, id)`` hashes seen more than once, one per hash partition.
+    """Delayed arrays of the id hashes seen more than once, one per hash partition.
 
     Each Dask partition's keys are hashed and grouped by their top bits
     (:func:`calwatch.scale.duplicates.grouped_hashes`, as ``observe_table`` does); hash
     partition ``p`` then gathers group ``p`` of every Dask partition and sorts it. A grouped
-    ``(bucket, id)`` count (``groupby.size``) held every distinct pair in pandas objects: 2 GiB
+    count (``groupby.size``) held every distinct pair in pandas objects: 2 GiB
     for 10⁷ rows; here the hashes take 8 bytes a row, and one sort ``n/64`` of them. Computed
     with the partials, so the log is read once.
     """
@@ -140,19 +143,20 @@ def _repeats_in_group(
 
 def _confirmed_repeat(
     keys: DataFrame, bucket: str, id: str, hashes: npt.NDArray[np.uint64]
-) -> tuple[Any, Any, int] | None:
-    """The first ``(bucket, id, times)`` truly repeated among rows whose hash is in ``hashes``.
+) -> tuple[Any, int, list[Any]] | None:
+    """The first ``(id, times, buckets)`` truly repeated among rows whose id hash is in ``hashes``.
 
     A hash collision (probability about ``n²/2⁶⁵``) must not refuse a good log: the rows decide.
     """
     meta = keys._meta
     rows = keys.map_partitions(_rows_hashed_in, bucket, id, hashes, meta=meta).compute()
-    sizes = rows.groupby([bucket, id], sort=True).size()
+    sizes = rows.groupby(id, sort=True).size()
     sizes = sizes[sizes > 1]
     if sizes.empty:
         return None
-    (first_bucket, first_id), times = sizes.index[0], sizes.iloc[0]
-    return _plain(first_bucket), _plain(first_id), int(times)
+    first_id, times = sizes.index[0], sizes.iloc[0]
+    buckets = rows.loc[rows[id] == first_id, bucket].tolist()
+    return _plain(first_id), int(times), [_plain(b) for b in buckets]
 
 
 def _plain(value: Any) -> Any:
@@ -180,6 +184,7 @@ def label(mon: Any, labels_ddf: DataFrame, *, id: str, label: str) -> LabelRepor
         Labels matched and unmatched, rows relabelled, batches changed.
     """
     check_names(list(labels_ddf.columns), [id, label], "the labels DataFrame")
+    check_ids_of(mon, _id_schema(labels_ddf._meta, id), id)
     snap = snapshot(mon)
     sources = engine_sources(mon, ENGINE)
     labels = labels_ddf[[id, label]]
@@ -295,6 +300,13 @@ def _polars(frame: pd.DataFrame) -> pl.DataFrame:
     if not isinstance(frame.index, pd.RangeIndex):
         frame = frame.reset_index()
     return pl.from_pandas(frame)
+
+
+def _id_schema(meta: pd.DataFrame, id: str) -> pa.Schema:
+    """The Arrow schema of the meta's id column (an object column's ids taken as strings, as below)."""
+    if pd.api.types.is_object_dtype(meta[id].dtype):
+        return pa.schema([pa.field(id, pa.string())])
+    return pa.Schema.from_pandas(meta[[id]], preserve_index=False)
 
 
 def _arrow_schema(meta: pd.DataFrame, columns: LogColumns) -> pa.Schema:

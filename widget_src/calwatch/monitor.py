@@ -22,7 +22,7 @@ from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.errors import NotFittedError
 from calwatch.engine.shift.blocks import block_keys
 from calwatch.guard import Guard, guard_of, guarded, guarded_yielding
-from calwatch.ids import as_id_list
+from calwatch.ids import check_id_kind, ids_with_kind
 from calwatch.kinds import KINDS, kind_of
 from calwatch.kinds.admit import require_embeddings
 from calwatch.models import ModelAdapter, ModelOutputs, wrap
@@ -529,7 +529,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         encoder = self._require_encoder()
         outputs = self._outputs(X, probs, logits, n_classes=len(encoder), embeddings=embeddings)
         m = len(outputs)
-        row_ids = self._batch_ids(ids, m)
+        row_ids, id_kind = self._batch_ids(ids, m)
         labels = None if y is None else encoder.encode(y, "y", n_rows=m)
         cats = None if categories is None else as_1d_array(categories, "categories")
         if cats is not None and cats.shape[0] != m:
@@ -587,6 +587,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
                     self._feed_labels([(record, every_row, labels)], latest=index, rows_seen=first_row + m)
             if ids is None:
                 self._next_auto_id += m
+            self._id_kind = self._id_kind or id_kind
             self._stream.append(record)
             self._stream.rows_labelled += newly_labelled
             self._notify((index,))
@@ -656,11 +657,19 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         self._shift.check_blocks(keys)
         return keys
 
-    def _batch_ids(self, ids: Any, m: int) -> list[Hashable]:
+    def _batch_ids(self, ids: Any, m: int) -> tuple[list[Hashable], str | None]:
+        """A batch's ids (given, or the next consecutive integers) and their kind, checked.
+
+        Refused (naming ``ids``): a wrong length, unhashable, null or NaN ids, ids repeated
+        within the batch or still in the window, and ids of another kind than the monitor's
+        (:func:`calwatch.ids.check_id_kind`). Rows without ids get the next consecutive
+        integers and no kind.
+        """
+        kind: str | None = None  # consecutive integers are outside the id-type rule (check_id_kind)
         if ids is None:
             row_ids: list[Hashable] = list(range(self._next_auto_id, self._next_auto_id + m))
         else:
-            row_ids = as_id_list(ids)
+            row_ids, kind = ids_with_kind(ids)
             if len(row_ids) != m:
                 msg = f"ids has {len(row_ids)} values but the batch has {m} rows"
                 raise ValueError(msg)
@@ -672,12 +681,13 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
             if distinct != m:
                 msg = f"ids must be distinct within a batch; {m - distinct} duplicates found"
                 raise ValueError(msg)
+        check_id_kind(self._id_kind, kind, "ids")
         clash = self._stream.first_known_id(row_ids)
         if clash is not None:
             where = self._stream.id_index[clash][0]
             msg = f"ids: {clash!r} was already observed (batch {where}, still in the window)"
             raise ValueError(msg)
-        return row_ids
+        return row_ids, kind
 
     # ------------------------------------------------------------------ shift warnings
     @guarded

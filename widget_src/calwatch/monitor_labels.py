@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from calwatch.engine._validation import stacked_rows
 from calwatch.guard import guarded_urgent
-from calwatch.ids import as_id_list
+from calwatch.ids import as_id_list, check_id_kind, ids_with_kind
 from calwatch.kinds import kind_of
 from calwatch.monitor_state import MonitorState
 from calwatch.row_log import Prefetched
@@ -126,7 +126,8 @@ class MonitorLabels(MonitorState):
     @guarded_urgent
     def _label_locked(self, ids: Any, y: Any, prefetched: Prefetched | None) -> LabelReport:
         encoder = self._require_encoder()
-        id_list = as_id_list(ids)
+        id_list, kind = ids_with_kind(ids)
+        check_id_kind(self._id_kind, kind, "ids", auto_ids=self._next_auto_id > 0)
         labels = encoder.encode(y, "y", n_rows=len(id_list))
         found, where = self._locate(id_list)
         row_log = self.__dict__.get("_row_log")

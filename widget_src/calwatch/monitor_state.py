@@ -24,6 +24,11 @@ class MonitorState:
     _calibrators: dict[str, Any]
     _shift: ShiftWatch | None
     _encoder: ClassEncoder | None
+    #: The kind of every id the monitor holds ("integers", "strings"...), fixed by its first
+    #: observed rows on any path (:func:`calwatch.ids.check_id_kind`); None before any row, and
+    #: in snapshots saved before the rule (then fixed by the next rows).
+    _id_kind: str | None = None
+    _next_auto_id: int
     name: str
     if TYPE_CHECKING:
 

@@ -43,7 +43,8 @@ class MonitorTables(MonitorState):
         source : str, Path, polars LazyFrame/DataFrame, pyarrow Table/Dataset
             A parquet file, folder or glob, or a table.
         id : str
-            The column of row ids (distinct within a bucket); :meth:`label_table` joins on it.
+            The column of row ids, distinct across the table and of the type of the monitor's
+            other ids (integers, strings...); :meth:`label_table` joins on it.
         probs : str or sequence of str
             The probability columns in class order, or one list column of ``K`` values.
         bucket : str
@@ -61,16 +62,21 @@ class MonitorTables(MonitorState):
         -------
         tuple of int
             The new batches' indices. A rejected table (a missing column, probabilities that
-            do not fit the monitor, ids repeated within a bucket...) raises naming the column
+            do not fit the monitor, a repeated id...) raises naming the column
             and leaves the monitor unchanged.
 
         Notes
         -----
-        The batches keep statistics, not rows: the table is their row log, and
-        :meth:`label_table` joins late labels to it however late they come. The shift
-        detectors and the window's row panels follow rows observed with :meth:`observe`;
-        table batches do not feed them. Calibrators that randomise their sets, learn from
-        labels (ACI) or need embeddings (Venn-ADMIT) are refused with a clear error.
+        The batches keep statistics, not rows. A parquet source is its own row log: its files
+        are listed and pinned now (:mod:`calwatch.scale.pins`), so :meth:`label_table` joins
+        late labels to exactly the rows observed, however late they come, and refuses a file
+        that changed since; a file landing in the folder later is never read. Any other
+        source is copied (its log columns) into the monitor's own parquet file, which labels
+        join and a snapshot carries. Ids must be distinct across the table and of the
+        monitor's id type. The shift detectors and the window's row panels follow rows
+        observed with :meth:`observe`; table batches do not feed them. Calibrators that learn
+        from labels (ACI) or need embeddings (Venn-ADMIT), and randomised calibrators restored
+        from snapshots written before id-keyed draws, are refused with a clear error.
         """
         from calwatch.scale.table import observe_table
 

@@ -28,7 +28,7 @@ import polars as pl
 
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.guard import guarded, guarded_urgent, guarded_yielding
-from calwatch.ids import as_id_list, uniform_scalar_ids
+from calwatch.ids import check_id_kind, ids_with_kind, uniform_scalar_ids
 from calwatch.kinds import kind_of
 from calwatch.kinds.regression import (
     PIT_BINS,
@@ -262,7 +262,7 @@ class RegressionMonitor(Monitor):
         if m == 0:
             msg = "the batch is empty: a batch needs at least one row"
             raise ValueError(msg)
-        row_ids = self._batch_ids(ids, m)
+        row_ids, id_kind = self._batch_ids(ids, m)
         values = None if y is None else _true_values(y, m)
         draws = copy.deepcopy(self._draws)  # advanced only once the batch is accepted
         # One shared copy of the batch's base predictions is kept for the window.
@@ -295,6 +295,7 @@ class RegressionMonitor(Monitor):
         # Everything is computed: commit.
         if ids is None:
             self._next_auto_id += m
+        self._id_kind = self._id_kind or id_kind
         self._draws = draws
         self._stream.append(record)
         self._stream.rows_labelled += newly
@@ -305,7 +306,8 @@ class RegressionMonitor(Monitor):
     @guarded_urgent
     def label(self, ids: Any, y: Any) -> LabelReport:
         """Join late true values to their rows: PIT, interval coverage and CRPS of those batches."""
-        id_list = as_id_list(ids)
+        id_list, kind = ids_with_kind(ids)
+        check_id_kind(self._id_kind, kind, "ids", auto_ids=self._next_auto_id > 0)
         values = _true_values(y, len(id_list), per="id")
         found, where = self._locate(id_list)
         unmatched = int((~found).sum())

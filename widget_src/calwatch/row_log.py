@@ -457,17 +457,20 @@ def inside(folder: Path, name: Any) -> Path:
                 return path
         except (OSError, RuntimeError):  # a link loop
             pass
-    msg = f"the snapshot's row log names {text!r}, which is not a file of the snapshot: refusing to load it"
+    msg = (
+        f"the snapshot's {folder.name}/ names {text!r}, which is not a file of the snapshot: "
+        "refusing to load it"
+    )
     raise SnapshotError(msg)
 
 
 def check_file(path: Path, sha: str) -> None:
     """Raise ``SnapshotError`` unless ``path`` is a file whose SHA-256 is ``sha``."""
     if not path.is_file():
-        msg = f"the snapshot's row log lacks {path.name}"
+        msg = f"the snapshot's {path.parent.name}/ lacks {path.name}"
         raise SnapshotError(msg)
     if file_sha256(path) != sha:
-        msg = f"the snapshot's row log file {path.name} does not match its checksum"
+        msg = f"the snapshot's file {path.parent.name}/{path.name} does not match its checksum"
         raise SnapshotError(msg)
 
 

@@ -24,12 +24,25 @@ leaves the snapshot as it was. Every text from users, labels or class names is e
 report. It listens on 127.0.0.1 by default (this machine only); the token is random
 (:func:`secrets.token_urlsafe`, as Jupyter's) and compared in constant time. Pages get a
 Content-Security-Policy that allows no request but to this server, no framing and no referrer.
+
+It stays up under load (a page left open, a script that opens sockets and never writes): a
+connection idle for ``idle_timeout`` seconds is closed; past ``max_connections`` open
+connections (default 256) a new one is answered at once with ``503 Service Unavailable``,
+``Retry-After: 1`` and a one-line plain-text reason, then closed; past ``max_long_polls``
+concurrent long polls (default 64) a long poll gets that 503 too (rather than an immediate,
+unchanged version, which would make pages poll in a tight loop), and a long poll whose client went
+away gives its place back at once. When the process runs out of file descriptors (``EMFILE``,
+``ENFILE``: ``ulimit -n`` below what ``max_connections`` needs) the server stops accepting for a
+moment instead of retrying in a loop, logs one warning (at most one a minute), and accepts again
+after ``ACCEPT_BACKOFF_S`` or as soon as a connection closes; the connections waiting meanwhile
+stay in the listen backlog.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hmac
 import html
 import logging
@@ -38,11 +51,15 @@ import re
 import secrets
 import socket
 import threading
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import tornado.web
 from tornado.httpserver import HTTPServer
+from tornado.ioloop import IOLoop
+from tornado.iostream import IOStream, StreamClosedError
 from tornado.netutil import bind_sockets
 
 from calwatch.report import LIVE_CSP, report_page
@@ -59,6 +76,18 @@ TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,}")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: Seconds an open connection may stay idle (before or between requests) before it is closed.
 IDLE_TIMEOUT_S = 20.0
+#: Open connections served at once; past it a new connection gets 503 and is closed.
+MAX_CONNECTIONS = 256
+#: Long polls (``api/version?after=``) waiting at once; past it a long poll gets 503.
+MAX_LONG_POLLS = 64
+#: Seconds the server stops accepting after ``accept()`` failed for want of descriptors.
+ACCEPT_BACKOFF_S = 0.2
+#: Seconds a refused connection may stay open after its 503 (for the client to read it).
+REFUSAL_LINGER_S = 1.0
+#: The same warning (out of descriptors, too many connections) is logged at most this often.
+WARN_EVERY_S = 60.0
+#: Descriptors are short: the accept() errors that pause accepting instead of failing.
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 logger = logging.getLogger("calwatch.server")
 
@@ -66,10 +95,18 @@ logger = logging.getLogger("calwatch.server")
 class _Readers:
     """What the request handlers share: the feed, the token, and a wake-up for long polls."""
 
-    def __init__(self, feed: SnapshotFeed, token: str, hosts: frozenset[str] | None = None) -> None:
+    def __init__(
+        self,
+        feed: SnapshotFeed,
+        token: str,
+        hosts: frozenset[str] | None = None,
+        max_long_polls: int = MAX_LONG_POLLS,
+    ) -> None:
         self.feed = feed
         self.token = token
         self.hosts = hosts  # the Host names a request may carry (None: any, for a non-loopback address)
+        self.max_long_polls = max_long_polls
+        self.long_polls = 0  # waiting now (on the server's loop only)
         self.stopping = False
         self._changed: asyncio.Event | None = None
 
@@ -165,11 +202,35 @@ class _PageHandler(_Handler):
 
 
 class _VersionHandler(_Handler):
+    _poll: asyncio.Future[None] | None = None
+
     async def get(self) -> None:
         after = self.get_query_argument("after", None)
+        readers = self.readers
+        if after is not None and readers.long_polls >= readers.max_long_polls:
+            # 503 rather than the unchanged version at once: pages would poll again in a tight loop
+            self.set_status(503)
+            self.set_header("Retry-After", "1")
+            self.set_header("Content-Type", "text/plain; charset=utf-8")
+            self.finish(_too_many("long polls", readers.max_long_polls))
+            return
         if after is not None:
-            await self.readers.wait_for_change(after, LONG_POLL_S)
-        self.send_json(self.readers.feed.version_json())
+            readers.long_polls += 1
+            self._poll = asyncio.ensure_future(readers.wait_for_change(after, LONG_POLL_S))
+            try:
+                await self._poll
+            except asyncio.CancelledError:
+                if not self._poll.cancelled():
+                    raise
+                return  # the client went away (on_connection_close): nobody to answer
+            finally:
+                readers.long_polls -= 1
+        self.send_json(readers.feed.version_json())
+
+    def on_connection_close(self) -> None:
+        """End the long poll of a client that went away, so that it gives its place back now."""
+        if self._poll is not None:
+            self._poll.cancel()
 
 
 class _ReportHandler(_Handler):
@@ -204,9 +265,163 @@ def make_app(readers: _Readers) -> tornado.web.Application:
 def _log_request(handler: tornado.web.RequestHandler) -> None:
     """Requests to the ``calwatch.server`` logger, by path only: tokens never reach a log."""
     status = handler.get_status()
-    level = logging.DEBUG if status < 400 else logging.INFO if status < 500 else logging.ERROR
+    # 503: a refusal by design (too many long polls), not a fault: not an ERROR line per request
+    level = (
+        logging.ERROR if status >= 500 and status != 503 else logging.INFO if status >= 400 else logging.DEBUG
+    )
     request = handler.request
     logger.log(level, "%d %s %s %.1f ms", status, request.method, request.path, 1000 * request.request_time())
+
+
+def _too_many(what: str, limit: int) -> str:
+    """The body of a 503: what is at its limit, and that a retry will do."""
+    return f"calwatch serve: too many {what} (limit {limit}); try again shortly\n"
+
+
+class _LimitedHTTPServer(HTTPServer):
+    """tornado's HTTP server with a cap on open connections and an accept loop that survives EMFILE.
+
+    Why not tornado's own (:func:`tornado.netutil.add_accept_handler`): it lets every ``accept()``
+    error but ``EAGAIN`` and ``ECONNABORTED`` escape. Out of descriptors, the pending connection
+    stays in the backlog, so the listening socket stays readable: the event loop calls the
+    handler again at once, forever, one core busy and a traceback logged each time (megabytes a
+    second). This one stops watching its sockets on such an error, warns once, and watches again
+    after :data:`ACCEPT_BACKOFF_S` or as soon as one of its connections closes. The cap answers a
+    connection past ``max_connections`` with a 503 when it is accepted, before any request.
+
+    Parameters
+    ----------
+    *args, **kwargs
+        Those of :class:`tornado.httpserver.HTTPServer`.
+    max_connections : int
+        Open connections served at once.
+    """
+
+    def initialize(self, *args: Any, max_connections: int = MAX_CONNECTIONS, **kwargs: Any) -> None:
+        super().initialize(*args, **kwargs)
+        self.max_connections = max_connections
+        self.open_connections = 0  # being served (on the server's loop only)
+        body = _too_many("connections", max_connections).encode()
+        self._refusal = (
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            b"Retry-After: 1\r\nCache-Control: no-store\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        self._refusing: set[asyncio.Task[None]] = set()
+        self._listening: list[socket.socket] = []
+        self._watching = False
+        self._retry: object | None = None  # the timeout that watches the sockets again
+        self._warned: dict[str, float] = {}
+
+    def add_sockets(self, sockets: Iterable[socket.socket]) -> None:
+        """Accept connections on ``sockets`` (listening, non-blocking) with :meth:`_accept`."""
+        self._listening.extend(sockets)
+        self._watch()
+
+    def stop(self) -> None:
+        """Stop listening: forget and close the sockets (open connections stay)."""
+        super().stop()
+        self._unwatch()
+        for sock in self._listening:
+            sock.close()
+        self._listening.clear()
+
+    def on_close(self, server_conn: object) -> None:
+        """A connection ended: count it, and accept again if descriptors had run out."""
+        self.open_connections -= 1
+        super().on_close(server_conn)
+        if self._retry is not None:
+            self._watch()
+
+    def _watch(self) -> None:
+        loop = IOLoop.current()
+        if self._retry is not None:
+            loop.remove_timeout(self._retry)
+            self._retry = None
+        if not self._watching and self._listening:
+            for sock in self._listening:
+                loop.add_handler(sock, self._accept, IOLoop.READ)
+            self._watching = True
+
+    def _unwatch(self) -> None:
+        loop = IOLoop.current()
+        if self._retry is not None:
+            loop.remove_timeout(self._retry)
+            self._retry = None
+        if self._watching:
+            for sock in self._listening:
+                loop.remove_handler(sock)
+            self._watching = False
+
+    def _accept(self, sock: socket.socket, events: int) -> None:
+        for _ in range(128):  # as tornado: a batch, then the other callbacks get their turn
+            if not self._watching:
+                return
+            try:
+                connection, address = sock.accept()
+            except BlockingIOError:
+                return  # every pending connection accepted
+            except ConnectionAbortedError:
+                continue  # closed by its client while in the backlog
+            except OSError as err:  # EMFILE, ENFILE, ...: the socket stays readable, so pause
+                self._unwatch()
+                self._retry = IOLoop.current().call_later(ACCEPT_BACKOFF_S, self._watch)
+                if err.errno in _OUT_OF_DESCRIPTORS:
+                    self._warn(
+                        "descriptors",
+                        "calwatch serve: out of file descriptors (%s) with %d connections open; new "
+                        "connections wait until some close (raise `ulimit -n` or lower max_connections)",
+                        err.strerror,
+                        self.open_connections,
+                    )
+                else:
+                    self._warn("accept", "calwatch serve: accept() failed (%s); retrying shortly", err)
+                return
+            if self.open_connections >= self.max_connections:
+                self._refuse(connection)
+                continue
+            try:
+                stream = IOStream(
+                    connection, max_buffer_size=self.max_buffer_size, read_chunk_size=self.read_chunk_size
+                )
+                self.handle_stream(stream, address)
+            except Exception:
+                connection.close()
+                raise
+            self.open_connections += 1  # until on_close, which the connection's task calls at its end
+
+    def _refuse(self, connection: socket.socket) -> None:
+        """Answer 503 now, then close (after the client read it, or :data:`REFUSAL_LINGER_S`)."""
+        self._warn(
+            "connections", "calwatch serve: %d connections open, refusing more (503)", self.max_connections
+        )
+        if len(self._refusing) >= self.max_connections:  # a flood: no descriptors for the answers
+            connection.close()
+            return
+        task = asyncio.ensure_future(self._answer_and_close(IOStream(connection, max_buffer_size=65536)))
+        self._refusing.add(task)
+        task.add_done_callback(self._refusing.discard)
+
+    async def _answer_and_close(self, stream: IOStream) -> None:
+        # Closed at once, a connection whose request is unread is reset, and the client may never
+        # see the answer: send it, end our side, read what comes until the client closes too.
+        try:
+            await stream.write(self._refusal)
+            stream.socket.shutdown(socket.SHUT_WR)
+            async with asyncio.timeout(REFUSAL_LINGER_S):
+                while True:
+                    await stream.read_bytes(65536, partial=True)
+        except (StreamClosedError, OSError, TimeoutError):
+            pass
+        finally:
+            stream.close()
+
+    def _warn(self, key: str, message: str, *args: object) -> None:
+        """Log ``message`` at most once every :data:`WARN_EVERY_S` seconds per ``key``."""
+        now = time.monotonic()
+        if now - self._warned.get(key, -WARN_EVERY_S) >= WARN_EVERY_S:
+            self._warned[key] = now
+            logger.warning(message, *args)
 
 
 class DashboardServer:
@@ -231,6 +446,17 @@ class DashboardServer:
     idle_timeout : float
         Seconds a connection may stay idle (no request, or headers never finished) before it is
         closed (default 20), so idle sockets cannot use up the process's file descriptors.
+    max_connections : int
+        Open connections served at once (default 256). Past it, a new connection is answered
+        at once with ``503 Service Unavailable``, ``Retry-After: 1`` and the body ``calwatch
+        serve: too many connections (limit N); try again shortly``, then closed. Each open
+        connection holds a file descriptor: keep it below the process's limit (``ulimit -n``);
+        should descriptors run out first, new connections wait in the listen backlog (one
+        warning logged) until some close, instead of the server spinning.
+    max_long_polls : int
+        Long polls (``api/version?after=``) waiting at once (default 64). Past it, a long poll
+        gets the same kind of 503 (``too many long polls``) rather than an immediate answer, so
+        that pages back off instead of polling in a tight loop. A page holds one long poll.
     allow_hosts : tuple of str
         Host names, besides the loopback ones, that requests may carry in their ``Host`` header
         when the server listens on a loopback address (as Jupyter's ``allow_remote_access``):
@@ -265,6 +491,8 @@ class DashboardServer:
         watch_interval: float = WATCH_INTERVAL_S,
         idle_timeout: float = IDLE_TIMEOUT_S,
         allow_hosts: tuple[str, ...] = (),
+        max_connections: int = MAX_CONNECTIONS,
+        max_long_polls: int = MAX_LONG_POLLS,
     ) -> None:
         if not isinstance(host, str) or not host:
             msg = f"host must be a non-empty address string, e.g. '127.0.0.1'; got {host!r}"
@@ -288,14 +516,21 @@ class DashboardServer:
         if not (idle_ok and idle_timeout > 0):
             msg = f"idle_timeout must be a positive number of seconds; got {idle_timeout!r}"
             raise ValueError(msg)
+        for name, limit in (("max_connections", max_connections), ("max_long_polls", max_long_polls)):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                msg = f"{name} must be a positive integer (a count of connections); got {limit!r}"
+                raise ValueError(msg)
         if not isinstance(allow_hosts, (tuple, list)) or not all(
             isinstance(h, str) and h for h in allow_hosts
         ):
             msg = f"allow_hosts must be a tuple of host names, e.g. ('myhost.local',); got {allow_hosts!r}"
             raise ValueError(msg)
         self.idle_timeout = float(idle_timeout)
+        self.max_connections = max_connections
+        self.max_long_polls = max_long_polls
         hosts = None if host not in _LOOPBACK else frozenset(_LOOPBACK) | {h.lower() for h in allow_hosts}
-        self._readers = _Readers(self.feed, self.token, hosts)
+        self._readers = _Readers(self.feed, self.token, hosts, max_long_polls)
+        self._http: _LimitedHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested: asyncio.Event | None = None
@@ -395,8 +630,11 @@ class DashboardServer:
         self._stop_requested = asyncio.Event()
         # An idle connection (no request started, or headers never finished) is closed after
         # idle_timeout: idle sockets cannot pile up until descriptors run out.
-        server = HTTPServer(
-            make_app(self._readers), idle_connection_timeout=self.idle_timeout, body_timeout=self.idle_timeout
+        self._http = server = _LimitedHTTPServer(
+            make_app(self._readers),
+            idle_connection_timeout=self.idle_timeout,
+            body_timeout=self.idle_timeout,
+            max_connections=self.max_connections,
         )
         server.add_sockets(sockets)
         watcher = asyncio.create_task(self._watch())

@@ -13,7 +13,7 @@ What runs where:
 * executors: ``df.select(columns).mapInArrow(kernel)`` turns each Arrow batch of rows into
   partial statistics (the bytes are decoded once per Python worker), and Spark's own
   ``groupBy(bucket, calibrator, field, index).agg(sum, sum, max)`` adds them up. With the id
-  check (the default) the same pass also hashes each row's ``(bucket, id)``, each task sums its
+  check (the default) the same pass also hashes each row's id, each task sums its
   own partials, and one shuffle, ``groupBy(shard).applyInArrow``, brings each shard's partials
   and hashes (as bytes) together: a shard's group sums its partials and sorts its hashes, all in
   the scan's job (a repeated hash is confirmed on the rows);
@@ -51,6 +51,7 @@ from calwatch.scale import remote
 from calwatch.scale.collect import (
     LabelCall,
     Snapshot,
+    check_ids_of,
     check_label_facts,
     check_names,
     commit_observed_partials,
@@ -103,7 +104,7 @@ def observe(
     df : pyspark.sql.DataFrame
         The prediction log.
     id : str
-        Row ids, distinct within a bucket; :func:`label` joins on them.
+        Row ids, distinct across the whole DataFrame (one id, one row); :func:`label` joins on them.
     probs : str or sequence of str
         One numeric column per class in the monitor's class order, or one array column.
     bucket : str
@@ -113,11 +114,11 @@ def observe(
     category : str, optional
         The Mondrian category, for ``mondrian="category"`` calibrators.
     check_ids : bool
-        Refuse a table whose ids repeat within a bucket. The check rides on the kernel's scan and
-        its one shuffle: an 8-byte hash of each row's ``(bucket, id)``, shuffled as bytes beside
-        the partials and sorted by shard, and repeated hashes confirmed on the rows (see
-        :func:`_observed_and_checked`); turn it off only for a table whose ``(bucket, id)`` is a
-        key by construction.
+        Refuse a table whose ids repeat (in one bucket or across). The check rides on the
+        kernel's scan and its one shuffle: an 8-byte hash of each row's id, shuffled as bytes
+        beside the partials and sorted by shard, and repeated hashes confirmed on the rows (see
+        :func:`_observed_and_checked`); turn it off only for a table whose id is a key by
+        construction.
     read_files : bool
         When ``df`` is only a scan of unpartitioned parquet files on local paths, let the Python
         workers read the files themselves (pyarrow, in the types Spark would hand them) instead
@@ -135,8 +136,8 @@ def observe(
     ValueError
         Naming the column: a missing or mistyped column or a wrong number of probability columns
         (before any job runs), and bad rows found on executors (probabilities outside [0, 1],
-        NaN or not summing to 1, labels outside the classes, null buckets or ids, an id twice in
-        a bucket, no rows at all). The monitor is unchanged.
+        NaN or not summing to 1, labels outside the classes, null or NaN buckets or ids, an id
+        twice, ids of another type than the monitor's, no rows at all). The monitor is unchanged.
     TypeError
         For calibrators a table cannot run (see :func:`calwatch.scale.frozen.freeze`).
 
@@ -151,6 +152,7 @@ def observe(
     names = columns.needed()
     schema = _arrow_schema(df, names, "the DataFrame")
     columns.check_schema(schema, snap.frozen.n_classes)
+    id_kind = check_ids_of(mon, schema, columns.id)
     spark = df.sparkSession
     _use_this_python(spark)
     with _Shipped(spark, snap) as shipped, _arrow_only(), _arrow_batches(spark):
@@ -168,7 +170,7 @@ def observe(
                 )
         if reduced is None:
             reduced = _observed(shipped, df, columns, check_ids, None)
-    return commit_observed_partials(mon, snap, reduced, TableSource(ENGINE, df, columns))
+    return commit_observed_partials(mon, snap, reduced, TableSource(ENGINE, df, columns), id_kind)
 
 
 def _file_scan(
@@ -205,9 +207,9 @@ def _observed(
 def _observed_and_checked(
     shipped: _Shipped, df: DataFrame, columns: LogColumns, scan: spark_scan.FileScan | None = None
 ) -> pl.DataFrame:
-    """The reduced partials of ``df``, after refusing an id repeated within a bucket (one job, one shuffle).
+    """The reduced partials of ``df``, after refusing an id repeated anywhere in it (one job, one shuffle).
 
-    The kernel's pass also hashes each row's ``(bucket, id)`` to 64 bits. Each task folds its
+    The kernel's pass also hashes each row's id to 64 bits. Each task folds its
     partials as they come and ends with its folded partials and, per hash shard, one row of that
     shard's hashes as bytes (8 bytes a row; the ``bucket`` and ``id`` values never go through
     Spark's row format). Both kinds of rows carry a shard number (:data:`SHARD`) and go through
@@ -298,7 +300,7 @@ def label(mon: Any, labels_df: DataFrame, *, id: str, label: str) -> LabelReport
         Naming the column: a missing column, null labels or ids, an id twice, ids whose type
         cannot be joined, labels outside the classes. The monitor is unchanged.
     """
-    check_names(labels_df.columns, [id, label], "the labels DataFrame")
+    check_ids_of(mon, _arrow_schema(labels_df, [id, label], "the labels DataFrame"), id)
     snap = snapshot(mon)
     sources = engine_sources(mon, ENGINE)
     count = _checked_count(labels_df, id, label)
@@ -408,10 +410,10 @@ BLOB_HASHES = 1 << 17
 SHARD, HASHES = "__cw_shard", "__cw_hashes"
 #: Column of the shard reduction's output: how many hashes repeated in the shard (null on partials).
 REPEATS = "__cw_repeats"
-#: The JVM's hash of ``(bucket, id)``, when the key is not integer-like.
+#: The JVM's hash of the id, when it is not integer-like.
 KEY = "__cw_key"
 #: Repeated hashes confirmed row by row at most; more (a table of many repeats) runs one exact
-#: grouped query over every ``(bucket, id)`` instead.
+#: grouped query over every id instead.
 CONFIRM_AT_MOST = 4096
 
 
@@ -436,12 +438,13 @@ def _shard_bits(df: DataFrame) -> int:
 
 
 class _KeyHashes:
-    """How the observe pass hashes ``(bucket, id)``: the same function on every executor.
+    """How the observe pass hashes each row's id: the same function on every executor.
 
-    Integer-like keys (integers, dates, timestamps) are hashed on the Python workers with
-    :func:`calwatch.scale.duplicates.key_hashes` (compiled; for a fixed bucket a bijection of the
-    id); any other type by the JVM, Spark's ``xxhash64(bucket, id)`` (seeded, the same on every
-    executor), carried to the workers as column :data:`KEY`.
+    Integer-like ids (integers, dates, timestamps) are hashed on the Python workers with
+    :func:`calwatch.scale.duplicates.key_hashes` (compiled; a bijection of the id); any other
+    type by the JVM, Spark's ``xxhash64(id)`` (seeded, the same on every executor), carried to
+    the workers as column :data:`KEY`. Only the id is hashed: an id must be distinct across the
+    whole table, not only within its bucket.
     """
 
     def __init__(self, bucket: str, id: str, in_jvm: bool) -> None:
@@ -453,7 +456,7 @@ class _KeyHashes:
 
         exact = (st.ByteType, st.ShortType, st.IntegerType, st.LongType, st.DateType, st.TimestampType,
                  st.TimestampNTZType)  # fmt: skip
-        integer_like = all(type(df.schema[name].dataType) in exact for name in (columns.bucket, columns.id))
+        integer_like = type(df.schema[columns.id].dataType) in exact
         return cls(columns.bucket, columns.id, in_jvm=not integer_like)
 
     def inputs(self, names: Sequence[str]) -> list[Column]:
@@ -462,7 +465,7 @@ class _KeyHashes:
 
         selected = [_col(n) for n in names]
         if self.in_jvm:
-            selected.append(sf.xxhash64(_col(self.bucket), _col(self.id)).alias(KEY))
+            selected.append(sf.xxhash64(_col(self.id)).alias(KEY))
         return selected
 
     def hashes(self, batch: pa.RecordBatch) -> npt.NDArray[np.uint64]:
@@ -632,7 +635,7 @@ def _blob_hashes(blobs: pa.ChunkedArray) -> npt.NDArray[np.uint64]:
 def _confirm_repeats(
     df: DataFrame, columns: LogColumns, keyed: _KeyHashes, hashes: npt.NDArray[np.uint64] | None
 ) -> None:
-    """Raise naming a ``(bucket, id)`` seen twice, looking only at rows whose key hash is in ``hashes``.
+    """Raise naming an id seen twice (in a bucket or across), looking at rows whose hash is in ``hashes``.
 
     ``None`` looks at every row (one grouped query). Equal hashes of distinct keys (a collision)
     raise nothing.
@@ -652,14 +655,14 @@ def _confirm_repeats(
 
         keys = keys.mapInArrow(candidates, key_schema)
     repeats = (
-        keys.groupBy(_col(columns.bucket), _col(columns.id))
-        .agg(sf.count(sf.lit(1)).alias("__cw_n"))
+        keys.groupBy(_col(columns.id))
+        .agg(sf.count(sf.lit(1)).alias("__cw_n"), sf.slice(sf.collect_list(_col(columns.bucket)), 1, 3))
         .where(sf.col("__cw_n") > 1)
         .limit(1)
         .collect()
     )
     if repeats:
-        raise repeated_id(columns.id, repeats[0][0], repeats[0][1], int(repeats[0][2]))
+        raise repeated_id(columns.id, repeats[0][0], int(repeats[0][1]), list(repeats[0][2]))
 
 
 class _Shipped:

@@ -19,13 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
+from calwatch.ids import arrow_id_kind, check_id_kind
 from calwatch.monitor_labels import LabelReport
 from calwatch.scale.commit import commit_labels, commit_observed
+from calwatch.scale.duplicates import repeated_id
 from calwatch.scale.frozen import FrozenMonitor, freeze
 from calwatch.scale.reduce import BucketStatistics, bucket_statistics
 from calwatch.scale.registry import ID, TableSource, registry_of
-from calwatch.scale.table import check_label_facts, same_calibrators
+from calwatch.scale.table import check_label_facts, distinct_matches, same_calibrators
 
 
 @dataclass(frozen=True)
@@ -74,15 +77,6 @@ def check_names(present: Sequence[str], names: Sequence[str], what: str) -> None
             raise ValueError(msg)
 
 
-def repeated_id(columns_id: str, bucket: Any, row_id: Any, times: int) -> ValueError:
-    """The error for an id seen ``times`` times in one bucket (the kernel's message)."""
-    msg = (
-        f"id column {columns_id!r}: id {row_id!r} appears {times} times in bucket {bucket!r}; ids must be "
-        "distinct within a bucket"
-    )
-    return ValueError(msg)
-
-
 def unjoinable(column: str, theirs: str, kept: str) -> ValueError:
     """The error for label ids of type ``theirs`` that cannot join an observed id column of type ``kept``."""
     msg = (
@@ -92,17 +86,31 @@ def unjoinable(column: str, theirs: str, kept: str) -> ValueError:
     return ValueError(msg)
 
 
+def check_ids_of(monitor: Any, schema: pa.Schema, column: str) -> str:
+    """The kind of ids ``column`` holds, after refusing another kind than the monitor's (naming both).
+
+    Called before anything is computed; :func:`commit_observed_partials` checks again under the
+    monitor's lock (another call may have fixed the kind meanwhile).
+    """
+    kind = arrow_id_kind(schema.field(column).type)
+    check_id_kind(monitor._id_kind, kind, f"id column {column!r}", auto_ids=monitor._next_auto_id > 0)
+    return kind
+
+
 def commit_observed_partials(
-    monitor: Any, snap: Snapshot, reduced: pl.DataFrame, source: TableSource
+    monitor: Any, snap: Snapshot, reduced: pl.DataFrame, source: TableSource, id_kind: str
 ) -> tuple[int, ...]:
-    """One batch per bucket of the reduced partials, committed under the lock."""
+    """One batch per bucket of the reduced partials, committed under the lock (fixing the id kind)."""
     if reduced.height == 0:
         msg = "the DataFrame has no rows: nothing to observe"
         raise ValueError(msg)
     buckets = bucket_statistics(reduced, snap.frozen, observed=True)
     with monitor.lock:
         same_calibrators(monitor, snap.calibrators)
-        return commit_observed(monitor, buckets, source)
+        check_id_kind(monitor._id_kind, id_kind, f"id column {source.columns.id!r}")
+        indices = commit_observed(monitor, buckets, source)
+        monitor._id_kind = monitor._id_kind or id_kind
+        return indices
 
 
 @dataclass
@@ -131,7 +139,7 @@ class LabelCall:
     def commit(self, monitor: Any) -> LabelReport:
         """Merge every source's statistics and label log, or none (the staged logs are discarded)."""
         try:
-            matched = _distinct(self.matched_ids)
+            matched = distinct_matches(self.matched_ids)
             unmatched = self.count - matched
             relabelled = sum(d.n_relabelled for _, d in self.deltas)
             with monitor.lock:
@@ -150,19 +158,10 @@ class LabelCall:
             source.labels.discard()
 
 
-def _distinct(ids: list[pl.Series]) -> int:
-    """Distinct ids over every source (their types may differ between sources)."""
-    ids = [s for s in ids if s.len()]
-    if not ids:
-        return 0
-    if len({s.dtype for s in ids}) > 1:
-        ids = [s.cast(pl.String) for s in ids]
-    return int(pl.concat(ids).n_unique())
-
-
 __all__ = [
     "LabelCall",
     "Snapshot",
+    "check_ids_of",
     "check_label_facts",
     "check_names",
     "commit_observed_partials",

@@ -25,7 +25,7 @@ class LogColumns:
     Parameters
     ----------
     id : str
-        Row ids (distinct within a bucket); late labels are joined on them.
+        Row ids (distinct across the table: one id, one row); late labels are joined on them.
     bucket : str
         Which batch a row belongs to (any sortable type: date, int, string).
     probs : str or sequence of str
@@ -92,6 +92,15 @@ class LogColumns:
             if name not in present:
                 msg = f"column {name!r} is not in the table; it has {schema.names[:20]}"
                 raise ValueError(msg)
+        for role, name in (("bucket", self.bucket), ("id", self.id)):
+            key_type = schema.field(name).type
+            if not is_key_type(key_type):
+                msg = (
+                    f"{role} column {name!r} holds {key_type} values; a {role} must be one plain value "
+                    "per row (an integer, a string, a date or timestamp, a number...), not a list, "
+                    "struct, map or binary blob"
+                )
+                raise ValueError(msg)
         if isinstance(self.probs, str):
             field_type = schema.field(self.probs).type
             is_list = pa.types.is_list(field_type) or pa.types.is_large_list(field_type)
@@ -113,6 +122,15 @@ class LogColumns:
                 if not _is_number(schema.field(name).type):
                     msg = f"probs column {name!r} must be numeric; got {schema.field(name).type}"
                     raise ValueError(msg)
+
+
+def is_key_type(arrow_type: pa.DataType) -> bool:
+    """Whether a column of this type can hold buckets or ids: one comparable plain value per row."""
+    if pa.types.is_dictionary(arrow_type):
+        return is_key_type(arrow_type.value_type)
+    blob = pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type)
+    blob = blob or pa.types.is_fixed_size_binary(arrow_type) or pa.types.is_binary_view(arrow_type)
+    return not (pa.types.is_nested(arrow_type) or blob or pa.types.is_null(arrow_type))
 
 
 def _check_name(argument: str, value: Any) -> None:

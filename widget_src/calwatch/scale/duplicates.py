@@ -1,7 +1,9 @@
-"""Ids repeated within a bucket, found across every chunk of a table in bounded memory.
+"""Ids repeated anywhere in a table, found across every chunk in bounded memory.
 
-The kernel sees one chunk at a time, so a repeat split over two chunks escapes it. Each chunk's
-``(bucket, id)`` pairs are hashed to 64 bits (:func:`key_hashes`), grouped by the hash's top bits
+An id names one row for the monitor's life: a label joins every row that carries its id, so an
+id in two buckets would be labelled twice (``observe`` refuses a repeated id the same way). The
+kernel sees one chunk at a time, so a repeat split over two chunks escapes it. Each chunk's
+ids are hashed to 64 bits (:func:`key_hashes`), grouped by the hash's top bits
 with a counting sort (:mod:`calwatch.scale.id_hashes`) and appended to one of
 :data:`PARTITIONS` files; once the table is read, each file is sorted on its own and equal
 neighbours are repeats. A file of more than :data:`SORT_LIMIT` hashes is first split by its
@@ -13,7 +15,7 @@ collision (probability about ``n²/2⁶⁵``) never rejects a good table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ _SHIFT = np.uint64(64 - _BITS)  # top 6 bits choose the partition
 
 
 class DuplicateCheck:
-    """Collect ``(bucket, id)`` hashes chunk by chunk; :meth:`repeated_hashes` once all are in.
+    """Collect id hashes chunk by chunk; :meth:`repeated_hashes` once all are in.
 
     :func:`grouped_hashes` (pure, without the GIL for integer-like keys) can run on a worker
     thread; :meth:`add_grouped` then only files its groups. :meth:`add` does both.
@@ -49,7 +51,7 @@ class DuplicateCheck:
         self._pending_rows = 0
 
     def add(self, chunk: pa.RecordBatch) -> None:
-        """Hash a chunk's ``(bucket, id)`` pairs (written to the partition files every :data:`BUFFER`)."""
+        """Hash a chunk's ids (written to the partition files every :data:`BUFFER`)."""
         self.add_grouped(grouped_hashes(chunk, self.bucket, self.id))
 
     def add_grouped(self, grouped: tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]) -> None:
@@ -167,38 +169,52 @@ def _integer_keys(column: pa.Array) -> npt.NDArray[np.uint64] | None:
 
 
 def key_hashes(chunk: pa.RecordBatch, bucket: str, id: str) -> npt.NDArray[np.uint64]:
-    """A 64-bit hash of each row's ``(bucket, id)``, stable within a run.
+    """A 64-bit hash of each row's id, stable within a run (``bucket`` is not hashed).
 
-    Integer-like keys: :func:`calwatch.scale.id_hashes.pair_hashes` (compiled, a bijection of
-    the id within a bucket); any other type: polars' row hash with fixed seeds.
+    An id must be distinct across the whole table, not only within its bucket, so only the id
+    goes in. Integer-like ids: :func:`calwatch.scale.id_hashes.one_hashes` (compiled, a
+    bijection of the id: two ids never collide); any other type: polars' hash with fixed seeds.
     """
-    buckets = _integer_keys(chunk.column(bucket))
     ids = _integer_keys(chunk.column(id))
-    if buckets is not None and ids is not None:
-        from calwatch.scale.id_hashes import pair_hashes
+    if ids is not None:
+        from calwatch.scale.id_hashes import one_hashes
 
         out = np.empty(ids.shape[0], dtype=np.uint64)
-        pair_hashes(buckets, ids, out)
+        one_hashes(ids, out)
         return out
-    frame = pl.from_arrow(pa.Table.from_batches([chunk]).select([bucket, id]))
+    frame = pl.from_arrow(pa.Table.from_batches([chunk]).select([id]))
     assert isinstance(frame, pl.DataFrame)
     return frame.hash_rows(seed=0).to_numpy().astype(np.uint64, copy=False)
 
 
 def confirm(
     hashes: npt.NDArray[np.uint64], chunks: Callable[[], Iterator[pa.RecordBatch]], bucket: str, id: str
-) -> tuple[Any, Any, int] | None:
-    """The first ``(bucket, id, times)`` truly repeated among rows whose key hash is in ``hashes``."""
-    seen: dict[tuple[Any, Any], int] = {}
+) -> tuple[Any, int, list[Any]] | None:
+    """The first ``(id, times, buckets)`` truly repeated among rows whose id hash is in ``hashes``.
+
+    ``buckets`` are the buckets its rows came in (the same one repeated for a repeat within a bucket).
+    """
+    seen: dict[Any, list[Any]] = {}
     for chunk in chunks():
         keep = np.isin(key_hashes(chunk, bucket, id), hashes)
         if not keep.any():
             continue
         picked = chunk.filter(pa.array(keep))
         for b, i in zip(picked.column(bucket).to_pylist(), picked.column(id).to_pylist(), strict=True):
-            seen[(b, i)] = seen.get((b, i), 0) + 1
-    repeats = [(b, i, n) for (b, i), n in seen.items() if n > 1]
+            seen.setdefault(i, []).append(b)
+    repeats = [(i, len(b), b) for i, b in seen.items() if len(b) > 1]
     return repeats[0] if repeats else None
+
+
+def repeated_id(column: str, row_id: Any, times: int, buckets: Sequence[Any]) -> ValueError:
+    """The error for an id seen ``times`` times in a table (every engine's message)."""
+    where = sorted({repr(b) for b in buckets})
+    place = f"in bucket {where[0]}" if len(where) == 1 else f"in buckets {', '.join(where[:3])}"
+    msg = (
+        f"id column {column!r}: id {row_id!r} appears {times} times ({place}); an id names one row, "
+        "so ids must be distinct across the whole table (a label would otherwise join every copy)"
+    )
+    return ValueError(msg)
 
 
 __all__ = [
@@ -209,4 +225,5 @@ __all__ = [
     "grouped_hashes",
     "key_hashes",
     "repeated",
+    "repeated_id",
 ]

@@ -1,12 +1,12 @@
-"""Compiled hashing of ``(bucket, id)`` pairs for the id check (numba, no GIL).
+"""Compiled hashing of row ids for the repeated-id check (numba, no GIL).
 
-The duplicate-id check (:mod:`calwatch.scale.duplicates`) hashes every row's key and files the
+The duplicate-id check (:mod:`calwatch.scale.duplicates`) hashes every row's id and files the
 hash by its top bits; done with polars' row hash, a one-byte ``argsort`` and a gather, it cost
-the reading thread more than the parquet decoding did (~160 ns a row). For integer-like keys
-(integers, dates, timestamps: the usual bucket and id) the hash here is two SplitMix64
-finalisers (Steele, Lea & Flood 2014) — for a fixed bucket a bijection of the id, so two ids of
-one bucket never collide — and the partition is one counting pass; both release the GIL, so
-they run on the kernel's worker threads beside the chunk's statistics.
+the reading thread more than the parquet decoding did (~160 ns a row). For integer-like ids
+(integers, dates, timestamps) the hash here is a SplitMix64 finaliser (Steele, Lea & Flood
+2014) — a bijection of the id, so two ids never collide — and the partition is one counting
+pass; both release the GIL, so they run on the kernel's worker threads beside the chunk's
+statistics.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from calwatch.engine.conformal.kernels import splitmix64 as _mix
 
 
 @compiled
-def pair_hashes(buckets: Any, ids: Any, out: Any) -> None:
-    """``out[i] = mix(mix(bucket_i + φ) + id_i)`` over uint64 keys (φ the golden-ratio constant)."""
-    golden = np.uint64(0x9E3779B97F4A7C15)
+def one_hashes(ids: Any, out: Any) -> None:
+    """``out[i] = mix(mix(φ) + id_i)`` over uint64 ids: a bijection, so distinct ids never collide."""
+    seed = _mix(np.uint64(0x9E3779B97F4A7C15))
     for i in range(out.shape[0]):
-        out[i] = _mix(_mix(buckets[i] + golden) + ids[i])
+        out[i] = _mix(seed + ids[i])
 
 
 @compiled
@@ -51,4 +51,4 @@ def partition(hashes: Any, shift: int, out: Any, bounds: Any) -> None:
         fill[group] += 1
 
 
-__all__ = ["pair_hashes", "partition"]
+__all__ = ["one_hashes", "partition"]

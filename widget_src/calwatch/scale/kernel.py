@@ -41,7 +41,7 @@ from calwatch.engine._validation import validated_probabilities
 from calwatch.engine.shift.bucket_tests import confidence_rank_sums
 from calwatch.models import ModelOutputs
 from calwatch.scale.columns import LogColumns, label_mask, probabilities, values
-from calwatch.scale.duplicates import key_hashes
+from calwatch.scale.duplicates import key_hashes, repeated_id
 from calwatch.scale.frozen import FrozenMonitor
 
 #: Fields that are a calibrator's constant rather than a sum (restored with ``max``).
@@ -162,7 +162,7 @@ def partial_statistics(
         ``False``: the rows are being labelled (``columns.label`` required; rows whose
         ``columns.previous_label`` has a value are relabels).
     check_ids : bool
-        Refuse ids repeated within a bucket of this batch. A caller that checks the whole
+        Refuse ids repeated in this batch (in one bucket or across). A caller that checks the whole
         table at once (``observe_table`` does, across chunks) turns this off.
 
     Returns
@@ -175,7 +175,7 @@ def partial_statistics(
     ValueError
         Bad rows, before anything is computed: a missing or mistyped column, null buckets or
         probabilities, probabilities that are not finite, outside [0, 1] or do not sum to 1,
-        labels outside the monitor's classes, ids repeated within a bucket. The message names
+        labels outside the monitor's classes, ids repeated in the batch. The message names
         the column.
     """
     K = frozen.n_classes
@@ -188,15 +188,10 @@ def partial_statistics(
         msg = "labelling rows needs a label column"
         raise ValueError(msg)
     bucket_column = batch.column(columns.bucket)
-    if bucket_column.null_count:
-        msg = f"bucket column {columns.bucket!r} has {bucket_column.null_count} null rows"
-        raise ValueError(msg)
+    check_keys(bucket_column, f"bucket column {columns.bucket!r}")
     encoded = bucket_column.dictionary_encode()
     codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.intp)
-    ids = batch.column(columns.id)
-    if ids.null_count:
-        msg = f"id column {columns.id!r} has {ids.null_count} null rows"
-        raise ValueError(msg)
+    check_keys(batch.column(columns.id), f"id column {columns.id!r}")
     if check_ids:
         _check_distinct_ids(batch, columns)
     name = f"probs column {columns.probs!r}" if isinstance(columns.probs, str) else "probs columns"
@@ -275,26 +270,41 @@ def _labels(batch: pa.RecordBatch, name: str | None, encoder: Any) -> tuple[npt.
     return mask, index
 
 
-def _check_distinct_ids(batch: pa.RecordBatch, columns: LogColumns) -> None:
-    """Raise if an id repeats within a bucket of this batch of rows.
+def check_keys(column: pa.Array, name: str) -> None:
+    """Refuse null or NaN buckets or ids, naming the column (a NaN bucket would become a batch "nan").
 
-    The rows' key hashes are sorted first (:func:`calwatch.scale.duplicates.key_hashes`,
-    compiled for integer-like keys): distinct hashes prove distinct keys, so the exact Arrow
+    Raises
+    ------
+    ValueError
+        ``name`` and how many rows are null or NaN.
+    """
+    if column.null_count:
+        msg = f"{name} has {column.null_count} null rows: every row needs one"
+        raise ValueError(msg)
+    if pa.types.is_floating(column.type):
+        nan = int(pc.sum(pc.is_nan(column)).as_py() or 0)
+        if nan:
+            msg = f"{name} has {nan} NaN rows: every row needs one"
+            raise ValueError(msg)
+
+
+def _check_distinct_ids(batch: pa.RecordBatch, columns: LogColumns) -> None:
+    """Raise if an id repeats in this batch of rows, within a bucket or across buckets.
+
+    The rows' id hashes are sorted first (:func:`calwatch.scale.duplicates.key_hashes`,
+    compiled for integer-like ids): distinct hashes prove distinct ids, so the exact Arrow
     group-by, ~5x dearer, runs only when two hashes are equal.
     """
     hashes = np.sort(key_hashes(batch, columns.bucket, columns.id))
     if not (hashes[1:] == hashes[:-1]).any():
         return
     table = pa.table({"b": batch.column(columns.bucket), "i": batch.column(columns.id)})
-    counts = table.group_by(["b", "i"]).aggregate([([], "count_all")])
-    repeated = pc.greater(counts.column("count_all"), 1)
+    counts = table.group_by(["i"]).aggregate([("b", "list")])
+    sizes = pc.list_value_length(counts.column("b_list"))
+    repeated = pc.greater(sizes, 1)
     if pc.any(repeated).as_py():
         first = counts.filter(repeated).slice(0, 1).to_pylist()[0]
-        msg = (
-            f"id column {columns.id!r}: id {first['i']!r} appears {first['count_all']} times in bucket "
-            f"{first['b']!r}; ids must be distinct within a bucket"
-        )
-        raise ValueError(msg)
+        raise repeated_id(columns.id, first["i"], len(first["b_list"]), first["b_list"])
 
 
 __all__ = [

@@ -108,7 +108,7 @@ def statistics(
     ``columns`` is the observed table's :class:`LogColumns`. In label mode the batch holds
     :data:`~calwatch.scale.registry.LABEL` (this call's label) and optionally :data:`LOGGED`
     and :data:`SOURCE_LABEL`. Ids are not checked here: a batch is one slice of a partition, so
-    the adapters check that no id repeats within a bucket over the whole table (an engine
+    the adapters check that no id repeats anywhere in the whole table (an engine
     aggregation), and joined label rows are distinct by construction.
     """
     if observed:

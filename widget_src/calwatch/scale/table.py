@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import glob
 import os
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,14 +27,17 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from calwatch.ids import arrow_id_kind, check_id_kind
 from calwatch.monitor_labels import LabelReport
 from calwatch.scale.columns import LogColumns
 from calwatch.scale.commit import commit_labels, commit_observed
-from calwatch.scale.duplicates import DuplicateCheck, confirm, grouped_hashes
+from calwatch.scale.duplicates import DuplicateCheck, confirm, grouped_hashes, repeated_id
 from calwatch.scale.fold import FoldedPartials
 from calwatch.scale.frozen import FrozenMonitor, freeze
 from calwatch.scale.kernel import partial_statistics
+from calwatch.scale.pins import ChangedSourceError, FilePin, check_pins, pin_files
 from calwatch.scale.reduce import BucketStatistics, as_frame, bucket_statistics
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource, registry_of
 
@@ -97,26 +101,28 @@ def arrow_chunks(frame: pl.LazyFrame, chunk_rows: int) -> Iterator[pa.RecordBatc
         yield from chunk.to_arrow(compat_level=pl.CompatLevel.oldest()).to_batches()
 
 
-def parquet_files(source: Any) -> Any:
-    """The parquet files of a path, folder or glob (sorted), a pyarrow Dataset as is; None otherwise.
+def parquet_files(source: Any) -> list[str] | None:
+    """The parquet files of a path, folder or glob (sorted, resolved once); None for a table in memory.
 
+    The list is fixed here, when the table is observed: a file that lands in the folder later is
+    never read by this table (a label for its rows would join a row the monitor never counted).
     Parquet is read file by file with pyarrow's batch reader, one batch at a time: polars'
     ``collect_batches`` ran ahead of a slower consumer by hundreds of MB on a 10^7-row file, and a
     threaded dataset scanner reads several row groups at once.
     """
-    import pyarrow.dataset as pads
-
-    if isinstance(source, pads.Dataset):
-        return source
     if not isinstance(source, (str, os.PathLike)):
         return None
     path = str(source)
+    if not any(ch in path for ch in "*?[") and not Path(path).exists():
+        msg = f"source: {path!r} does not exist (expected a parquet file, folder or glob)"
+        raise ValueError(msg)
     if any(ch in path for ch in "*?["):
         files = sorted(glob.glob(path, recursive=True))
     elif Path(path).is_dir():
         files = sorted(str(p) for p in Path(path).rglob("*.parquet"))
     else:
         files = [path]
+    files = [f for f in files if Path(f).is_file()]
     if not files:
         msg = f"source: {path!r} matches no parquet file"
         raise ValueError(msg)
@@ -124,18 +130,11 @@ def parquet_files(source: Any) -> Any:
 
 
 def source_chunks(
-    files: Any, frame: pl.LazyFrame, names: list[str], chunk_rows: int
+    files: list[str] | None, frame: pl.LazyFrame, names: list[str], chunk_rows: int
 ) -> Iterator[pa.RecordBatch]:
     """The ``names`` columns of a source in chunks: pyarrow's batch reader for parquet, else polars."""
-    import pyarrow.parquet as pq
-
     if files is None:
         yield from arrow_chunks(frame.select(names), chunk_rows)
-        return
-    if not isinstance(files, list):  # a pyarrow Dataset
-        scanner = files.scanner(columns=names, batch_size=chunk_rows, batch_readahead=1, fragment_readahead=1,
-                                use_threads=False)  # fmt: skip
-        yield from (batch for batch in scanner.to_batches() if batch.num_rows)
         return
     for file in files:
         with pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20) as reader:  # read as it goes
@@ -174,12 +173,23 @@ def observe_table(
     with monitor.lock:
         frozen = freeze(monitor)
         calibrators = dict(monitor._calibrators)
-    frame = as_lazy(source)
+        fixed_kind = monitor._id_kind
     names = columns.needed()
-    check_names(frame, names)
-    dataset = parquet_files(source)
+    files = parquet_files(source)
+    if files is None:
+        frame = as_lazy(source)
+        check_names(frame, names)
+        pins: tuple[FilePin, ...] = ()
+    else:
+        pins = pin_files(files)  # before any read: a truncated or foreign file is named here
+        first_schema = check_file_schemas(files, names, columns)
+        frame = pl.scan_parquet(files)
     location = str(source) if isinstance(source, (str, os.PathLike)) else None
-    table_source = TableSource("polars", frame, columns, location=location)
+    table_source = TableSource("polars", frame, columns, location=location, pins=pins)
+    copy = None if files is not None else RowCopy(table_source.labels.folder)
+    kinds = _IdKinds(columns.id, fixed_kind)
+    if files is not None:
+        kinds.check(first_schema)
     folded = FoldedPartials()
     workers = max(1, min(WORKERS, os.cpu_count() or 1))
     try:
@@ -198,26 +208,122 @@ def observe_table(
                         table_source.labels.stage(labelled)
                     bar.update(int(grouped[1][-1]))
 
-            for item in work_items(dataset, frame, names, chunk_rows):
+            for item in work_items(files, frame, names, chunk_rows):
+                if isinstance(item, pa.RecordBatch):
+                    kinds.check(item.schema)
+                    if copy is not None:
+                        copy.write(item)
                 running.append(pool.submit(_work, item, names, chunk_rows, frozen, columns))
                 while len(running) > workers:  # at most `workers` items in flight: memory stays flat
                     settle(running.popleft())
             while running:
                 settle(running.popleft())
-            _refuse_repeats(repeats, lambda: source_chunks(dataset, frame, names, chunk_rows), columns)
+            _refuse_repeats(repeats, lambda: source_chunks(files, frame, names, chunk_rows), columns)
         reduced = folded.result()
         if reduced is None:
             msg = "source has no rows: nothing to observe"
             raise ValueError(msg)
         buckets = bucket_statistics(as_frame(reduced), frozen, observed=True)
+        if files is not None:
+            check_pins(pins, "while it was read")
+        else:
+            assert copy is not None
+            table_source.copies = (copy.close(),)
+            table_source.pins = pin_files([str(p) for p in table_source.copies])
+        table_source.source = table_source.pins
         with monitor.lock:
             same_calibrators(monitor, calibrators)
+            check_id_kind(monitor._id_kind, kinds.kind, f"id column {columns.id!r}")
             indices = commit_observed(monitor, buckets, table_source)
+            monitor._id_kind = monitor._id_kind or kinds.kind
             table_source.labels.commit()
         return indices
     except BaseException:
         table_source.labels.discard()
+        if copy is not None:
+            copy.discard()
         raise
+
+
+class _IdKinds:
+    """The one kind of a table's ids (:func:`calwatch.ids.arrow_id_kind`), checked chunk by chunk."""
+
+    def __init__(self, column: str, fixed: str | None) -> None:
+        self.column, self.fixed, self.kind = column, fixed, fixed
+
+    def check(self, schema: pa.Schema) -> None:
+        """Refuse ids of another kind than the monitor's, or than this table's earlier chunks."""
+        got = arrow_id_kind(schema.field(self.column).type)
+        check_id_kind(self.kind, got, f"id column {self.column!r}")
+        self.kind = got
+
+
+def check_file_schemas(files: Sequence[str], names: Sequence[str], columns: LogColumns) -> pa.Schema:
+    """Refuse files that are not one table: a file lacking a column, or ids or buckets of another type.
+
+    Each file's schema is read from its footer, so a glob whose files disagree is refused before
+    a row is read, naming the two files and the column.
+    """
+    first: tuple[str, pa.Schema] | None = None
+    for file in files:
+        try:
+            schema = pq.read_schema(file)
+        except (OSError, pa.ArrowException) as err:
+            msg = f"{file}: is not a readable parquet file ({err})"
+            raise ChangedSourceError(msg) from err
+        for name in names:
+            if name not in schema.names:
+                msg = f"column {name!r} is not in {file}; it has {schema.names[:20]}"
+                raise ValueError(msg)
+        if first is None:
+            first = (file, schema)
+            continue
+        for role, name in (("id", columns.id), ("bucket", columns.bucket)):
+            a, b = first[1].field(name).type, schema.field(name).type
+            if arrow_id_kind(a) != arrow_id_kind(b):
+                msg = (
+                    f"{role} column {name!r} holds {arrow_id_kind(a)} in {first[0]} and {arrow_id_kind(b)} "
+                    f"in {file}: one table's {role}s must have one type"
+                )
+                raise ValueError(msg)
+    assert first is not None
+    return first[1]
+
+
+class RowCopy:
+    """The monitor's own parquet copy of an in-memory table's log columns, written chunk by chunk.
+
+    A frame can change or vanish after ``observe_table`` returns, and cannot travel in a
+    snapshot; its copy can: late labels are joined to it, here and after a load.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / f"rows-{uuid.uuid4().hex[:12]}.parquet"
+        self._writer: Any = None
+
+    def write(self, chunk: pa.RecordBatch) -> None:
+        """Append one chunk (its schema is the first chunk's; a later chunk is cast to it)."""
+        import pyarrow.parquet as pq
+
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, chunk.schema)
+        elif chunk.schema != self._writer.schema:
+            chunk = chunk.cast(self._writer.schema)
+        self._writer.write_batch(chunk)
+
+    def close(self) -> Path:
+        """Finish the file; its path."""
+        if self._writer is None:  # no rows: observe_table refuses the table anyway
+            msg = "source has no rows: nothing to observe"
+            raise ValueError(msg)
+        self._writer.close()
+        return self.path
+
+    def discard(self) -> None:
+        """Remove the copy (the table was refused)."""
+        if self._writer is not None:
+            self._writer.close()
+        self.path.unlink(missing_ok=True)
 
 
 Grouped = tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]
@@ -249,8 +355,6 @@ def work_items(
 
 def row_groups(files: Sequence[str], rows: int) -> Iterator[RowGroups]:
     """Each file's row groups, consecutive ones together until they hold ``rows`` rows (from the footers)."""
-    import pyarrow.parquet as pq
-
     for file in files:
         yield from file_row_groups(file, pq.read_metadata(file), rows)
 
@@ -273,15 +377,17 @@ def item_chunks(
     item: RowGroups | pa.RecordBatch, names: list[str], chunk_rows: int
 ) -> Iterator[pa.RecordBatch]:
     """The record batches of a unit of work (row groups read in chunks of ``chunk_rows``)."""
-    import pyarrow.parquet as pq
-
     if isinstance(item, pa.RecordBatch):
         yield item
         return
-    with pq.ParquetFile(item.file, pre_buffer=False, buffer_size=1 << 20) as reader:
-        batches = reader.iter_batches(batch_size=chunk_rows, row_groups=list(item.groups), columns=names,
-                                      use_threads=False)  # fmt: skip
-        yield from (batch for batch in batches if batch.num_rows)
+    try:
+        with pq.ParquetFile(item.file, pre_buffer=False, buffer_size=1 << 20) as reader:
+            batches = reader.iter_batches(batch_size=chunk_rows, row_groups=list(item.groups), columns=names,
+                                          use_threads=False)  # fmt: skip
+            yield from (batch for batch in batches if batch.num_rows)
+    except (OSError, pa.ArrowException) as err:
+        msg = f"{item.file}: its row groups {list(item.groups)} cannot be read ({err}); nothing was observed"
+        raise ChangedSourceError(msg) from err
 
 
 def _work(
@@ -304,18 +410,13 @@ def _work(
 def _refuse_repeats(
     repeats: DuplicateCheck, chunks: Callable[[], Iterator[pa.RecordBatch]], columns: LogColumns
 ) -> None:
-    """Raise if an id repeats within a bucket anywhere in the table (across chunks too)."""
+    """Raise if an id repeats anywhere in the table (in one bucket or across, across chunks too)."""
     hashes = repeats.repeated_hashes()
     if hashes.shape[0] == 0:
         return
     found = confirm(hashes, chunks, columns.bucket, columns.id)
     if found is not None:
-        bucket, row_id, times = found
-        msg = (
-            f"id column {columns.id!r}: id {row_id!r} appears {times} times in bucket {bucket!r}; ids must "
-            "be distinct within a bucket"
-        )
-        raise ValueError(msg)
+        raise repeated_id(columns.id, *found)
 
 
 def _labelled_rows(chunk: pa.RecordBatch, columns: LogColumns) -> pl.DataFrame:
@@ -340,10 +441,16 @@ def same_calibrators(monitor: Any, calibrators: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class _Labels:
-    """One labelling call's labels as a lazy query with columns ``ID`` and ``LABEL``, and their count."""
+    """One labelling call's labels: a query of columns ``ID`` and ``LABEL``, their count, their id kind."""
 
     frame: pl.LazyFrame
     count: int
+    kind: str
+
+
+def polars_id_kind(dtype: pl.DataType) -> str:
+    """The kind of ids a polars column type holds (:func:`calwatch.ids.arrow_id_kind`'s words)."""
+    return arrow_id_kind(pl.Series([], dtype=dtype).to_arrow().type)
 
 
 def read_labels(source: Any, *, id: str, label: str) -> _Labels:
@@ -368,8 +475,11 @@ def read_labels(source: Any, *, id: str, label: str) -> _Labels:
         pl.col(ID).n_unique().alias("distinct"),
     ).collect()
     n, null_labels, null_ids, distinct = facts.row(0)
+    id_type = labels.collect_schema()[ID]
+    if id_type.is_float():
+        null_ids += int(labels.select(pl.col(ID).is_nan().sum()).collect().item())
     check_label_facts(n=n, null_labels=null_labels, null_ids=null_ids, distinct=distinct, id=id, label=label)
-    return _Labels(labels, int(n))
+    return _Labels(labels, int(n), polars_id_kind(id_type))
 
 
 def check_label_facts(*, n: int, null_labels: int, null_ids: int, distinct: int, id: str, label: str) -> None:
@@ -378,7 +488,7 @@ def check_label_facts(*, n: int, null_labels: int, null_ids: int, distinct: int,
         msg = f"label column {label!r} has {null_labels} null rows"
         raise ValueError(msg)
     if null_ids:
-        msg = f"id column {id!r} has {null_ids} null rows"
+        msg = f"id column {id!r} has {null_ids} null or NaN rows"
         raise ValueError(msg)
     if distinct != n:
         msg = f"id column {id!r} repeats {n - distinct} ids: label each row once per call"
@@ -403,24 +513,22 @@ def label_table(
         frozen = freeze(monitor)
         calibrators = dict(monitor._calibrators)
         sources = [s for s in registry_of(monitor).sources if s.engine == "polars"]
-        gone = [s for s in sources if s.source is None]
-    if gone:
-        msg = (
-            f"{len(gone)} observed table(s) were in-memory frames before this monitor was saved and "
-            "loaded: their rows cannot be read again to take labels (tables read from parquet paths can)"
-        )
-        raise ValueError(msg)
+        check_id_kind(monitor._id_kind, labels.kind, f"id column {id!r}")
     if not sources:
         msg = (
             "label_table joins labels to tables observed with observe_table, and none was observed: "
             "use label() for rows observed in memory"
         )
         raise ValueError(msg)
+    observed = [(s, s.readable()) for s in sources]  # each pinned file checked before a row is read
     if labels.count == 0:
         return LabelReport(0, 0, 0, ())
+    frames = {id_of(s): frame for s, frame in observed}
+    pins = [pin for s in sources for pin in s.pins]
     return apply_labels(
         monitor, frozen, calibrators, sources, labels,
-        lambda s: _joined_chunks(s, labels.frame, chunk_rows), progress,
+        lambda s: _joined_chunks(s, frames[id_of(s)], labels.frame, chunk_rows), progress,
+        before_commit=lambda: check_pins(pins, "while labels were joined to it"),
     )  # fmt: skip
 
 
@@ -432,8 +540,13 @@ def apply_labels(
     labels: _Labels,
     chunks_of: Callable[[TableSource], Iterator[pa.RecordBatch]],
     progress: bool | None = None,
+    before_commit: Callable[[], object] | None = None,
 ) -> LabelReport:
-    """Run the kernel in label mode over each source's joined rows, then commit all or nothing."""
+    """Run the kernel in label mode over each source's joined rows, then commit all or nothing.
+
+    ``before_commit`` runs once every row is read and before anything is committed (a check
+    that may raise, e.g. that no pinned file changed during the read).
+    """
     deltas: list[tuple[TableSource, BucketStatistics]] = []
     matched_ids: list[pl.Series] = []
     try:
@@ -453,8 +566,10 @@ def apply_labels(
                         (table_source, d)
                         for d in bucket_statistics(as_frame(reduced), frozen, observed=False)
                     ]
-        matched = int(pl.concat(matched_ids).n_unique()) if matched_ids else 0
+        matched = distinct_matches(matched_ids)
         unmatched = labels.count - matched
+        if before_commit is not None:
+            before_commit()
         relabelled = sum(d.n_relabelled for _, d in deltas)
         with monitor.lock:
             same_calibrators(monitor, calibrators)
@@ -468,17 +583,51 @@ def apply_labels(
     return LabelReport(matched, unmatched, relabelled, touched)
 
 
+def distinct_matches(ids: list[pl.Series]) -> int:
+    """Distinct ids over every source, refusing an id that met rows in two sources.
+
+    Each table's ids are distinct (checked when it was observed), but two tables may hold one
+    id; a label cannot tell which row it is for, so the call is refused (nothing is applied)
+    rather than labelling both.
+    """
+    ids = [s for s in ids if s.len()]
+    if not ids:
+        return 0
+    if len({s.dtype for s in ids}) > 1:
+        ids = [s.cast(pl.String) for s in ids]
+    every = pl.concat(ids)
+    distinct = int(every.n_unique())
+    if distinct != every.len():
+        twice = every.filter(every.is_duplicated()).first()
+        msg = (
+            f"id {twice!r} was observed in two tables: a label cannot tell which row it is for, so "
+            "none of this call's labels was applied. Observe each row under one id across the monitor"
+        )
+        raise ValueError(msg)
+    return distinct
+
+
 def _label_columns(columns: LogColumns) -> LogColumns:
     """The kernel's columns for joined label rows: this call's label, the row's previous one."""
     return LogColumns(id=columns.id, bucket=columns.bucket, probs=columns.probs, label=LABEL,
                       category=columns.category, previous_label=PREVIOUS)  # fmt: skip
 
 
-def _joined_chunks(source: TableSource, labels: pl.LazyFrame, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+def id_of(source: TableSource) -> int:
+    """A source's identity, as a key (sources are mutable dataclasses, not hashable)."""
+    return id(source)
+
+
+def _joined_chunks(
+    source: TableSource, observed: pl.LazyFrame, labels: pl.LazyFrame, chunk_rows: int
+) -> Iterator[pa.RecordBatch]:
     """A source's observed rows whose id has a label in this call, with the label and the previous one."""
     columns = source.columns
     needed = [c for c in columns.needed() if c != columns.label]
-    rows = source.source.select(needed).filter(pl.col(columns.bucket).is_in(list(source.batches)))
+    rows = observed.select(needed).filter(pl.col(columns.bucket).is_in(list(source.batches)))
+    kept, theirs = observed.collect_schema()[columns.id], labels.collect_schema()[ID]
+    if kept != theirs and polars_id_kind(kept) == polars_id_kind(theirs):  # e.g. Int32 labels, Int64 rows
+        labels = labels.with_columns(pl.col(ID).cast(kept, strict=False))  # out of range: matches nothing
     try:
         joined = rows.join(labels, left_on=columns.id, right_on=ID, how="inner")
         previous = source.labels.previous(labels)
@@ -501,6 +650,7 @@ __all__ = [
     "arrow_chunks",
     "as_lazy",
     "check_label_facts",
+    "distinct_matches",
     "label_table",
     "observe_table",
     "read_labels",
