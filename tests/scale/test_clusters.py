@@ -371,3 +371,32 @@ def test_spark_id_check_is_exact_whatever_the_hashes_say(spark: Any, monkeypatch
         assert mon.n_batches == 0
         assert cw_spark.observe(mon, good, **log) == (0, 1)
         monkeypatch.undo()
+
+
+def test_a_parquet_log_rewritten_under_spark_is_refused_before_labels_move(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark keeps its file listing but reads a rewritten file's new bytes: the pins refuse it."""
+    import calwatch.spark as cw_spark
+    from calwatch.scale.pins import ChangedSourceError
+
+    task = task_with(2)
+    n = 120
+    frame = log_frame(task.P[:n], list(range(n)), [i % 3 for i in range(n)])
+    folder = tmp_path / "log"
+    folder.mkdir()
+    frame.write_parquet(folder / "part-0.parquet")
+    df = spark.read.parquet(str(folder))
+    mon = calibrated(task)
+    log = {"id": "id", "probs": prob_names(2), "bucket": "bucket", "category": "cat"}
+    cw_spark.observe(mon, df, **log)
+    labels = spark.createDataFrame(pl.DataFrame({"id": [1, 2, 3], "y": [0, 1, 0]}).to_pandas())
+    assert cw_spark.label(mon, labels, id="id", label="y").matched == 3
+    before = mon.summary().drop("observed_at")
+    shuffled = frame.with_columns(pl.col("p0").reverse(), pl.col("p1").reverse())
+    shuffled.write_parquet(folder / "part-0.parquet", row_group_size=7)
+    with pytest.raises(
+        ChangedSourceError, match=r"part-0\.parquet: the prediction log changed since it was observed"
+    ):
+        cw_spark.label(mon, labels, id="id", label="y")
+    assert mon.summary().drop("observed_at").equals(before)

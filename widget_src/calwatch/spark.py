@@ -64,6 +64,7 @@ from calwatch.scale.columns import LogColumns
 from calwatch.scale.duplicates import key_hashes, repeated
 from calwatch.scale.fold import FoldedPartials, sum_partials
 from calwatch.scale.kernel import partial_schema, partial_statistics
+from calwatch.scale.pins import FilePin, check_pins, pin_files
 from calwatch.scale.reduce import KEYS
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource
 
@@ -153,6 +154,7 @@ def observe(
     schema = _arrow_schema(df, names, "the DataFrame")
     columns.check_schema(schema, snap.frozen.n_classes)
     id_kind = check_ids_of(mon, schema, columns.id)
+    pins = pinned_inputs(df)
     spark = df.sparkSession
     _use_this_python(spark)
     with _Shipped(spark, snap) as shipped, _arrow_only(), _arrow_batches(spark):
@@ -170,7 +172,27 @@ def observe(
                 )
         if reduced is None:
             reduced = _observed(shipped, df, columns, check_ids, None)
-    return commit_observed_partials(mon, snap, reduced, TableSource(ENGINE, df, columns), id_kind)
+    check_pins(pins, "while it was read")
+    source = TableSource(ENGINE, df, columns, pins=pins)
+    return commit_observed_partials(mon, snap, reduced, source, id_kind)
+
+
+def pinned_inputs(df: DataFrame) -> tuple[FilePin, ...]:
+    """The local parquet files ``df`` reads (``inputFiles()``), pinned; none for other sources.
+
+    Spark lists a file scan's files when the DataFrame is made and keeps the list, so a file
+    landing later is not read; a file rewritten in place would be (with the old listing's sizes),
+    so the pins are checked after the observe pass and before each label join
+    (:mod:`calwatch.scale.pins`). Files on other file systems (HDFS, S3) or in other formats are
+    not pinned: Spark reads them as they are then.
+    """
+    try:
+        uris = list(df.inputFiles())
+    except Exception:  # no file scan under the plan (a table built in memory, a view...)
+        return ()
+    paths = [spark_scan.local_path(uri) for uri in uris]
+    local = [path for path in paths if path is not None and path.endswith(".parquet")]
+    return pin_files(sorted(local)) if local and len(local) == len(paths) else ()
 
 
 def _file_scan(
@@ -328,6 +350,7 @@ def _label_source(
 
     columns = source.columns
     df: DataFrame = source.source
+    check_pins(source.pins, "since it was observed")
     kept, theirs = df.schema[columns.id].dataType, labels_df.schema[id].dataType
     if not _joinable(kept, theirs):
         raise unjoinable(columns.id, theirs.simpleString(), kept.simpleString())
@@ -346,6 +369,7 @@ def _label_source(
             shipped.executor(columns, observed=False), _partial_type(df.schema[columns.bucket].dataType)
         )
         call.add(source, _collect(_reduced(partials), {LABEL: label}), labelled)
+        check_pins(source.pins, "while labels were joined to it")
     finally:
         joined.unpersist()
 

@@ -177,7 +177,7 @@ def file_scan(df: DataFrame, schema: pa.Schema, batch_rows: int) -> tuple[FileSc
     conf = df.sparkSession.conf
     if str(conf.get("spark.sql.parquet.fieldId.read.enabled", "false")).lower() == "true":
         return None, "the session reads parquet by field id"
-    files = [_local_path(f) for f in relation.location().inputFiles()]
+    files = [local_path(f) for f in relation.location().inputFiles()]
     if not files:
         return None, "no files"
     if any(f is None for f in files):
@@ -216,7 +216,7 @@ def _bare_relation(plan: Any) -> Any:
     return relation
 
 
-def _local_path(uri: str) -> str | None:
+def local_path(uri: str) -> str | None:
     """The local path of a ``file:`` URI (None for any other scheme)."""
     parsed = urlparse(uri)
     if parsed.scheme not in ("file", ""):
@@ -259,4 +259,4 @@ def _pieces(paths: Sequence[str], names: Sequence[str]) -> tuple[RowGroups, ...]
     return tuple(pieces)
 
 
-__all__ = ["REFUSED", "FileScan", "file_scan", "in_spark_types", "refused"]
+__all__ = ["REFUSED", "FileScan", "file_scan", "in_spark_types", "local_path", "refused"]
