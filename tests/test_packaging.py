@@ -4,6 +4,8 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
+
 import calwatch as cw
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,3 +36,21 @@ def test_js_dependencies_are_pinned_exactly():
 def test_public_api():
     for name in ("Monitor", "SplitConformalClassifier", "wrap", "ModelOutputs", "LabelReport"):
         assert name in cw.__all__ and hasattr(cw, name)
+
+
+def test_the_namespace_shows_only_public_names_and_the_detectors_are_public() -> None:
+    import calwatch as cw
+
+    assert dir(cw) == sorted(cw.__all__)
+    assert not any(hasattr(cw, name) for name in ("Any", "annotations", "version", "PackageNotFoundError"))
+    mon = cw.Monitor(
+        calibrators={"lac": cw.SplitConformalClassifier(alpha=0.1)},
+        shift=[cw.shift.ConfidenceMartingale(), cw.shift.CoverageDropDetector("lac")],
+    )
+    rng = np.random.default_rng(0)
+    mon.calibrate(probs=rng.dirichlet(np.ones(3), 300), y=rng.integers(0, 3, 300))
+    assert [type(d).__name__ for d in mon._shift.detectors] == [
+        "ConfidenceMartingale",
+        "CoverageDropDetector",
+    ]
+    assert set(cw.shift.__all__) >= {"ClassCoverageDropDetector", "LabelMartingale", "default_detectors"}

@@ -165,6 +165,13 @@ def test_bad_arguments_are_named(tmp_path):
         mon.serve()
 
 
+def test_the_cli_passes_its_limits_to_the_server(tmp_path, capsys):
+    assert main(["serve", str(tmp_path / "later"), "--port", "0", "--max-connections", "0"]) == 1
+    assert "max_connections must be a positive integer" in capsys.readouterr().err
+    assert main(["serve", str(tmp_path / "later"), "--port", "0", "--idle-timeout", "-1"]) == 1
+    assert "idle_timeout must be a positive number" in capsys.readouterr().err
+
+
 def test_the_cli_refuses_a_folder_that_is_not_a_snapshot(tmp_path, capsys):
     (tmp_path / "data.csv").write_text("1,2")
     assert main(["serve", str(tmp_path), "--port", "0"]) == 1

@@ -4,12 +4,8 @@ Attach calibrators to any model, stream batches of predictions through a :class:
 (labels may arrive later, or never) and watch coverage, set sizes and label progress live.
 """
 
-from __future__ import annotations
-
-from importlib.metadata import PackageNotFoundError, version
-from typing import Any
-
 import calwatch.regression_monitor  # noqa: F401 - registers Monitor(task="regression")
+from calwatch import shift
 from calwatch.compare import compare
 from calwatch.engine.conformal.adaptive import Adaptive
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
@@ -20,10 +16,18 @@ from calwatch.models import ModelOutputs, wrap
 from calwatch.monitor import LabelReport, Monitor, Note
 from calwatch.state_codec import SnapshotError
 
-try:
-    __version__ = version("calwatch")
-except PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0+unknown"
+
+def _installed_version() -> str:
+    """The installed distribution's version (``0+unknown`` in a source tree that was not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("calwatch")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _installed_version()
 
 
 class CalwatchWarning(UserWarning):
@@ -43,13 +47,18 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         from importlib import import_module
 
         return getattr(import_module(_LAZY[name]), name)
     msg = f"module 'calwatch' has no attribute {name!r}"
     raise AttributeError(msg)
+
+
+def __dir__() -> list[str]:
+    """The public names only: what tab completion and ``dir(calwatch)`` show (not the submodules)."""
+    return sorted(__all__)
 
 
 __all__ = [
@@ -73,5 +82,6 @@ __all__ = [
     "__version__",
     "compare",
     "serve",
+    "shift",
     "wrap",
 ]

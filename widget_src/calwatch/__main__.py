@@ -3,8 +3,9 @@
 - ``calwatch demo [--out DIR] [--seed N]``: stream NYC flights 2013 through a monitor, print
   the tables and write ``DIR/calwatch-demo.html`` (see :mod:`calwatch.demo`).
 - ``calwatch report SNAPSHOT [-o FILE]``: a standalone HTML report of a saved monitor.
-- ``calwatch serve SNAPSHOT [--host H] [--port P]``: a live, read-only dashboard of a snapshot
-  for any browser, redrawn as the snapshot is saved again (see :mod:`calwatch.server`).
+- ``calwatch serve SNAPSHOT [--host H] [--port P] [--allow-host NAME] [--max-connections N]``: a live,
+  read-only dashboard of a snapshot for any browser, redrawn as the snapshot is saved again
+  (see :mod:`calwatch.server`).
 - ``calwatch --version``.
 """
 
@@ -82,6 +83,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--token", default=None,
         help="access token, 16+ URL-safe characters (default: a random one; $CALWATCH_TOKEN if set)",
     )  # fmt: skip
+    serve.add_argument(
+        "--allow-host", action="append", default=[], metavar="NAME",
+        help="a Host name requests may carry besides the loopback names (repeatable; as Jupyter's "
+        "allow_remote_access)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-connections", type=int, default=256,
+        help="open connections served at once; past it a new one gets 503 (default: 256)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--idle-timeout", type=float, default=20.0,
+        help="seconds an idle connection stays open (default: 20)",
+    )  # fmt: skip
     serve.set_defaults(handler=_run_serve)
     return parser
 
@@ -106,7 +120,10 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     token = args.token or os.environ.get("CALWATCH_TOKEN") or None
     try:
-        server = DashboardServer(args.snapshot, host=args.host, port=args.port, token=token).start()
+        server = DashboardServer(
+            args.snapshot, host=args.host, port=args.port, token=token, allow_hosts=tuple(args.allow_host),
+            max_connections=args.max_connections, idle_timeout=args.idle_timeout,
+        ).start()  # fmt: skip
     except (SnapshotError, ValueError, OSError) as err:
         print(f"calwatch serve: {err}", file=sys.stderr)
         return 1

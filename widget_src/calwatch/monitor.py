@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import getpass
 import os
 import threading
 import warnings
@@ -39,6 +38,7 @@ from calwatch.shift_watch import (
     detectors_kept_on_failure,
 )
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats, StreamState
+from calwatch.who import default_author
 
 if TYPE_CHECKING:
     from calwatch.widget import MonitorWidget
@@ -867,18 +867,6 @@ def _is_regression(task: Any, model: Any) -> bool:
         return False
     is_torch = type(model).__module__.startswith("torch")
     return not (is_torch or hasattr(model, "predict_proba") or hasattr(model, "decision_function"))
-
-
-def default_author() -> str:
-    """Who is writing: ``$CALWATCH_AUTHOR``, else ``$JUPYTERHUB_USER``, else the login name."""
-    for variable in ("CALWATCH_AUTHOR", "JUPYTERHUB_USER"):
-        value = os.environ.get(variable, "").strip()
-        if value:
-            return value
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
 
 
 def _describe(model: Any) -> str:

@@ -669,13 +669,20 @@ def serve(
     host: str = DEFAULT_HOST,
     port: int = 0,
     token: str | None = None,
+    idle_timeout: float = IDLE_TIMEOUT_S,
+    allow_hosts: tuple[str, ...] = (),
+    max_connections: int = MAX_CONNECTIONS,
+    max_long_polls: int = MAX_LONG_POLLS,
 ) -> DashboardServer:
     """Serve the live, read-only dashboard of the snapshot at ``path``; return the running server.
 
     See :class:`DashboardServer` for the parameters. Open ``server.url`` in any browser; call
     ``server.stop()`` to stop (the snapshot is left as it is).
     """
-    return DashboardServer(path, host=host, port=port, token=token).start()
+    return DashboardServer(
+        path, host=host, port=port, token=token, idle_timeout=idle_timeout, allow_hosts=allow_hosts,
+        max_connections=max_connections, max_long_polls=max_long_polls,
+    ).start()  # fmt: skip
 
 
 def _waiting_page(path: Path) -> str:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import getpass
 import inspect
 import math
 from collections.abc import Callable, Iterator
@@ -80,6 +79,7 @@ from calwatch.label_blocks import (
     stretch_words,
 )
 from calwatch.looks import LookStore
+from calwatch.who import default_author
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -1624,7 +1624,7 @@ class ShiftWatch:
         if not 0 <= episode < len(self.tracker.warnings_):
             msg = f"episode must be one of 0..{len(self.tracker.warnings_) - 1}; got {episode!r}"
             raise ValueError(msg)
-        who = by if by is not None else _current_user()
+        who = by if by is not None else default_author()
         ack = Acknowledgement(by=who, at=datetime.now(UTC).isoformat(timespec="seconds"), note=str(note))
         self.acknowledgements[episode] = ack
         return ack
@@ -1684,10 +1684,3 @@ def _warning_dict(warning: ShiftWarning, ack: Acknowledgement | None) -> dict[st
         "ack_at": None if ack is None else ack.at,
         "ack_note": None if ack is None else ack.note,
     }
-
-
-def _current_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no user name in this environment
-        return "unknown"

@@ -110,7 +110,7 @@ def _classes(monitor: Monitor) -> list[str]:
 def view_state(monitor: Monitor) -> dict[str, Any]:
     """The synced traits a view of ``monitor`` starts from (also what a static report renders)."""
     from calwatch.kinds import find_kind
-    from calwatch.monitor import default_author
+    from calwatch.who import default_author
 
     kinds = charts.chart_kinds(monitor)
     panels = dashboard.panels_for(monitor) if monitor.calibration_ is not None else []
