@@ -53,7 +53,7 @@ import polars as pl  # noqa: E402
 
 from calwatch.datasets import flights_task, load_flights  # noqa: E402
 from calwatch.datasets.tabular import _flight_inputs  # noqa: E402
-from calwatch.shift_watch import BlockConfidenceMartingale, CalibrationData, ConfidenceMartingale  # noqa: E402
+from calwatch.shift import BlockConfidenceMartingale, CalibrationData, ConfidenceMartingale  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS = BENCH_DIR / "results"

@@ -79,7 +79,7 @@ from calwatch.datasets import FLIGHT_CATEGORICAL, FLIGHT_FEATURES, FLIGHT_NUMERI
 from calwatch.engine.risk.estimator import RiskEstimator  # noqa: E402
 from calwatch.engine.shift.detectors import ConformalTestMartingale  # noqa: E402
 from calwatch.engine.shift.monitors import PredictionMix, ReferenceExceedance, RiskJump  # noqa: E402
-from calwatch.shift_watch import CalibrationData, ConfidenceMartingale, CoverageDropDetector, LabelMartingale  # noqa: E402
+from calwatch.shift import CalibrationData, ConfidenceMartingale, CoverageDropDetector, LabelMartingale  # noqa: E402
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]

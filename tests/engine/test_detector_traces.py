@@ -19,7 +19,7 @@ import pytest
 
 from calwatch.engine.shift.betting import BernoulliBetting, GroupedBetting
 from calwatch.engine.shift.detectors import ConformalTestMartingale
-from calwatch.shift_watch import CalibrationData, ClassCoverageDropDetector, CoverageDropDetector
+from calwatch.shift import CalibrationData, ClassCoverageDropDetector, CoverageDropDetector
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 sys.path.insert(0, str(FIXTURES))

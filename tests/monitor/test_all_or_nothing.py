@@ -15,7 +15,7 @@ from polars.testing import assert_frame_equal
 
 import calwatch as cw
 import calwatch.monitor as monitor_module
-import calwatch.shift_watch as shift_watch_module
+import calwatch.shift.watch as shift_watch_module
 from calwatch.engine.selective.calibrator import SelectiveCalibrator
 
 from ..synthetic import softmax_data

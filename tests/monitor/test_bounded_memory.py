@@ -19,8 +19,8 @@ import pytest
 
 import calwatch as cw
 import calwatch.stream as stream_module
-from calwatch.looks import LookStore
-from calwatch.shift_watch import ShiftWatch
+from calwatch.shift.looks import LookStore
+from calwatch.shift.watch import ShiftWatch
 from calwatch.state_codec import StateDecoder, StateEncoder
 
 from ..synthetic import softmax_data

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import calwatch as cw
-from calwatch.shift_watch import BlockConfidenceMartingale, BlockDistanceMartingale
+from calwatch.shift import BlockConfidenceMartingale, BlockDistanceMartingale
 
 
 def _day(rng: np.random.Generator, n: int, level: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -5,7 +5,7 @@ import polars as pl
 import pytest
 
 import calwatch as cw
-from calwatch.shift_watch import CalibrationData, ReferenceDistanceMartingale
+from calwatch.shift import CalibrationData, ReferenceDistanceMartingale
 
 
 def _embedded(rng, n, shift=0.0):
@@ -84,7 +84,7 @@ def test_snapshot_keeps_the_reference_index(tmp_path):
 
 def test_class_coverage_drop_names_the_class_whose_promise_breaks():
     """A by-class calibrator: class 'b' rows start to be missed while the others stay covered."""
-    from calwatch.shift_watch import ClassCoverageDropDetector
+    from calwatch.shift import ClassCoverageDropDetector
 
     from ..synthetic import softmax_data
 

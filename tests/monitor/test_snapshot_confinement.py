@@ -93,7 +93,7 @@ def test_a_symbolic_link_out_of_the_folder_is_refused(snap: Path, tmp_path: Path
 
 
 def test_the_decoder_refuses_modules_no_snapshot_holds_before_importing_them() -> None:
-    assert snapshot_may_name("calwatch.shift_watch") and snapshot_may_name("calwatch.engine.shift.betting")
+    assert snapshot_may_name("calwatch.shift.watch") and snapshot_may_name("calwatch.engine.shift.betting")
     for name in ("calwatch.__main__:main", "calwatch.dask:observe_dask", "calwatch.server:serve"):
         with pytest.raises(SnapshotError, match="no snapshot holds"):
             resolve_trusted(name)

@@ -71,7 +71,7 @@ def test_loaded_monitor_keeps_streaming_like_the_original(tmp_path):
 
 
 def test_detectors_shared_between_monitor_and_shift_layer_stay_shared(tmp_path):
-    from calwatch.shift_watch import ConfidenceMartingale
+    from calwatch.shift import ConfidenceMartingale
 
     detectors = [ConfidenceMartingale()]
     P, y = softmax_data(1000, seed=1)

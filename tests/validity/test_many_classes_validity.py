@@ -107,7 +107,7 @@ CALIBRATORS: dict[str, dict[str, Any]] = {
     "raps": {"score": "raps", "randomized": False},
     "by-label": {"score": "lac", "mondrian": "label"},
 }
-CUSUM_C = 1e6  # calwatch.shift_watch.DEFAULT_CUSUM_THRESHOLD
+CUSUM_C = 1e6  # calwatch.shift.base.DEFAULT_CUSUM_THRESHOLD
 SR_C = 1e6  # calwatch.engine.shift.betting.DEFAULT_SR_THRESHOLD
 CALIBRATION_DELTA = 0.01  # calwatch.engine.shift.monitors.DEFAULT_CALIBRATION_DELTA
 

@@ -31,7 +31,7 @@ from scipy.stats import binom
 
 from calwatch.datasets.digits import digits_task
 from calwatch.datasets.embeddings import flights_mlp_task
-from calwatch.shift_watch import CalibrationData, ReferenceDistanceMartingale
+from calwatch.shift import CalibrationData, ReferenceDistanceMartingale
 
 pytestmark = pytest.mark.slow
 SEED = 20261122

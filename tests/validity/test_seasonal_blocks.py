@@ -32,7 +32,7 @@ import pytest
 import calwatch as cw
 from calwatch.datasets import flights_task
 from calwatch.datasets.tabular import _flight_inputs, load_flights
-from calwatch.shift_watch import BlockConfidenceMartingale, CalibrationData, ConfidenceMartingale
+from calwatch.shift import BlockConfidenceMartingale, CalibrationData, ConfidenceMartingale
 
 N_STREAMS = 20
 N_CALIBRATION_DAYS = 30

@@ -27,7 +27,7 @@ import numpy as np
 from calwatch.frame_cache import CACHES_ATTRIBUTE
 from calwatch.monitor import Monitor
 from calwatch.regression_monitor import RegressionMonitor
-from calwatch.shift_watch import ShiftWatch
+from calwatch.shift.watch import ShiftWatch
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, StreamState
 
 

@@ -30,13 +30,8 @@ from calwatch.monitor_reads import MonitorReads
 from calwatch.monitor_share import MonitorSharing
 from calwatch.monitor_tables import MonitorTables
 from calwatch.row_log import RowLog
-from calwatch.shift_watch import (
-    CalibrationData,
-    Detector,
-    ShiftWatch,
-    default_detectors,
-    detectors_kept_on_failure,
-)
+from calwatch.shift.base import CalibrationData, Detector
+from calwatch.shift.watch import ShiftWatch, default_detectors, detectors_kept_on_failure
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats, StreamState
 from calwatch.who import default_author
 
@@ -123,7 +118,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
     probability_tolerance : float
         How far a row of probabilities may sum from 1.
     shift : "default", list of detectors, or None
-        Shift detectors (``calwatch.shift_watch``): ``"default"`` runs a label-free
+        Shift detectors (:mod:`calwatch.shift`): ``"default"`` runs a label-free
         martingale on the model's confidence, and per set calibrator a conformity-score
         martingale and a coverage-drop test on labelled rows; their alarms become warnings
         (:meth:`warnings`, the widget's banner); when the model gives embeddings, also a

@@ -24,7 +24,7 @@ from calwatch.kinds import kind_of
 from calwatch.monitor_state import MonitorState
 from calwatch.row_log import Prefetched
 from calwatch.row_log import take_rows as _take
-from calwatch.shift_watch import detectors_kept_on_failure
+from calwatch.shift.watch import detectors_kept_on_failure
 from calwatch.stream import NO_LABEL, BatchRecord, BatchRows, BatchStats
 
 if TYPE_CHECKING:
@@ -274,7 +274,7 @@ class MonitorLabels(MonitorState):
         the calibrators that learn only. Should anything fail, the calibrators that learned get
         their earlier state back (corrections included); the callers (``label``, ``observe``)
         put the detectors back
-        (:func:`calwatch.shift_watch.detectors_kept_on_failure`).
+        (:func:`calwatch.shift.watch.detectors_kept_on_failure`).
         """
         learners = {key: cal for key, cal in self._calibrators.items() if kind_of(cal).learns_from_labels}
         saved = {key: copy.deepcopy(vars(cal)) for key, cal in learners.items()}

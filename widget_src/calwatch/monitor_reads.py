@@ -25,7 +25,9 @@ from calwatch.kinds import KINDS, kind_of
 from calwatch.kinds.admit import admitted_accuracy
 from calwatch.kinds.base import null_where
 from calwatch.monitor_state import MonitorState
-from calwatch.shift_watch import CORRELATED_ROWS, ShiftWatch, first_names
+from calwatch.shift.base import first_names
+from calwatch.shift.on_labels import CORRELATED_ROWS
+from calwatch.shift.watch import ShiftWatch
 from calwatch.stream import NO_LABEL, BatchRecord
 
 if TYPE_CHECKING:

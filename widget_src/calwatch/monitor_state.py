@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from calwatch.classes import ClassEncoder
 from calwatch.guard import Guard
-from calwatch.shift_watch import ShiftWatch
+from calwatch.shift.watch import ShiftWatch
 from calwatch.stream import StreamState
 
 

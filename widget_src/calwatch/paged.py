@@ -1,7 +1,7 @@
 """Growing history columns kept in memory the operating system can page out, once they are large.
 
 A monitor keeps every batch's statistics, every detector's looks and every card row for the
-whole stream, as numpy columns (:mod:`calwatch.stats_columns`, :mod:`calwatch.looks`,
+whole stream, as numpy columns (:mod:`calwatch.stats_columns`, :mod:`calwatch.shift.looks`,
 :mod:`calwatch.cards`): about 1.3 KB per batch at three calibrators, so ~130 MiB per 10⁵ batches.
 That is the stream's history at batch resolution, and it is what the charts, brushing, late
 labels and snapshots read, so it cannot be dropped. In the C heap it is *anonymous* memory:

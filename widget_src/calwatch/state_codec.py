@@ -76,11 +76,53 @@ LEGACY_MODULES: dict[str, str] = {
     "calwatch.engine.monitors": "calwatch.engine.shift.monitors",
     "calwatch.engine.metrics": "calwatch.engine.metrics.intervals",
     "calwatch.engine.calibration_metrics": "calwatch.engine.metrics.calibration",
+    # The second house move (the shift package):
+    "calwatch.label_blocks": "calwatch.shift.label_blocks",
+    "calwatch.looks": "calwatch.shift.looks",
 }
 #: Classes that moved to another module after the house layout (names already read through
 #: :data:`LEGACY_MODULES`).
 LEGACY_CLASSES: dict[str, str] = {
     "calwatch.engine.shift.monitors:BernoulliBetting": "calwatch.engine.shift.betting:BernoulliBetting",
+}
+
+
+#: Modules split in the second house move: old module -> (top-level name -> its module now).
+LEGACY_SPLIT: dict[str, dict[str, str]] = {
+    "calwatch.shift_watch": {
+        "Acknowledgement": "calwatch.shift.watch",
+        "BlockConfidenceMartingale": "calwatch.shift.label_free",
+        "BlockDistanceMartingale": "calwatch.shift.label_free",
+        "CalibrationData": "calwatch.shift.base",
+        "ClassCoverageDropDetector": "calwatch.shift.on_labels",
+        "ConfidenceMartingale": "calwatch.shift.label_free",
+        "CoverageDropDetector": "calwatch.shift.on_labels",
+        "Detector": "calwatch.shift.base",
+        "LabelMartingale": "calwatch.shift.on_labels",
+        "ReferenceDistanceMartingale": "calwatch.shift.label_free",
+        "ShiftWatch": "calwatch.shift.watch",
+        "_BlockMartingale": "calwatch.shift.label_free",
+        "_Changes": "calwatch.shift.watch",
+        "_CoverageUnits": "calwatch.shift.on_labels",
+        "_MartingaleDetector": "calwatch.shift.base",
+        "_NearestReference": "calwatch.shift.label_free",
+        "_advance_run": "calwatch.shift.base",
+        "_count_held": "calwatch.shift.on_labels",
+        "_dependence_words": "calwatch.shift.on_labels",
+        "_evidence_sentence": "calwatch.shift.on_labels",
+        "_held_notice": "calwatch.shift.on_labels",
+        "_martingale_guarantee": "calwatch.shift.base",
+        "_nothing_to_restore": "calwatch.shift.base",
+        "_positions": "calwatch.shift.on_labels",
+        "_reworded": "calwatch.shift.on_labels",
+        "_unsettled_words": "calwatch.shift.on_labels",
+        "_warning_dict": "calwatch.shift.watch",
+        "default_detectors": "calwatch.shift.watch",
+        "detectors_kept_on_failure": "calwatch.shift.watch",
+        "first_names": "calwatch.shift.base",
+        "run_words": "calwatch.shift.base",
+        "smallest_testable_count": "calwatch.shift.base",
+    },
 }
 
 
@@ -379,10 +421,15 @@ def current_name(name: str) -> str:
     'calwatch.engine.conformal.classifier:SplitConformalClassifier'
     >>> current_name("calwatch.engine.monitors:BernoulliBetting")
     'calwatch.engine.shift.betting:BernoulliBetting'
+    >>> current_name("calwatch.shift_watch:ShiftWatch")
+    'calwatch.shift.watch:ShiftWatch'
     >>> current_name("calwatch.monitor:Note")
     'calwatch.monitor:Note'
     """
     module_name, sep, qualname = str(name).partition(":")
+    split = LEGACY_SPLIT.get(module_name)
+    if split is not None:  # the module was split: the top-level name says where it went
+        module_name = split.get(qualname.split(".")[0], module_name)
     renamed = f"{LEGACY_MODULES.get(module_name, module_name)}{sep}{qualname}"
     return LEGACY_CLASSES.get(renamed, renamed)
 
@@ -391,14 +438,16 @@ def current_name(name: str) -> str:
 #: the table statistics and the monitor's own state. Checked *before* any import, so a snapshot
 #: cannot make the loader import a module with effects of its own (the command line, the
 #: Spark and Dask adapters, the server, the widget, the demo).
-SNAPSHOT_MODULE_PREFIXES: tuple[str, ...] = ("calwatch.engine.", "calwatch.kinds.", "calwatch.scale.")
+SNAPSHOT_MODULE_PREFIXES: tuple[str, ...] = (
+    "calwatch.engine.", "calwatch.kinds.", "calwatch.scale.", "calwatch.shift.",
+)  # fmt: skip
 SNAPSHOT_MODULES: frozenset[str] = frozenset(
     {
         "calwatch.classes", "calwatch.compare", "calwatch.ids", "calwatch.kinds",
-        "calwatch.label_blocks", "calwatch.looks", "calwatch.models", "calwatch.monitor",
+        "calwatch.models", "calwatch.monitor",
         "calwatch.monitor_labels", "calwatch.monitor_reads", "calwatch.monitor_share",
         "calwatch.monitor_state", "calwatch.monitor_tables", "calwatch.regression_monitor",
-        "calwatch.row_log", "calwatch.shift_watch", "calwatch.stats_columns", "calwatch.stream",
+        "calwatch.row_log", "calwatch.stats_columns", "calwatch.stream",
     }
 )  # fmt: skip
 

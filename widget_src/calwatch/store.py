@@ -550,7 +550,7 @@ def _check_monitor_attrs(attrs: Any, task: str) -> None:
     from calwatch.classes import ClassEncoder
     from calwatch.kinds import find_kind
     from calwatch.monitor import Note
-    from calwatch.shift_watch import ShiftWatch
+    from calwatch.shift.watch import ShiftWatch
 
     def refuse(field: str, expected: str) -> None:
         value = attrs.get(field, "<missing>") if isinstance(attrs, dict) else "<not an object>"

@@ -14,20 +14,22 @@ Label-free detectors watch each observed batch (:class:`ConfidenceMartingale`,
 :class:`BlockConfidenceMartingale`, :class:`BlockDistanceMartingale`); the others watch labels
 as they come (:class:`LabelMartingale`, :class:`CoverageDropDetector`,
 :class:`ClassCoverageDropDetector`). A detector of your own implements :class:`Detector`.
+
+The package's modules: :mod:`~calwatch.shift.base` (what detectors share),
+:mod:`~calwatch.shift.label_free`, :mod:`~calwatch.shift.on_labels` and its block side
+:mod:`~calwatch.shift.label_blocks`, :mod:`~calwatch.shift.watch` (the monitor's detectors and
+its warning log) and :mod:`~calwatch.shift.looks` (every look, as columns).
 """
 
-from calwatch.shift_watch import (
+from calwatch.shift.base import CalibrationData, Detector
+from calwatch.shift.label_free import (
     BlockConfidenceMartingale,
     BlockDistanceMartingale,
-    CalibrationData,
-    ClassCoverageDropDetector,
     ConfidenceMartingale,
-    CoverageDropDetector,
-    Detector,
-    LabelMartingale,
     ReferenceDistanceMartingale,
-    default_detectors,
 )
+from calwatch.shift.on_labels import ClassCoverageDropDetector, CoverageDropDetector, LabelMartingale
+from calwatch.shift.watch import ShiftWatch, default_detectors
 
 __all__ = [
     "BlockConfidenceMartingale",
@@ -39,5 +41,6 @@ __all__ = [
     "Detector",
     "LabelMartingale",
     "ReferenceDistanceMartingale",
+    "ShiftWatch",
     "default_detectors",
 ]

@@ -1,6 +1,6 @@
 """The label-based detectors' block side: whole blocks (or batches) as the unit (SHIFT.md §6).
 
-The row-level label tests of :mod:`calwatch.shift_watch` bet on each labelled row. Rows that
+The row-level label tests of :mod:`calwatch.shift.on_labels` bet on each labelled row. Rows that
 come in correlated blocks break their null (``P(miss | earlier rows) ≤ ε₀``) with nothing
 wrong. This module holds what those detectors use instead:
 
