@@ -400,3 +400,35 @@ def test_a_parquet_log_rewritten_under_spark_is_refused_before_labels_move(
     ):
         cw_spark.label(mon, labels, id="id", label="y")
     assert mon.summary().drop("observed_at").equals(before)
+
+
+def test_a_parquet_log_rewritten_under_dask_is_refused_before_labels_move(tmp_path: Path) -> None:
+    """dd.read_parquet keeps its file list; a file rewritten in place is refused by its pin."""
+    import dask.dataframe as dd
+
+    import calwatch.dask as cw_dask
+    from calwatch.scale.pins import ChangedSourceError
+
+    task = task_with(2)
+    n = 120
+    frame = log_frame(task.P[:n], list(range(n)), [i % 3 for i in range(n)])
+    folder = tmp_path / "log"
+    folder.mkdir()
+    frame.write_parquet(folder / "part-0.parquet")
+    engine = DaskEngine("dask-sync")
+    log = {"id": "id", "probs": prob_names(2), "bucket": "bucket", "category": "cat"}
+    with engine.running():
+        mon = calibrated(task)
+        cw_dask.observe(mon, dd.read_parquet(str(folder)), **log)
+        assert [Path(pin.path).name for pin in registry_of(mon).sources[0].pins] == ["part-0.parquet"]
+        labels = dd.from_pandas(pl.DataFrame({"id": [1, 2, 3], "y": [0, 1, 0]}).to_pandas(), npartitions=1)
+        assert cw_dask.label(mon, labels, id="id", label="y").matched == 3
+        before = mon.summary().drop("observed_at")
+        frame.with_columns(pl.col("p0").reverse(), pl.col("p1").reverse()).write_parquet(
+            folder / "part-0.parquet"
+        )
+        with pytest.raises(
+            ChangedSourceError, match=r"part-0\.parquet: the prediction log changed since it was"
+        ):
+            cw_dask.label(mon, labels, id="id", label="y")
+        assert mon.summary().drop("observed_at").equals(before)

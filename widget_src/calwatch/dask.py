@@ -49,6 +49,7 @@ from calwatch.scale.collect import (
 from calwatch.scale.columns import LogColumns
 from calwatch.scale.duplicates import PARTITIONS, grouped_hashes, key_hashes, repeated
 from calwatch.scale.kernel import partial_schema, partial_statistics
+from calwatch.scale.pins import FilePin, check_pins, pin_files
 from calwatch.scale.reduce import KEYS
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource
 
@@ -95,6 +96,7 @@ def observe(
     schema = _arrow_schema(ddf._meta[names], columns)
     columns.check_schema(schema, snap.frozen.n_classes)
     id_kind = check_ids_of(mon, schema, columns.id)
+    pins = pinned_inputs(ddf)
     partials = _partials(ddf[names], snap, columns, observed=True)
     # One compute of delayed objects only (Dask warns when collections and expressions mix):
     # the reduced partials (one partition) and the repeated hashes of each hash partition.
@@ -106,7 +108,35 @@ def observe(
         found = _confirmed_repeat(ddf[[bucket, id]], bucket, id, repeated)
         if found is not None:
             raise repeated_id(id, *found)
-    return commit_observed_partials(mon, snap, _polars(reduced), TableSource(ENGINE, ddf, columns), id_kind)
+    check_pins(pins, "while it was read")
+    source = TableSource(ENGINE, ddf, columns, pins=pins)
+    return commit_observed_partials(mon, snap, _polars(reduced), source, id_kind)
+
+
+def pinned_inputs(ddf: DataFrame) -> tuple[FilePin, ...]:
+    """The local parquet files ``ddf`` reads (its ``read_parquet`` expressions), pinned; none otherwise.
+
+    ``dd.read_parquet`` lists its files when the DataFrame is made and keeps the list, so a file
+    landing later is not read; a file rewritten in place would be, so the pins are checked after
+    the observe pass and before each label join (:mod:`calwatch.scale.pins`). Files on other
+    file systems, or DataFrames not read from parquet, are not pinned: Dask reads them as they
+    are then.
+    """
+    files: list[str] = []
+    try:
+        nodes = list(ddf.expr.walk())
+        for node in nodes:
+            if "ReadParquet" not in type(node).__name__:
+                continue
+            info = node._dataset_info
+            protocol = getattr(info.get("fs"), "protocol", None)
+            protocols = protocol if isinstance(protocol, tuple) else (protocol,)
+            if "file" not in protocols and "local" not in protocols:
+                return ()
+            files.extend(str(f) for f in info["ds"].files)
+    except Exception:  # another expression API: nothing to pin
+        return ()
+    return pin_files(sorted(set(files))) if files else ()
 
 
 def _repeated_hashes(ddf: DataFrame, bucket: str, id: str) -> list[Any]:
@@ -210,6 +240,7 @@ def _label_source(snap: Snapshot, call: LabelCall, source: TableSource, labels: 
     """One observed DataFrame's share of a label call: join, look up previous labels, kernel, reduce."""
     columns = source.columns
     ddf: DataFrame = source.source
+    check_pins(source.pins, "since it was observed")
     kept, theirs = ddf._meta[columns.id].dtype, labels._meta[id].dtype
     if not _joinable(kept, theirs):
         raise unjoinable(columns.id, str(theirs), str(kept))
@@ -228,6 +259,7 @@ def _label_source(snap: Snapshot, call: LabelCall, source: TableSource, labels: 
     joined = _with_logged(joined, source, labelled)
     partials = _partials(joined, snap, columns, observed=False)
     (reduced,) = _compute(partials.groupby(KEYS).agg(_AGGREGATIONS), renames={LABEL: label})
+    check_pins(source.pins, "while labels were joined to it")
     call.add(source, _polars(reduced), labelled)
 
 
