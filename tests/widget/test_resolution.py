@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import altair as alt
 import numpy as np
 import polars as pl
 import pytest
@@ -13,6 +14,7 @@ from polars.testing import assert_frame_equal
 
 import calwatch as cw
 from calwatch import charts, dashboard, resolution
+from calwatch.charts import specs as chart_specs
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.resolution import Resolution, bucket_records, bucket_width
 from calwatch.widget import BUCKETED
@@ -219,11 +221,11 @@ def test_hover_text_is_computed_per_row_in_the_data_flow():
     """Per-bucket marks read their tooltip and ARIA description from fields a calculate transform
     makes once per row (titles in tooltip order, formats kept), not from per-item encoders."""
     tips = [
-        charts.alt.Tooltip("name:N", title="batch"),
-        charts.alt.Tooltip("coverage:Q", format=".3f"),
-        charts.alt.Tooltip("n_labelled:Q", title="labelled"),
+        alt.Tooltip("name:N", title="batch"),
+        alt.Tooltip("coverage:Q", format=".3f"),
+        alt.Tooltip("n_labelled:Q", title="labelled"),
     ]
-    fields = charts._hover_fields(tips)
+    fields = chart_specs._hover_fields(tips)
     coverage = 'isValid(datum["coverage"]) ? format(datum["coverage"], ".3f") : \'\' + datum["coverage"]'
     assert fields["hover_description"] == (
         f'"batch: " + (\'\' + datum["name"]) + \'; \' + "coverage: " + ({coverage})'
@@ -234,7 +236,7 @@ def test_hover_text_is_computed_per_row_in_the_data_flow():
     (points,) = [layer for layer in spec["layer"] if layer["mark"].get("type") == "point"]
     assert points["mark"]["tooltip"] == {"expr": "datum.hover_tooltip"}
     assert points["mark"]["description"] == {"expr": "datum.hover_description"}
-    assert {"calculate": charts._hover_fields([])["hover_tooltip"], "as": "hover_tooltip"} not in points[
+    assert {"calculate": chart_specs._hover_fields([])["hover_tooltip"], "as": "hover_tooltip"} not in points[
         "transform"
     ]
     assert [t["as"] for t in points["transform"] if "calculate" in t] == [
