@@ -40,7 +40,7 @@ from _common import softmax_rows as _softmax_rows
 from calwatch import charts, dashboard
 from calwatch.cards import overview_rows
 from calwatch.resolution import Resolution, bucket_width
-from calwatch.widget import _json_rows, view_datasets, warning_rows
+from calwatch.widget import json_rows, view_datasets, warning_rows
 
 K = 10
 TARGET_MS = 5.0
@@ -61,8 +61,8 @@ def full_rebuild(mon: cw.Monitor, batches: tuple[int, ...]) -> int:
     with mon.lock:
         detail, width = Resolution.whole(mon.n_batches), bucket_width(mon.n_batches)
         data = view_datasets(mon, tuple(b for b in batches if detail.contains(b)), resolution=detail)
-        data["timeline"] = _json_rows(dashboard.timeline(mon, batches, width=width))
-        cards = {r["key"]: r for r in _json_rows(charts.batch_summary(mon, batches))}
+        data["timeline"] = json_rows(dashboard.timeline(mon, batches, width=width))
+        cards = {r["key"]: r for r in json_rows(charts.batch_summary(mon, batches))}
         warnings = warning_rows(mon)
         data["overview"] = overview_rows(
             cards.values(),

@@ -26,7 +26,7 @@ import pytest
 
 import calwatch as cw
 from calwatch import charts, dashboard, live, resolution
-from calwatch.widget import _json_rows, view_datasets
+from calwatch.widget import json_rows, view_datasets
 
 from ..synthetic import softmax_data
 
@@ -48,7 +48,7 @@ def _apply(store: Store, data: dict[str, list[dict[str, Any]]]) -> None:
 def _rebuild(mon: Any, widget: Any) -> Store:
     """Every keyed dataset the kernel keeps row by row, from scratch at the widget's resolutions."""
     data = view_datasets(mon, resolution=widget._detail)
-    data["timeline"] = _json_rows(dashboard.timeline(mon, width=widget._timeline_width))
+    data["timeline"] = json_rows(dashboard.timeline(mon, width=widget._timeline_width))
     names = [*live.bucketed_names(), "timeline", *charts.window_dataset_names(mon)]
     return {name: {r["key"]: r for r in data.get(name, [])} for name in names}
 
@@ -125,10 +125,10 @@ class Follower:
         reliability = dashboard.reliability(
             mon, window_rows=n, batch_range=brushed, class_filter=widget.class_filter
         )
-        assert self.store.get("reliability", {}) == {r["key"]: r for r in _json_rows(reliability)}, what
+        assert self.store.get("reliability", {}) == {r["key"]: r for r in json_rows(reliability)}, what
         by_class = dashboard.set_by_class(mon, window_rows=n, batch_range=brushed)
-        assert self.store.get("set_by_class", {}) == {r["key"]: r for r in _json_rows(by_class)}, what
-        cards = {r["key"]: r for r in _json_rows(dashboard.overview(mon, batch_range=brushed))}
+        assert self.store.get("set_by_class", {}) == {r["key"]: r for r in json_rows(by_class)}, what
+        cards = {r["key"]: r for r in json_rows(dashboard.overview(mon, batch_range=brushed))}
         held = self.store.get("overview", {})
         assert held.keys() == cards.keys(), what
         for key, card in cards.items():

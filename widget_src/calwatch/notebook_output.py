@@ -49,7 +49,7 @@ import polars as pl
 from calwatch import charts, svg_child
 from calwatch.guard import guard_of, one_moment
 from calwatch.report import ReportParts, coverage_table, report_parts, script_json
-from calwatch.widget import _bundle
+from calwatch.widget import bundle_path
 
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
@@ -78,7 +78,7 @@ _ids = itertools.count()
 @functools.cache
 def _bundle_base64() -> str:
     """The widget's bundle, base64 (read and encoded once per process)."""
-    return base64.b64encode(_bundle().read_bytes()).decode("ascii")
+    return base64.b64encode(bundle_path().read_bytes()).decode("ascii")
 
 
 def _esc(value: Any) -> str:

@@ -162,9 +162,9 @@ def report_page(parts: ReportParts, *, live_version: str | None = None) -> str:
         snapshot: the page follows the server (``api/version``, ``api/report``, same origin, the
         token of its URL) and redraws newer snapshots in place, with no reload.
     """
-    from calwatch.widget import _bundle
+    from calwatch.widget import bundle_path
 
-    bundle = base64.b64encode(_bundle().read_bytes()).decode("ascii")
+    bundle = base64.b64encode(bundle_path().read_bytes()).decode("ascii")
     live = live_version is not None
     return _PAGE.format(
         csp=LIVE_CSP if live else _CSP,

@@ -19,7 +19,6 @@ import math
 import threading
 import time
 from collections import deque
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anywidget
@@ -27,219 +26,30 @@ import traitlets
 
 from calwatch import charts, dashboard, health
 from calwatch.cards import CardTotals, ExactIntervals
-from calwatch.guard import guard_of, one_moment
+from calwatch.guard import guard_of
 from calwatch.live import LiveDatasets, bucketed_names
 from calwatch.outbox import Outbox
 from calwatch.resolution import Resolution, bucket_width
 
 if TYPE_CHECKING:
     from calwatch.monitor import Monitor
-
-_BUNDLE = Path(__file__).parent / "static" / "widget.js"
-#: While a stream runs, window-derived panels are recomputed at most this often (seconds); a
-#: last refresh follows once the kernel is idle, and every control change refreshes at once.
-WINDOW_REFRESH_S = 0.5
-#: In a kernel, updates reach the views at most this often (seconds): faster calls are merged by
-#: key into one message (:class:`~calwatch.outbox.Outbox`), so a producer faster than the browser
-#: draws never builds a backlog in the page. The first update after a pause is sent at once.
-UPDATE_INTERVAL_S = 0.2
-#: Row-table page sizes the kernel accepts.
-MAX_PAGE_SIZE = 200
-#: Kernel timings kept (:attr:`MonitorWidget.kernel_ms`), the most recent.
-MAX_TIMINGS = 10_000
-
-
-def _bundle() -> Path:
-    if not _BUNDLE.exists():
-        msg = (
-            f"the widget's JavaScript bundle is missing ({_BUNDLE}). Build it with `npm ci && "
-            "npm run build` or reinstall calwatch with `pip install .`"
-        )
-        raise FileNotFoundError(msg)
-    return _BUNDLE
-
-
-def _json_rows(frame: Any) -> list[dict[str, Any]]:
-    """Frame rows as JSON-safe dicts (NaN and inf become null)."""
-    return _json_rows_from_dicts(frame.to_dicts())
-
-
-def _json_rows_from_dicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Dicts with NaN and inf replaced by null (JSON has neither)."""
-    for row in rows:
-        for key, value in row.items():
-            if isinstance(value, float) and not math.isfinite(value):
-                row[key] = None
-    return rows
-
-
-def _unindex(index: dict[Any, set[str]], key: str, batch: Any) -> None:
-    """Take ``key`` out of ``batch``'s held keys, and the bucket out once it holds none."""
-    keys = index.get(batch)
-    if keys is not None:
-        keys.discard(key)
-        if not keys:  # a bucket gone at a coarser resolution: no entry left behind
-            del index[batch]
-
-
-def _in_kernel() -> bool:
-    """Whether this runs in a Jupyter kernel (where views are pages that draw what is sent)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - IPython comes with ipywidgets
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-@one_moment
-def status_line(monitor: Any) -> dict[str, Any]:
-    """The status line's data: the monitor's counters, and where its table batches came from."""
-    status: dict[str, Any] = dict(monitor.status())
-    sources = getattr(monitor, "sources", None)
-    if callable(sources):
-        status["sources"] = sources()
-    return status
-
-
-def _classes(monitor: Monitor) -> list[str]:
-    return [] if monitor.calibration_ is None else [str(c) for c in monitor.classes_.tolist()]
-
-
-@one_moment
-def view_state(monitor: Monitor) -> dict[str, Any]:
-    """The synced traits a view of ``monitor`` starts from (also what a static report renders)."""
-    from calwatch.kinds import find_kind
-    from calwatch.who import default_author
-
-    kinds = charts.chart_kinds(monitor)
-    panels = dashboard.panels_for(monitor) if monitor.calibration_ is not None else []
-    return {
-        "_title": monitor.name,
-        "_specs": dashboard.specs(kinds, panels),
-        "_chart_order": kinds,
-        "_sections": dashboard.layout(kinds, panels),
-        "_empty_states": {k: v for k, v in dashboard.EMPTY_STATES.items() if k in kinds or k in panels},
-        "_calibrators": list(monitor.calibrators),
-        "_classes": _classes(monitor),
-        "_status": status_line(monitor),
-        "_notices": notice_lines(monitor),
-        "_warnings": warning_rows(monitor),
-        "_default_author": default_author(),
-        "_alpha_info": dashboard.what_if_info(monitor, None),
-        "_selectives": [
-            key for key, cal in monitor.calibrators.items() if getattr(find_kind(cal), "retunable", False)
-        ],
-    }
-
-
-@one_moment
-def notice_lines(monitor: Monitor) -> list[str]:
-    """What the monitor does by rule (``Monitor.notices()``), one line each, for the status line."""
-    notices = getattr(monitor, "notices", None)  # the regression monitor applies no such rule
-    if notices is None:
-        return []
-    return [
-        f"{row['calibrator']}: {row['message']} ({row['examples']})"
-        for row in notices().iter_rows(named=True)
-    ]
-
-
-@one_moment
-def warning_rows(monitor: Monitor) -> list[dict[str, Any]]:
-    """The shift warning log as JSON-safe dicts, oldest first."""
-    watch = monitor.shift_watch
-    return [] if watch is None else _json_rows_from_dicts(watch.warning_records())
-
-
-#: The built-in datasets with a row per bucket of batches (see :mod:`calwatch.resolution`): re-sent
-#: whole, with tombstones for the buckets that went away, when their resolution changes
-#: (:func:`calwatch.live.bucketed_names` adds those of kinds registered since).
-BUCKETED = ("batches", "set_sizes", "class_coverage", "admit_class", "shift", "pit")
-
-
-@one_moment
-def view_datasets(
-    monitor: Monitor,
-    batches: tuple[int, ...] | None = None,
-    *,
-    dashboard_data: bool = False,
-    resolution: Resolution | None = None,
-) -> dict[str, list[dict[str, Any]]]:
-    """Rows of every chart dataset (of the buckets holding ``batches``, default all), JSON-safe.
-
-    ``resolution`` is how per-batch datasets are bucketed (default: the whole stream, see
-    :func:`calwatch.charts.datasets`). With ``dashboard_data=True`` (a whole state: a replay, a
-    report) the dashboard's datasets come too (:func:`dashboard_datasets`).
-    """
-    if monitor.calibration_ is None or monitor.n_batches == 0:
-        out: dict[str, list[dict[str, Any]]] = {name: [] for name in charts.DATASETS}
-    else:
-        frames = charts.datasets(monitor, batches, resolution=resolution)
-        out = {name: _json_rows(frame) for name, frame in frames.items()}
-    return out | dashboard_datasets(monitor) if dashboard_data else out
-
-
-@one_moment
-def dashboard_datasets(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
-    """The dashboard's datasets at the monitor's own settings (no α, whole window, no brush).
-
-    ``overview`` (cards), ``timeline``, and the bounded ones of :func:`window_datasets`.
-    """
-    out = window_datasets(monitor)
-    out["overview"] = _json_rows(dashboard.overview(monitor))
-    out["timeline"] = _json_rows(dashboard.timeline(monitor))
-    return out
-
-
-@one_moment
-def window_datasets(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
-    """The dashboard's datasets whose cost does not grow with the stream, at the monitor's settings.
-
-    ``health`` (the strip), ``notes``, and the window panels ``reliability`` and ``set_by_class``
-    (whole window, no brush); ``what_if`` is empty (it needs the α slider of a live widget).
-    Not ``overview`` and ``timeline``: they read every batch (:func:`dashboard_datasets`).
-    """
-    bounded = [name for name in dashboard.DATASETS if name not in ("overview", "timeline")]
-    out: dict[str, list[dict[str, Any]]] = {name: [] for name in bounded}
-    out["notes"] = _json_rows_from_dicts(dashboard.note_rows(monitor))
-    out["health"] = health_rows(monitor)
-    if monitor.calibration_ is not None and monitor.n_batches > 0:
-        out["reliability"] = _json_rows(dashboard.reliability(monitor))
-        out["set_by_class"] = _json_rows(dashboard.set_by_class(monitor))
-    return out
-
-
-@one_moment
-def health_rows(
-    monitor: Monitor, rows: Any = None, *, promises: tuple[dict[str, str], dict[str, float]] | None = None
-) -> list[dict[str, Any]]:
-    """The health strip's rows (:func:`calwatch.health.health`): from ``rows``, else ``summary()``.
-
-    ``rows`` are per-batch summary rows holding at least the last
-    :data:`~calwatch.health.SPARK_BATCHES` batches; ``promises`` the monitor's
-    :func:`~calwatch.health.qualifiers` and :func:`~calwatch.health.floors` (computed when not
-    given; they change only with calibrate). Per-class promises are judged on their worst class,
-    from :meth:`Monitor.class_coverage` of the same batches (read only when there is one).
-    """
-    if monitor.calibration_ is None:
-        return []
-    n = monitor.n_batches
-    recent = tuple(range(max(0, n - health.SPARK_BATCHES), n))
-    if rows is None:
-        rows = monitor.summary(recent) if n else []
-    quals, lows = promises if promises is not None else (health.qualifiers(monitor), health.floors(monitor))
-    per_class = health.per_class_calibrators(monitor)
-    out = health.health(
-        rows,
-        warning_rows(monitor),
-        calibrators=list(monitor.calibrators),
-        qualifiers=quals,
-        floors=lows,
-        classes=monitor.class_coverage(recent) if per_class and n else None,
-        per_class=per_class,
-    )
-    return _json_rows_from_dicts(out)
+from calwatch.widget.payloads import (
+    _BUNDLE,
+    MAX_PAGE_SIZE,
+    MAX_TIMINGS,
+    UPDATE_INTERVAL_S,
+    WINDOW_REFRESH_S,
+    _in_kernel,
+    _unindex,
+    bundle_path,
+    health_rows,
+    json_rows,
+    json_rows_from_dicts,
+    status_line,
+    view_state,
+    warning_rows,
+    window_datasets,
+)
 
 
 class MonitorWidget(anywidget.AnyWidget):
@@ -295,7 +105,7 @@ class MonitorWidget(anywidget.AnyWidget):
     """The shift warning log (see ``Monitor.warnings``), oldest first, with acknowledgements."""
 
     def __init__(self, monitor: Monitor, **kwargs: Any) -> None:
-        _bundle()
+        bundle_path()
         super().__init__(**kwargs)
         self._monitor = monitor
         self._seq = 0
@@ -470,7 +280,7 @@ class MonitorWidget(anywidget.AnyWidget):
         for name, rows in self._sent.items():
             data[name] = list(rows.values())
         data["overview"] = list(self._sent.get("overview", {}).values()) or self._overview()
-        data["notes"] = _json_rows_from_dicts(dashboard.note_rows(mon))
+        data["notes"] = json_rows_from_dicts(dashboard.note_rows(mon))
         for name, rows in self._window_rows_sent.items():
             data[name] = list(rows.values())
         return data
@@ -497,7 +307,7 @@ class MonitorWidget(anywidget.AnyWidget):
         data: dict[str, list[dict[str, Any]]] = {name: [] for name in charts.DATASETS}
         data |= {name: list(rows.values()) for name, rows in self._sent.items()}
         data |= window_datasets(mon)
-        data["overview"] = _json_rows_from_dicts(self._card_totals.cards(warning_rows(mon)))
+        data["overview"] = json_rows_from_dicts(self._card_totals.cards(warning_rows(mon)))
         return data
 
     @property
@@ -609,7 +419,7 @@ class MonitorWidget(anywidget.AnyWidget):
         if not names or mon.calibration_ is None or mon.n_batches == 0:
             return {}
         frames = charts.window_datasets(mon)
-        return {name: self._diff(name, _json_rows(frames[name]), whole=True) for name in names}
+        return {name: self._diff(name, json_rows(frames[name]), whole=True) for name in names}
 
     def _info(self) -> dict[str, Any]:
         return dashboard.what_if_info(self._monitor, self.alpha, window_rows=int(self._window_rows))
@@ -631,13 +441,13 @@ class MonitorWidget(anywidget.AnyWidget):
         warnings = warning_rows(mon)
         brushed = self.batch_range
         if brushed is None:
-            return _json_rows_from_dicts(self._card_totals.cards(warnings))
+            return json_rows_from_dicts(self._card_totals.cards(warnings))
         if self._range_totals is None or self._range_totals[0] != brushed:
             lo, hi = brushed
             totals = self._new_card_totals()
             totals.update({k: r for k, r in self._card_totals.rows.items() if lo <= r["batch"] <= hi})
             self._range_totals = (brushed, totals)
-        return _json_rows_from_dicts(self._range_totals[1].cards(warnings))
+        return json_rows_from_dicts(self._range_totals[1].cards(warnings))
 
     def _health(self) -> list[dict[str, Any]]:
         """The health strip's rows that changed: from the last batches' rows the cards keep.
@@ -666,7 +476,7 @@ class MonitorWidget(anywidget.AnyWidget):
         else:
             n, cache = int(self._window_rows), self._row_cache
             fresh = {
-                "reliability": _json_rows(
+                "reliability": json_rows(
                     dashboard.reliability(
                         mon,
                         window_rows=n,
@@ -675,12 +485,12 @@ class MonitorWidget(anywidget.AnyWidget):
                         cache=cache,
                     )
                 ),
-                "set_by_class": _json_rows(
+                "set_by_class": json_rows(
                     dashboard.set_by_class(mon, window_rows=n, batch_range=self.batch_range, cache=cache)
                 ),
                 "what_if": []
                 if self.alpha is None
-                else _json_rows(dashboard.what_if(mon, self.alpha, window_rows=n, cache=cache)),
+                else json_rows(dashboard.what_if(mon, self.alpha, window_rows=n, cache=cache)),
             }
         out: dict[str, list[dict[str, Any]]] = {}
         for name, rows in fresh.items():
@@ -711,7 +521,7 @@ class MonitorWidget(anywidget.AnyWidget):
         if notes:
             added = dashboard.note_rows(self._monitor, self._notes_sent)
             if added:
-                data["notes"] = _json_rows_from_dicts(added)
+                data["notes"] = json_rows_from_dicts(added)
                 self._notes_sent += len(added)
         if window:
             data |= self._window_data()
@@ -891,3 +701,8 @@ class MonitorWidget(anywidget.AnyWidget):
         self._unsubscribe()
         self._outbox.close()
         super().close()
+
+
+__all__ = [
+    "MonitorWidget",
+]
