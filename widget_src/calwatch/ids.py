@@ -90,6 +90,11 @@ def id_kind(ids: list[Hashable], argument: str = "ids") -> str | None:
     """
     if not ids:
         return None
+    types = set(map(type, ids))  # the usual batch (all str or all int) in one C-level pass
+    if types == {str}:
+        return STRINGS
+    if types == {int}:
+        return INTEGERS
     kinds: dict[str, Any] = {}
     for position, value in enumerate(ids):
         if value is None:

