@@ -274,15 +274,3 @@ def calibrator_labels(monitor: Monitor) -> dict[str, str]:
         else:
             out[key] = key
     return out
-
-
-__all__ = [
-    "DATASETS",
-    "FAN_ROWS",
-    "batch_summary",
-    "bucket_datasets",
-    "calibrator_labels",
-    "datasets",
-    "window_dataset_names",
-    "window_datasets",
-]

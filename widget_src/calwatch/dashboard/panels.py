@@ -431,19 +431,3 @@ def rows_page(
         "columns": columns, "rows": rows, "set_calibrator": set_key or "", "risk_calibrator": risk_key or "",
         "class_filter": class_filter,
     }  # fmt: skip
-
-
-__all__ = [
-    "keep_current",
-    "note_rows",
-    "overview",
-    "reliability",
-    "reliability_bins",
-    "rows_page",
-    "set_by_class",
-    "sorted_reliability_bins",
-    "timeline",
-    "what_if",
-    "what_if_info",
-    "window_batches",
-]

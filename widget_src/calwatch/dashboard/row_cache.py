@@ -197,10 +197,3 @@ class RowCache:
                     total += value
         self._sums = (parts, totals)
         return totals
-
-
-__all__ = [
-    "RowCache",
-    "Run",
-    "SetCounts",
-]

@@ -439,28 +439,3 @@ def _specs_json(kinds: tuple[str, ...], panels: tuple[str, ...]) -> str:
         out[name] = PANEL_SPECS[name]()
     out["timeline"] = timeline_spec()
     return json.dumps(out)
-
-
-__all__ = [
-    "BATCH_FILTER",
-    "CLASS_FILTER_EXPR",
-    "DATASETS",
-    "DEFAULT_SECTION",
-    "EMPTY_STATES",
-    "MAX_BINS",
-    "PANELS",
-    "PANEL_SPECS",
-    "ROWS_PER_BIN",
-    "SECTIONS",
-    "WINDOW_DATASETS",
-    "layout",
-    "panels_for",
-    "place",
-    "reliability_spec",
-    "section_of",
-    "set_by_class_spec",
-    "specs",
-    "timeline_spec",
-    "what_if_spec",
-    "with_view_filters",
-]

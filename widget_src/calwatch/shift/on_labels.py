@@ -305,6 +305,10 @@ class _CoverageUnits:
     name: str
     calibrator: str
 
+    def observe(self, probs: FloatArray) -> MonitorResult | None:
+        """Label-based: nothing to do until labels arrive."""
+        return None
+
     def _init_units(self) -> None:
         self.blocks_: BlockMissTest | None = None
         self.fallback_: BatchFallback | None = None
@@ -482,10 +486,6 @@ class CoverageDropDetector(_CoverageUnits):
             self.fallback_ = BatchFallback(self.calibrator)
             self.fallback_.calibrate(alpha, [n_cal], classes)
             self.trail_ = EvidenceTrail([self.test_.null_rate])
-
-    def observe(self, probs: FloatArray) -> MonitorResult | None:
-        """Label-based: nothing to do until labels arrive."""
-        return None
 
     def labelled(
         self,
@@ -674,10 +674,6 @@ class ClassCoverageDropDetector(_CoverageUnits):
         grouped.alarm_groups = np.array([c for c, _ in alarms], dtype=np.int64)
         grouped.alarm_rows = np.array([row for _, row in alarms], dtype=np.int64)
         self.test_ = grouped
-
-    def observe(self, probs: FloatArray) -> MonitorResult | None:
-        """Label-based: nothing to do until labels arrive."""
-        return None
 
     def labelled(
         self,

@@ -701,8 +701,3 @@ class MonitorWidget(anywidget.AnyWidget):
         self._unsubscribe()
         self._outbox.close()
         super().close()
-
-
-__all__ = [
-    "MonitorWidget",
-]

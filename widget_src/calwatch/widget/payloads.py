@@ -231,23 +231,3 @@ def health_rows(
         per_class=per_class,
     )
     return json_rows_from_dicts(out)
-
-
-__all__ = [
-    "BUCKETED",
-    "MAX_PAGE_SIZE",
-    "MAX_TIMINGS",
-    "UPDATE_INTERVAL_S",
-    "WINDOW_REFRESH_S",
-    "bundle_path",
-    "dashboard_datasets",
-    "health_rows",
-    "json_rows",
-    "json_rows_from_dicts",
-    "notice_lines",
-    "status_line",
-    "view_datasets",
-    "view_state",
-    "warning_rows",
-    "window_datasets",
-]
