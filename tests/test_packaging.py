@@ -54,3 +54,15 @@ def test_the_namespace_shows_only_public_names_and_the_detectors_are_public() ->
         "CoverageDropDetector",
     ]
     assert set(cw.shift.__all__) >= {"ClassCoverageDropDetector", "LabelMartingale", "default_detectors"}
+
+
+def test_the_regression_monitor_is_registered_explicitly() -> None:
+    import pytest
+
+    from calwatch.monitor import TASK_MONITORS, register_task
+    from calwatch.regression_monitor import RegressionMonitor
+
+    assert {"regression": RegressionMonitor} == TASK_MONITORS  # by calwatch/__init__.py, nothing else
+    assert type(cw.Monitor(task="regression")) is RegressionMonitor
+    with pytest.raises(TypeError, match="monitor_class must be a subclass of Monitor"):
+        register_task("ranking", dict)

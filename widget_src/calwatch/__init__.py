@@ -4,7 +4,6 @@ Attach calibrators to any model, stream batches of predictions through a :class:
 (labels may arrive later, or never) and watch coverage, set sizes and label progress live.
 """
 
-import calwatch.regression_monitor  # noqa: F401 - registers Monitor(task="regression")
 from calwatch import shift
 from calwatch.compare import compare
 from calwatch.engine.conformal.adaptive import Adaptive
@@ -13,8 +12,12 @@ from calwatch.engine.errors import NotFittedError
 from calwatch.engine.pac.sets import PACConfidenceSets
 from calwatch.engine.risk.estimator import RiskEstimator
 from calwatch.models import ModelOutputs, wrap
-from calwatch.monitor import LabelReport, Monitor, Note
+from calwatch.monitor import LabelReport, Monitor, Note, register_task
+from calwatch.regression_monitor import RegressionMonitor
 from calwatch.state_codec import SnapshotError
+
+register_task("regression", RegressionMonitor)  # Monitor(task="regression") builds one
+del RegressionMonitor, register_task
 
 
 def _installed_version() -> str:

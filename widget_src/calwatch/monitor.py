@@ -89,10 +89,24 @@ class Note:
 Listener = Callable[[tuple[int, ...]], None]
 
 
-#: Monitor classes of other tasks, by task name. ``calwatch.regression_monitor`` registers
-#: ``"regression"`` when it is imported (``import calwatch`` does), so this module never imports
-#: the subclasses that build on it.
+#: Monitor classes of other tasks, by task name, filled by :func:`register_task` (the package's
+#: ``__init__`` registers ``"regression"``), so this module never imports the subclasses that
+#: build on it.
 TASK_MONITORS: dict[str, type[Monitor]] = {}
+
+
+def register_task(task: str, monitor_class: type[Any]) -> None:
+    """Make ``Monitor(task=task)`` build a ``monitor_class`` (a subclass of :class:`Monitor`).
+
+    Raises
+    ------
+    TypeError
+        If ``monitor_class`` is not a subclass of :class:`Monitor`.
+    """
+    if not (isinstance(monitor_class, type) and issubclass(monitor_class, Monitor)):
+        msg = f"monitor_class must be a subclass of Monitor; got {monitor_class!r}"
+        raise TypeError(msg)
+    TASK_MONITORS[task] = monitor_class
 
 
 class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
@@ -149,6 +163,9 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
     def __new__(cls, *args: Any, **kwargs: Any) -> Monitor:
         """A :class:`~calwatch.regression_monitor.RegressionMonitor` for regression tasks."""
         if cls is Monitor and _is_regression(kwargs.get("task"), args[0] if args else kwargs.get("model")):
+            if "regression" not in TASK_MONITORS:
+                msg = "no monitor is registered for regression: import calwatch (its __init__ registers it)"
+                raise RuntimeError(msg)
             return super().__new__(TASK_MONITORS["regression"])
         return super().__new__(cls)
 
@@ -869,7 +886,15 @@ def _describe(model: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-__all__ = ["DEFAULT_WINDOW", "TASK_MONITORS", "LabelReport", "Monitor", "Note", "default_author"]
+__all__ = [
+    "DEFAULT_WINDOW",
+    "TASK_MONITORS",
+    "LabelReport",
+    "Monitor",
+    "Note",
+    "default_author",
+    "register_task",
+]
 
 
 def random_streams(objects: Any, depth: int = 2) -> list[np.random.Generator]:

@@ -37,7 +37,7 @@ from calwatch.kinds.regression import (
     RegressionOutputs,
     pct,
 )
-from calwatch.monitor import DEFAULT_WINDOW, TASK_MONITORS, LabelReport, Monitor
+from calwatch.monitor import DEFAULT_WINDOW, LabelReport, Monitor
 from calwatch.stream import BatchRecord, BatchRows
 
 FloatArray = npt.NDArray[np.float64]
@@ -510,6 +510,3 @@ def check_regressor(model: Any) -> None:
 def _regression_stats(record: BatchRecord) -> dict[str, RegressionBatchStats]:
     out: dict[str, Any] = record.stats
     return out
-
-
-TASK_MONITORS["regression"] = RegressionMonitor  # Monitor(task="regression") builds one
