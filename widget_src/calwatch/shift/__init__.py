@@ -1,13 +1,8 @@
 """The shift detectors a monitor can run: ``Monitor(shift=[...])`` takes any of them.
 
-``Monitor(shift="default")`` (the default) builds :func:`default_detectors`; a list chooses them::
-
-    import calwatch as cw
-
-    mon = cw.Monitor(model, calibrators=..., shift=[
-        cw.shift.ConfidenceMartingale(),
-        cw.shift.CoverageDropDetector("lac"),
-    ])
+``Monitor(shift="default")`` (the default) builds :func:`default_detectors`; a list chooses
+them, e.g. ``cw.Monitor(model, calibrators=..., shift=[cw.shift.ConfidenceMartingale(),
+cw.shift.CoverageDropDetector("lac")])``.
 
 Label-free detectors watch each observed batch (:class:`ConfidenceMartingale`,
 :class:`ReferenceDistanceMartingale`, and on blocks of correlated rows
