@@ -34,7 +34,7 @@ def test_report_holds_every_panel_and_the_logs(monitor):
     assert state["model"]["_chart_order"] == cw.charts.chart_kinds(monitor)
     from calwatch import dashboard
 
-    assert set(state["datasets"]) == {*cw.charts.DATASETS, *dashboard.DATASETS}
+    assert set(state["datasets"]) == {*cw.charts.DATASETS, *dashboard.PANEL_DATASETS}
     assert len(state["datasets"]["overview"]) == len(monitor.calibrators)  # one card each
     assert len(state["datasets"]["batches"]) == len(monitor.summary())
     assert len(state["model"]["_warnings"]) == len(monitor.warnings()) > 0

@@ -2,7 +2,7 @@
 
 Every chart has a top-level ``calibrator`` parameter (``"(all)"`` by default) that filters to one
 calibrator; :func:`build` makes a chart kind from a monitor, :func:`live_specs` the named-data
-specs the widget draws, :func:`overview` the static overview.
+specs the widget draws.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import altair as alt
 import polars as pl
 
-from calwatch.guard import one_moment
 from calwatch.kinds import KINDS, find_kind
 from calwatch.kinds.admit import AdmitKind
 from calwatch.kinds.regression import RegressionKind
@@ -791,21 +790,6 @@ def build(kind: str, monitor: Monitor) -> ChartSpec:
     builder, dataset = CHARTS[kind]
     frame = datasets(monitor)[dataset]
     return builder(frame)  # type: ignore[no-any-return]
-
-
-@one_moment
-def overview(monitor: Monitor, *, width: int = 420) -> alt.VConcatChart:
-    """Every chart of the monitor stacked vertically, each with its own scales (for pages)."""
-    kinds = chart_kinds(monitor)
-    stacked = alt.vconcat(*(build(kind, monitor).properties(width=width) for kind in kinds), spacing=28)
-    resolved: alt.VConcatChart = stacked.resolve_scale(
-        x="independent",
-        y="independent",
-        color="independent",
-        strokeDash="independent",
-        xOffset="independent",
-    ).resolve_legend(color="independent", strokeDash="independent")
-    return resolved
 
 
 def enable_offline() -> None:

@@ -68,7 +68,7 @@ _HINTS: tuple[tuple[str, str], ...] = (
 #: Dashboard panels (specs built here, recomputed from the window by the kernel).
 PANELS = ("what_if", "reliability", "set_by_class")
 #: The datasets the dashboard adds to :data:`calwatch.charts.DATASETS`.
-DATASETS = ("overview", "health", "notes", "what_if", "reliability", "set_by_class", "timeline")
+PANEL_DATASETS = ("overview", "health", "notes", "what_if", "reliability", "set_by_class", "timeline")
 #: Datasets recomputed from the window's raw rows (replaced wholesale, see the protocol).
 WINDOW_DATASETS = ("what_if", "reliability", "set_by_class")
 

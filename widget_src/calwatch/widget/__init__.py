@@ -22,7 +22,7 @@ from calwatch.widget.payloads import (
     view_datasets,
     view_state,
     warning_rows,
-    window_datasets,
+    window_payload,
 )
 
 __all__ = [
@@ -42,5 +42,5 @@ __all__ = [
     "view_datasets",
     "view_state",
     "warning_rows",
-    "window_datasets",
+    "window_payload",
 ]

@@ -48,7 +48,7 @@ from calwatch.widget.payloads import (
     status_line,
     view_state,
     warning_rows,
-    window_datasets,
+    window_payload,
 )
 
 
@@ -275,7 +275,12 @@ class MonitorWidget(anywidget.AnyWidget):
         The rows every other view holds: those sent so far, at the resolutions last sent.
         """
         mon = self._monitor
-        names = [*charts.DATASETS, *dashboard.DATASETS, *bucketed_names(), *charts.window_dataset_names(mon)]
+        names = [
+            *charts.DATASETS,
+            *dashboard.PANEL_DATASETS,
+            *bucketed_names(),
+            *charts.window_dataset_names(mon),
+        ]
         data: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
         for name, rows in self._sent.items():
             data[name] = list(rows.values())
@@ -292,7 +297,7 @@ class MonitorWidget(anywidget.AnyWidget):
         views hold are kept current batch by batch, so when they are at the whole stream's
         resolutions and every change has reached this widget (no notification still owed), they
         are those rows (the same keys and values; the cards are running sums, equal to rounding).
-        The bounded datasets (:func:`window_datasets`) are computed afresh at the monitor's own
+        The bounded datasets (:func:`window_payload`) are computed afresh at the monitor's own
         settings, the cards from the running sums. Returns None when the held rows are not
         those (a brushed range, a change not yet delivered, an update that failed since the
         last full send, nothing observed): rebuild then. Call it under the monitor's lock, or
@@ -306,7 +311,7 @@ class MonitorWidget(anywidget.AnyWidget):
             return None
         data: dict[str, list[dict[str, Any]]] = {name: [] for name in charts.DATASETS}
         data |= {name: list(rows.values()) for name, rows in self._sent.items()}
-        data |= window_datasets(mon)
+        data |= window_payload(mon)
         data["overview"] = json_rows_from_dicts(self._card_totals.cards(warning_rows(mon)))
         return data
 

@@ -175,23 +175,23 @@ def view_datasets(
 def dashboard_datasets(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
     """The dashboard's datasets at the monitor's own settings (no α, whole window, no brush).
 
-    ``overview`` (cards), ``timeline``, and the bounded ones of :func:`window_datasets`.
+    ``overview`` (cards), ``timeline``, and the bounded ones of :func:`window_payload`.
     """
-    out = window_datasets(monitor)
+    out = window_payload(monitor)
     out["overview"] = json_rows(dashboard.overview(monitor))
     out["timeline"] = json_rows(dashboard.timeline(monitor))
     return out
 
 
 @one_moment
-def window_datasets(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
+def window_payload(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
     """The dashboard's datasets whose cost does not grow with the stream, at the monitor's settings.
 
     ``health`` (the strip), ``notes``, and the window panels ``reliability`` and ``set_by_class``
     (whole window, no brush); ``what_if`` is empty (it needs the α slider of a live widget).
     Not ``overview`` and ``timeline``: they read every batch (:func:`dashboard_datasets`).
     """
-    bounded = [name for name in dashboard.DATASETS if name not in ("overview", "timeline")]
+    bounded = [name for name in dashboard.PANEL_DATASETS if name not in ("overview", "timeline")]
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in bounded}
     out["notes"] = json_rows_from_dicts(dashboard.note_rows(monitor))
     out["health"] = health_rows(monitor)
