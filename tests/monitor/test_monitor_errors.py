@@ -128,3 +128,14 @@ def test_usage_errors():
         cw.Monitor(calibrators={})
     with pytest.raises(TypeError, match="model must be"):
         cw.Monitor(model=42)
+
+
+def test_named_labels_on_integer_classes_suggest_classes() -> None:
+    rng = np.random.default_rng(0)
+    mon = cw.Monitor(shift=None)
+    with pytest.raises(ValueError, match=r"classes \[0, 1\]: \['no', 'yes'\]\. With probs="):
+        mon.calibrate(probs=rng.dirichlet(np.ones(2), 50), y=np.array(["no", "yes"])[rng.integers(0, 2, 50)])
+    named = cw.Monitor(shift=None, classes=["no", "yes"])
+    named.calibrate(probs=rng.dirichlet(np.ones(2), 50), y=np.array(["no", "yes"])[rng.integers(0, 2, 50)])
+    with pytest.raises(ValueError, match=r"outside the known classes \['no', 'yes'\]: \['maybe'\]$"):
+        named.calibrate(probs=rng.dirichlet(np.ones(2), 3), y=["no", "yes", "maybe"])

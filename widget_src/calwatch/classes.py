@@ -56,15 +56,29 @@ class ClassEncoder:
         try:
             position = np.searchsorted(self._sorted, values)
         except TypeError as err:
-            msg = f"{name} holds values of another type than the classes {self.classes.tolist()}"
+            classes = self.classes.tolist()
+            msg = f"{name} holds values of another type than the classes {classes}{self._hint(values)}"
             raise TypeError(msg) from err
         clipped = np.minimum(position, len(self) - 1)
         known = np.asarray(self._sorted[clipped] == values, dtype=bool)
         if not known.all():
             unknown = np.unique(values[~known])[:5].tolist()
-            msg = f"{name} holds labels outside the known classes {self.classes.tolist()}: {unknown}"
+            classes = self.classes.tolist()
+            msg = f"{name} holds labels outside the known classes {classes}: {unknown}{self._hint(values)}"
             raise ValueError(msg)
         return self._order[clipped].astype(np.intp)
+
+    def _hint(self, values: npt.NDArray[Any]) -> str:
+        """How to name the classes, when labels are names and the classes are column indices."""
+        indices = np.issubdtype(self.classes.dtype, np.integer) and self.classes.tolist() == list(
+            range(len(self))
+        )
+        if not indices or np.issubdtype(values.dtype, np.number):
+            return ""
+        return (
+            ". With probs= (or a model trained on integer codes) the classes are the column indices "
+            "0..K-1: give their names in column order with Monitor(classes=[...])"
+        )
 
     def decode(self, index: IntArray) -> npt.NDArray[Any]:
         """Class label of each column index."""
