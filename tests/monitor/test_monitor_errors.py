@@ -139,3 +139,26 @@ def test_named_labels_on_integer_classes_suggest_classes() -> None:
     named.calibrate(probs=rng.dirichlet(np.ones(2), 50), y=np.array(["no", "yes"])[rng.integers(0, 2, 50)])
     with pytest.raises(ValueError, match=r"outside the known classes \['no', 'yes'\]: \['maybe'\]$"):
         named.calibrate(probs=rng.dirichlet(np.ones(2), 3), y=["no", "yes", "maybe"])
+
+
+def test_labels_outside_the_classes_are_refused_naming_the_option_or_skipped_and_counted(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    mon = cw.Monitor(shift=None, classes=["cat", "dog", "owl"])
+    mon.calibrate(
+        probs=rng.dirichlet(np.ones(3), 200), y=np.array(["cat", "dog", "owl"])[rng.integers(0, 3, 200)]
+    )
+    mon.observe(probs=rng.dirichlet(np.ones(3), 6), ids=[f"r{i}" for i in range(6)])
+    before = mon.summary()
+    with pytest.raises(
+        ValueError, match=r"\['fox'\] \(label\(\.\.\., outside_classes='skip'\) skips such labels"
+    ):
+        mon.label(["r0", "r1", "r2"], ["cat", "fox", "dog"])
+    assert mon.summary().equals(before) and mon.status()["labels_outside_classes"] == 0
+    report = mon.label(["r0", "r1", "r2"], ["cat", "fox", "dog"], outside_classes="skip")
+    assert (report.matched, report.unmatched, report.skipped) == (2, 0, 1)
+    assert mon.summary()["n_labelled"].to_list() == [2]
+    assert mon.status()["labels_outside_classes"] == 1
+    mon.save(tmp_path / "snap")
+    assert cw.Monitor.load(tmp_path / "snap").status()["labels_outside_classes"] == 1
+    with pytest.raises(ValueError, match="outside_classes must be 'raise' or 'skip'"):
+        mon.label(["r3"], ["cat"], outside_classes="drop")

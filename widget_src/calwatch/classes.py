@@ -42,8 +42,13 @@ class ClassEncoder:
     def __len__(self) -> int:
         return int(self.classes.shape[0])
 
-    def encode(self, y: Any, name: str = "y", *, n_rows: int | None = None) -> IntArray:
-        """Column index of each label; raise ``ValueError`` naming ``name`` for unknown labels."""
+    def encode(
+        self, y: Any, name: str = "y", *, n_rows: int | None = None, option: str | None = None
+    ) -> IntArray:
+        """Column index of each label; raise ``ValueError`` naming ``name`` for unknown labels.
+
+        ``option`` names the caller's way to skip such labels instead (said in the message).
+        """
         values = as_1d_array(y, name)
         if n_rows is not None and values.shape[0] != n_rows:
             msg = f"{name} has {values.shape[0]} labels but there are {n_rows} rows"
@@ -58,6 +63,7 @@ class ClassEncoder:
         except TypeError as err:
             classes = self.classes.tolist()
             msg = f"{name} holds values of another type than the classes {classes}{self._hint(values)}"
+            msg += f" ({option} skips such labels and counts them)" if option else ""
             raise TypeError(msg) from err
         clipped = np.minimum(position, len(self) - 1)
         known = np.asarray(self._sorted[clipped] == values, dtype=bool)
@@ -65,8 +71,21 @@ class ClassEncoder:
             unknown = np.unique(values[~known])[:5].tolist()
             classes = self.classes.tolist()
             msg = f"{name} holds labels outside the known classes {classes}: {unknown}{self._hint(values)}"
+            msg += f" ({option} skips such labels and counts them)" if option else ""
             raise ValueError(msg)
         return self._order[clipped].astype(np.intp)
+
+    def known(self, y: Any, name: str = "y") -> npt.NDArray[np.bool_]:
+        """Whether each label is one of the classes (a label of another type is not)."""
+        values = as_1d_array(y, name)
+        if values.shape[0] == 0:
+            return np.zeros(0, dtype=bool)
+        try:
+            position = np.searchsorted(self._sorted, values)
+        except TypeError:
+            return np.zeros(values.shape[0], dtype=bool)
+        clipped = np.minimum(position, len(self) - 1)
+        return np.asarray(self._sorted[clipped] == values, dtype=bool)
 
     def _hint(self, values: npt.NDArray[Any]) -> str:
         """How to name the classes, when labels are names and the classes are column indices."""

@@ -152,7 +152,13 @@ def _merged_stream(runs: list[Monitor], names: tuple[str, str]) -> StreamState:
                 index=index, name=first.name, observed_at=first.observed_at, n_rows=first.n_rows, stats=stats
             )
         )
-    for counter in ("rows_seen", "rows_labelled", "labels_unmatched", "rows_expired"):
+    for counter in (
+        "rows_seen",
+        "rows_labelled",
+        "labels_unmatched",
+        "labels_outside_classes",
+        "rows_expired",
+    ):
         setattr(stream, counter, int(np.sum([getattr(run._stream, counter) for run in runs])))
     return stream
 

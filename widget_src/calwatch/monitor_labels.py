@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+from calwatch.classes import as_1d_array
 from calwatch.engine._validation import stacked_rows
 from calwatch.guard import guarded_urgent
 from calwatch.ids import as_id_list, check_id_kind, ids_with_kind
@@ -48,18 +49,21 @@ class LabelReport:
         Matched rows that already had a label (the new label replaces it).
     batches : tuple of int
         The batches whose labelled metrics changed.
+    skipped : int
+        Labels outside the classes, skipped (``label(..., outside_classes="skip")``).
     """
 
     matched: int
     unmatched: int
     relabelled: int
     batches: tuple[int, ...]
+    skipped: int = 0
 
 
 class MonitorLabels(MonitorState):
     """Joining late labels to their rows (part of :class:`~calwatch.monitor.Monitor`)."""
 
-    def label(self, ids: Any, y: Any) -> LabelReport:
+    def label(self, ids: Any, y: Any, *, outside_classes: str = "raise") -> LabelReport:
         """Join late labels to the rows they belong to and update those batches' coverage.
 
         Parameters
@@ -68,6 +72,11 @@ class MonitorLabels(MonitorState):
             Ids given to :meth:`observe`.
         y : array-like
             The true label of each id.
+        outside_classes : {"raise", "skip"}
+            A label that is not one of the classes: ``"raise"`` (the default) refuses the whole
+            call, changing nothing; ``"skip"`` applies the other labels and counts the skipped
+            ones in the report's ``skipped`` and in ``status()["labels_outside_classes"]`` (a
+            live feed where one bad label must not hold back a batch's labels).
 
         Returns
         -------
@@ -101,7 +110,10 @@ class MonitorLabels(MonitorState):
         Those rows are read from disk before the call takes the monitor's lock (the parts are
         immutable), so a producer thread does not wait on the row log.
         """
-        return self._label_locked(ids, y, self._prefetch_logged(ids))
+        if outside_classes not in ("raise", "skip"):
+            msg = f"outside_classes must be 'raise' or 'skip'; got {outside_classes!r}"
+            raise ValueError(msg)
+        return self._label_locked(ids, y, self._prefetch_logged(ids), skip_outside=outside_classes == "skip")
 
     def _prefetch_logged(self, ids: Any) -> Prefetched | None:
         """The row log's rows of the ids not in the window, read without the monitor's lock.
@@ -125,11 +137,33 @@ class MonitorLabels(MonitorState):
             return None
 
     @guarded_urgent
-    def _label_locked(self, ids: Any, y: Any, prefetched: Prefetched | None) -> LabelReport:
+    def _label_locked(
+        self, ids: Any, y: Any, prefetched: Prefetched | None, *, skip_outside: bool = False
+    ) -> LabelReport:
         encoder = self._require_encoder()
         id_list, kind = ids_with_kind(ids)
         check_id_kind(self._id_kind, kind, "ids", auto_ids=self._next_auto_id > 0)
-        labels = encoder.encode(y, "y", n_rows=len(id_list))
+        skipped = 0
+        if skip_outside:
+            values = as_1d_array(y, "y")
+            if values.shape[0] != len(id_list):
+                msg = f"y has {values.shape[0]} labels but there are {len(id_list)} rows"
+                raise ValueError(msg)
+            known = encoder.known(values)
+            skipped = int((~known).sum())
+            if skipped:
+                id_list, y = [i for i, k in zip(id_list, known.tolist(), strict=True) if k], values[known]
+        report = self._join_labels(encoder, id_list, y, prefetched)
+        if skipped:
+            self._stream.labels_outside_classes += skipped
+            report = replace(report, skipped=skipped)
+        return report
+
+    def _join_labels(
+        self, encoder: Any, id_list: list[Any], y: Any, prefetched: Prefetched | None
+    ) -> LabelReport:
+        """The join of :meth:`label` on checked ids (under the lock)."""
+        labels = encoder.encode(y, "y", n_rows=len(id_list), option="label(..., outside_classes='skip')")
         found, where = self._locate(id_list)
         row_log = self.__dict__.get("_row_log")
         logged = self._logged(row_log, id_list, labels, found, prefetched)

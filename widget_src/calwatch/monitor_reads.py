@@ -210,6 +210,7 @@ class MonitorReads(MonitorState):
             "rows_pending": s.rows_pending + pending_in_tables + pending_in_log,
             "batches": len(s.batches),
             "labels_unmatched": s.labels_unmatched,
+            "labels_outside_classes": s.labels_outside_classes,
             "rows_in_window": s.rows_in_window,
             "classes_untested": sum(int(n["classes"]) for n in detector_notices),
             "detectors_on_correlated_rows": sum(n["examples"] == CORRELATED_ROWS for n in detector_notices),

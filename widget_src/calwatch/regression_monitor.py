@@ -304,8 +304,18 @@ class RegressionMonitor(Monitor):
 
     # ------------------------------------------------------------------ labels
     @guarded_urgent
-    def label(self, ids: Any, y: Any) -> LabelReport:
-        """Join late true values to their rows: PIT, interval coverage and CRPS of those batches."""
+    def label(self, ids: Any, y: Any, *, outside_classes: str = "raise") -> LabelReport:
+        """Join late true values to their rows: PIT, interval coverage and CRPS of those batches.
+
+        ``outside_classes`` is for classification monitors (a regression has no classes): only
+        its default, ``"raise"``, is accepted here.
+        """
+        if outside_classes != "raise":
+            msg = (
+                "outside_classes is for classification monitors; a regression monitor takes values "
+                f"(got {outside_classes!r})"
+            )
+            raise ValueError(msg)
         id_list, kind = ids_with_kind(ids)
         check_id_kind(self._id_kind, kind, "ids", auto_ids=self._next_auto_id > 0)
         values = _true_values(y, len(id_list), per="id")

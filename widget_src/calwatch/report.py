@@ -387,6 +387,7 @@ def _provenance(monitor: Monitor, snapshot: dict[str, Any] | None, generated: st
         ("rows labelled", f"{status['rows_labelled']:,}"),
         ("batches", status["batches"]),
         ("labels for unknown or expired ids", status["labels_unmatched"]),
+        ("labels outside the classes (skipped)", status.get("labels_outside_classes", 0)),
     ]
     if summary is not None:
         facts.append(("first batch observed", summary["observed_at"].min()))

@@ -211,6 +211,7 @@ def _stream_counters(stream: StreamState) -> dict[str, int]:
         "rows_seen": stream.rows_seen,
         "rows_labelled": stream.rows_labelled,
         "labels_unmatched": stream.labels_unmatched,
+        "labels_outside_classes": stream.labels_outside_classes,
         "rows_expired": stream.rows_expired,
     }
 
@@ -683,6 +684,7 @@ def _read_stream(
         stream.id_index.update((row_id, (record.index, i)) for i, row_id in enumerate(record.rows.ids))
     for name in ("rows_seen", "rows_labelled", "labels_unmatched", "rows_expired"):
         setattr(stream, name, int(counters[name]))
+    stream.labels_outside_classes = int(counters.get("labels_outside_classes", 0))  # absent before
     stream.batches.settle()  # a long stream's old batches as columns, as the live monitor keeps them
     return stream
 

@@ -167,6 +167,8 @@ class StreamState:
         self.rows_seen = 0
         self.rows_labelled = 0
         self.labels_unmatched = 0
+        #: Labels skipped by ``label(..., outside_classes="skip")``: not one of the classes.
+        self.labels_outside_classes = 0
         self.rows_expired = 0
         #: Called with the batches about to leave the window, rows still set (the row log's
         #: ``spill``); an error it raises (a full disk) is kept in ``spill_errors``, never raised.
