@@ -293,6 +293,8 @@ export interface RowsMessage {
   kind: "rows";
   view: string;
   batch: number;
+  /** The name the batch was observed under (`observe(name=...)`; its index when none was given). */
+  batch_name?: string;
   page: number;
   page_size: number;
   n_rows: number;
@@ -325,6 +327,7 @@ export function parseRowsMessage(msg: unknown): RowsMessage | null {
     rows,
     set_calibrator: str(msg.set_calibrator),
     risk_calibrator: str(msg.risk_calibrator),
+    ...(typeof msg.batch_name === "string" ? { batch_name: msg.batch_name } : {}),
     ...(typeof msg.class_filter === "string" ? { class_filter: msg.class_filter } : {}),
     ...(typeof msg.error === "string" ? { error: msg.error } : {}),
   };

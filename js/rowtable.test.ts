@@ -36,6 +36,13 @@ describe("rowsTitle", () => {
       "Batch 5: rows 1–20 of 4,000",
     );
     expect(rowsTitle({ batch: 5, page: 0, page_size: 20, n_rows: 400 })).toBe("Batch 5: rows 1–20 of 400");
+    // A batch observed under a name of its own is shown by it, with its index.
+    expect(rowsTitle({ batch: 12, batch_name: "2009 #12", page: 0, page_size: 20, n_rows: 40 })).toBe(
+      "2009 #12 (batch 12): rows 1–20 of 40",
+    );
+    expect(rowsTitle({ batch: 12, batch_name: "12", page: 0, page_size: 20, n_rows: 40 })).toBe(
+      "Batch 12: rows 1–20 of 40",
+    );
     expect(rowsTitle({ batch: 3, page: 0, page_size: 20, n_rows: 0, class_filter: "owl" })).toBe(
       "Batch 3 · class owl: no rows",
     );
@@ -48,6 +55,11 @@ describe("parseRowsMessage", () => {
     expect(parseRowsMessage({ ...reply(1, 0, 3), class_filter: "" })?.class_filter).toBe("");
     expect(parseRowsMessage({ ...reply(1, 0, 3), class_filter: 3 })).not.toHaveProperty("class_filter");
     expect(parseRowsMessage(reply(1, 0, 3))).not.toHaveProperty("class_filter");
+  });
+
+  it("keeps the batch's name (the parser drops fields it does not know)", () => {
+    expect(parseRowsMessage({ ...reply(1, 0, 3), batch_name: "2009 #12" })?.batch_name).toBe("2009 #12");
+    expect(parseRowsMessage({ ...reply(1, 0, 3), batch_name: 12 })).not.toHaveProperty("batch_name");
   });
 });
 

@@ -22,16 +22,20 @@ export function cellText(column: string, value: unknown): string {
 }
 
 /** "Batch 12 · class cat", or "Batch 12" without a class filter. */
-export function rowsHead(batch: number, classFilter: string | undefined): string {
-  return classFilter ? `Batch ${batch} · class ${classFilter}` : `Batch ${batch}`;
+export function rowsHead(batch: number, classFilter: string | undefined, batchName?: string): string {
+  const named = batchName !== undefined && batchName !== "" && batchName !== String(batch);
+  const head = named ? `${batchName} (batch ${batch})` : `Batch ${batch}`;
+  return classFilter ? `${head} · class ${classFilter}` : head;
 }
 
 /**
  * The caption of a page: "Batch 12 · class cat: rows 1–20 of 37" ("Batch 12: …" without a class
  * filter; "no rows" for none).
  */
-export function rowsTitle(msg: Pick<RowsMessage, "batch" | "page" | "page_size" | "n_rows" | "class_filter">): string {
-  const head = rowsHead(msg.batch, msg.class_filter);
+export function rowsTitle(
+  msg: Pick<RowsMessage, "batch" | "batch_name" | "page" | "page_size" | "n_rows" | "class_filter">,
+): string {
+  const head = rowsHead(msg.batch, msg.class_filter, msg.batch_name);
   if (msg.n_rows === 0) return `${head}: no rows`;
   const first = msg.page * msg.page_size + 1;
   const last = Math.min(msg.n_rows, (msg.page + 1) * msg.page_size);
@@ -151,7 +155,7 @@ export function createRowTable(
       el.dataset.classFilter = msg.class_filter ?? "";
       el.dataset.page = String(msg.page);
       if (msg.error !== undefined) {
-        title.textContent = rowsHead(msg.batch, msg.class_filter);
+        title.textContent = rowsHead(msg.batch, msg.class_filter, msg.batch_name);
         message.textContent = `Its rows cannot be shown: ${msg.error}`;
         message.hidden = false;
         table.replaceChildren();

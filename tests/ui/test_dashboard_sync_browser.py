@@ -71,7 +71,7 @@ pending = None
 for b in range({N_BATCHES}):
     P, y = batch(200)
     ids = [f"b{{b}}-{{i}}" for i in range(200)]
-    mon.observe(probs=P, ids=ids)
+    mon.observe(probs=P, ids=ids, name="2026-11-13" if b == 3 else None)  # one batch with a name
     if pending is not None:
         mon.label(*pending)
     pending = (ids, y)
@@ -320,7 +320,7 @@ def _rows_shown(page: Any, table: str, class_filter: str, timeout_s: float = 30.
     )
 
 
-def test_row_table_follows_the_class_filter(lab_server: Any, page: Any) -> None:
+def test_row_table_follows_the_class_filter(lab_server: Any, page: Any, artifacts_dir: Path) -> None:
     kernel = _start(page, lab_server, "rows-class.ipynb", [SETUP], (INLINE,))
     table = f"{INLINE} .calwatch-rows"
     batch = 5
@@ -369,4 +369,14 @@ def test_row_table_follows_the_class_filter(lab_server: Any, page: Any) -> None:
     page.locator(f"{INLINE} select.calwatch-class-filter").select_option("")
     _rows_shown(page, table, "")
     assert page.locator(f"{table} .calwatch-rows-title").inner_text() == f"Batch {batch}: rows 1–20 of 200"
+    # a batch observed under a name is shown by it (observe(name=...)), with its index
+    _open_rows_at(page, INLINE, 3, N_BATCHES)
+    wait_attr(page, table, "data-batch", "3")
+    _rows_shown(page, table, "")
+    title = page.locator(f"{table} .calwatch-rows-title")
+    wait_until(
+        lambda: title.inner_text() == "2026-11-13 (batch 3): rows 1–20 of 200",
+        f"the batch's name ({title.inner_text()!r})",
+    )
+    page.locator(table).screenshot(path=str(artifacts_dir / "row-table-named-batch.png"))
     no_widget_error(page, INLINE)

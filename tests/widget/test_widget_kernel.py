@@ -168,3 +168,15 @@ def test_row_table_keeps_the_rows_of_the_picked_class(monkeypatch):
     assert all(PET_CLASSES[2] in (r[1], r[5]) for r in replies[-1]["rows"])
     unfiltered = dashboard.rows_page(mon, 1, page_size=200)
     assert unfiltered["n_rows"] == rows.height and unfiltered["class_filter"] == ""
+
+
+def test_a_rows_page_carries_the_name_the_batch_was_observed_under() -> None:
+    from tests.synthetic import PET_CLASSES
+
+    mon = cw.Monitor(classes=PET_CLASSES, shift=None)
+    P, y = softmax_data(300, seed=0)
+    mon.calibrate(probs=P, y=[PET_CLASSES[i] for i in y])
+    mon.observe(probs=softmax_data(40, seed=1)[0])
+    mon.observe(probs=softmax_data(40, seed=2)[0], name="2009 #12")
+    assert dashboard.rows_page(mon, 0)["batch_name"] == "0"
+    assert dashboard.rows_page(mon, 1)["batch_name"] == "2009 #12"

@@ -427,7 +427,7 @@ def rows_page(
             ]
         )  # fmt: skip
     return {
-        "batch": batch, "page": page, "page_size": page_size, "n_rows": n, "n_pages": n_pages,
-        "columns": columns, "rows": rows, "set_calibrator": set_key or "", "risk_calibrator": risk_key or "",
-        "class_filter": class_filter,
+        "batch": batch, "batch_name": monitor.batch_records[batch].name, "page": page, "page_size": page_size,
+        "n_rows": n, "n_pages": n_pages, "columns": columns, "rows": rows, "set_calibrator": set_key or "",
+        "risk_calibrator": risk_key or "", "class_filter": class_filter,
     }  # fmt: skip
