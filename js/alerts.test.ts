@@ -100,8 +100,9 @@ describe("formatting", () => {
 
   it("counts warnings and open ones, with a singular", () => {
     expect(formatCount([warning(1), warning(2, { open: false }), warning(3, { acknowledged: true })])).toBe(
-      "3 warnings (2 open)",
+      "3 warnings (1 open, 1 acknowledged)",
     );
+    expect(formatCount([warning(1), warning(2)])).toBe("2 warnings (2 open)");
     expect(formatCount([warning(1, { open: false })])).toBe("1 warning (0 open)");
   });
 
@@ -328,7 +329,7 @@ describe("createAlerts", () => {
       warning(3, { name: "c", first_batch: 12 }),
     ]);
     expect(toggle().hidden).toBe(false);
-    expect(toggle().textContent).toBe("3 warnings (2 open)");
+    expect(toggle().textContent).toBe("3 warnings (1 open, 1 acknowledged)");
     expect(toggle().getAttribute("aria-expanded")).toBe("false");
     expect(log().hidden).toBe(true);
     expect(log().querySelectorAll("li")).toHaveLength(0);

@@ -49,11 +49,13 @@ export function bannered(warnings: readonly ShiftWarning[]): ShiftWarning[] {
   return warnings.filter((w) => w.open && !w.acknowledged).reverse();
 }
 
-/** "3 warnings (1 open)". */
+/** "3 warnings (1 open)", or "3 warnings (1 open, 1 acknowledged)": open means nobody acknowledged it yet. */
 export function formatCount(warnings: readonly ShiftWarning[]): string {
   const n = warnings.length;
-  const open = warnings.filter((w) => w.open).length;
-  return `${n} ${n === 1 ? "warning" : "warnings"} (${open} open)`;
+  const open = warnings.filter((w) => w.open && !w.acknowledged).length;
+  const acked = warnings.filter((w) => w.open && w.acknowledged).length;
+  const parts = acked > 0 ? `${open} open, ${acked} acknowledged` : `${open} open`;
+  return `${n} ${n === 1 ? "warning" : "warnings"} (${parts})`;
 }
 
 /** "acknowledged by ana at 2025-… — note" (the parts the kernel filled in). */

@@ -65,6 +65,8 @@ export function cardLines(row: KeyedRow): [string, string][] {
   const parts = [];
   if (open > 0) parts.push(`${open} open ${open === 1 ? "warning" : "warnings"}`);
   if (modelWide > 0) parts.push(`${modelWide} on the model`);
+  const acked = num(row, "acknowledged_warnings") ?? 0;
+  if (acked > 0) parts.push(`${acked} acknowledged`);
   lines.push(["calwatch-card-warnings", parts.length > 0 ? parts.join(" · ") : "no open warnings"]);
   return lines;
 }

@@ -83,6 +83,12 @@ describe("escaping and formatting", () => {
       "1 open warning",
     ]);
     expect(cardStatus(row)).toBe("below");
+    // acknowledged warnings are counted apart (they left the banners)
+    const last = (r: typeof row & Record<string, unknown>) => cardLines(r).slice(-1)[0]?.[1];
+    expect(last({ ...row, open_warnings: 0, acknowledged_warnings: 2 })).toBe("2 acknowledged");
+    expect(last({ ...row, model_warnings: 1, acknowledged_warnings: 1 })).toBe(
+      "1 open warning · 1 on the model · 1 acknowledged",
+    );
     expect(cardLines({ key: "r", kind: "risk", n_batches: 1, n_rows: 10, n_labelled: 0, estimated_error: 0.2 })[0]).toEqual([
       "calwatch-card-error",
       "estimated error 0.200; observed: no labels yet",

@@ -48,6 +48,12 @@ def test_running_sums_replace_rows_by_key():
     assert risk["coverage"] is None and sets["estimated_error"] is None
     warned = totals.cards([{"name": "sets: drift", "open": True}, {"name": "model", "open": True}])
     assert [(c["open_warnings"], c["model_warnings"]) for c in warned] == [(1, 1), (0, 1)]
+    # An acknowledged warning leaves the open counts, as it leaves the banners: counted apart.
+    seen = totals.cards(
+        [{"name": "sets: drift", "open": True}, {"name": "model", "open": True, "acknowledged": True}]
+    )
+    counts = [(c["open_warnings"], c["model_warnings"], c["acknowledged_warnings"]) for c in seen]
+    assert counts == [(1, 0, 1), (0, 0, 1)]
 
 
 def test_cards_of_rows_in_any_order_are_the_same():

@@ -348,14 +348,19 @@ class CardTotals:
     def cards(self, warnings: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
         """One card per calibrator that has rows of a known kind, or no rows yet."""
         open_by: dict[str, int] = {}
-        model_wide = 0
+        acked_by: dict[str, int] = {}
+        model_wide = model_acked = 0
         for w in warnings:
             if not w.get("open"):
                 continue
             name = str(w.get("name", ""))
             prefix = name.split(":", 1)[0] if ":" in name else None
+            acked = bool(w.get("acknowledged"))  # seen by someone: counted apart, as the banners do
             if prefix in self._cards:
-                open_by[prefix] = open_by.get(prefix, 0) + 1
+                counts = acked_by if acked else open_by
+                counts[prefix] = counts.get(prefix, 0) + 1
+            elif acked:
+                model_acked += 1
             else:
                 model_wide += 1
         cards = [c for c in self._cards.values() if c["kind"] is not None or c["n_batches"] == 0]
@@ -363,10 +368,16 @@ class CardTotals:
         pairs = [(int(self._cards[k]["n_covered"]), int(self._cards[k]["n_labelled"])) for k in keys]
         intervals = self._intervals or ExactIntervals()
         bands = dict(zip(keys, zip(*intervals.of(pairs), strict=True), strict=True)) if keys else {}
-        return [_card(c, bands.get(c["key"]), open_by.get(c["key"], 0), model_wide) for c in cards]
+        return [
+            _card(c, bands.get(c["key"]), open_by.get(c["key"], 0), model_wide,
+                  acked_by.get(c["key"], 0) + model_acked)
+            for c in cards
+        ]  # fmt: skip
 
 
-def _card(c: Mapping[str, Any], band: Any, open_warnings: int, model_warnings: int) -> dict[str, Any]:
+def _card(
+    c: Mapping[str, Any], band: Any, open_warnings: int, model_warnings: int, acknowledged: int = 0
+) -> dict[str, Any]:
     sets, risk = c["kind"] == "sets", c["kind"] == "risk"
     n_rows, n_lab = c["n_rows"], c["n_labelled"]
     return {
@@ -383,6 +394,7 @@ def _card(c: Mapping[str, Any], band: Any, open_warnings: int, model_warnings: i
         "admitted_share": c["_adm"] / c["_adm_rows"] if c["_adm_rows"] else None,
         "open_warnings": open_warnings,
         "model_warnings": model_warnings,
+        "acknowledged_warnings": acknowledged,
         "first_batch": c["first_batch"], "last_batch": c["last_batch"],
     }  # fmt: skip
 
