@@ -339,7 +339,7 @@ def test_spark_id_check_is_exact_whatever_the_hashes_say(spark: Any, monkeypatch
         rows = good.select(*keyed.inputs(["bucket", "id"])).toArrow().combine_chunks().to_batches()[0]
         every = keyed.hashes(rows)
         if not keyed.in_jvm:
-            assert np.array_equal(every, key_hashes(rows, "bucket", "id"))
+            assert np.array_equal(every, key_hashes(rows, "id"))
         cw_spark._confirm_repeats(good, columns, keyed, every)
         cw_spark._confirm_repeats(good, columns, keyed, None)
         twice_in_1 = rf"id column 'id': id {ids[71]!r} appears 2 times \(in bucket 1\)"
@@ -373,33 +373,38 @@ def test_spark_id_check_is_exact_whatever_the_hashes_say(spark: Any, monkeypatch
         monkeypatch.undo()
 
 
-def test_a_parquet_log_rewritten_under_spark_is_refused_before_labels_move(
-    spark: Any, tmp_path: Path
-) -> None:
-    """Spark keeps its file listing but reads a rewritten file's new bytes: the pins refuse it."""
-    import calwatch.spark as cw_spark
+def _a_rewritten_log_is_refused(engine: Any, read: Callable[[str], Any], labels: Any, folder: Path) -> None:
+    """Observe a parquet log through ``engine``, rewrite it in place: its next label call is refused."""
     from calwatch.scale.pins import ChangedSourceError
 
     task = task_with(2)
     n = 120
     frame = log_frame(task.P[:n], list(range(n)), [i % 3 for i in range(n)])
-    folder = tmp_path / "log"
     folder.mkdir()
     frame.write_parquet(folder / "part-0.parquet")
-    df = spark.read.parquet(str(folder))
     mon = calibrated(task)
     log = {"id": "id", "probs": prob_names(2), "bucket": "bucket", "category": "cat"}
-    cw_spark.observe(mon, df, **log)
-    labels = spark.createDataFrame(pl.DataFrame({"id": [1, 2, 3], "y": [0, 1, 0]}).to_pandas())
-    assert cw_spark.label(mon, labels, id="id", label="y").matched == 3
+    engine.observe(mon, read(str(folder)), **log)
+    assert [Path(pin.path).name for pin in registry_of(mon).sources[0].pins] == ["part-0.parquet"]
+    assert engine.label(mon, labels, id="id", label="y").matched == 3
     before = mon.summary().drop("observed_at")
     shuffled = frame.with_columns(pl.col("p0").reverse(), pl.col("p1").reverse())
     shuffled.write_parquet(folder / "part-0.parquet", row_group_size=7)
     with pytest.raises(
         ChangedSourceError, match=r"part-0\.parquet: the prediction log changed since it was observed"
     ):
-        cw_spark.label(mon, labels, id="id", label="y")
+        engine.label(mon, labels, id="id", label="y")
     assert mon.summary().drop("observed_at").equals(before)
+
+
+def test_a_parquet_log_rewritten_under_spark_is_refused_before_labels_move(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark keeps its file listing but reads a rewritten file's new bytes: the pins refuse it."""
+    import calwatch.spark as cw_spark
+
+    labels = spark.createDataFrame(pl.DataFrame({"id": [1, 2, 3], "y": [0, 1, 0]}).to_pandas())
+    _a_rewritten_log_is_refused(cw_spark, spark.read.parquet, labels, tmp_path / "log")
 
 
 def test_a_parquet_log_rewritten_under_dask_is_refused_before_labels_move(tmp_path: Path) -> None:
@@ -407,28 +412,7 @@ def test_a_parquet_log_rewritten_under_dask_is_refused_before_labels_move(tmp_pa
     import dask.dataframe as dd
 
     import calwatch.dask as cw_dask
-    from calwatch.scale.pins import ChangedSourceError
 
-    task = task_with(2)
-    n = 120
-    frame = log_frame(task.P[:n], list(range(n)), [i % 3 for i in range(n)])
-    folder = tmp_path / "log"
-    folder.mkdir()
-    frame.write_parquet(folder / "part-0.parquet")
-    engine = DaskEngine("dask-sync")
-    log = {"id": "id", "probs": prob_names(2), "bucket": "bucket", "category": "cat"}
-    with engine.running():
-        mon = calibrated(task)
-        cw_dask.observe(mon, dd.read_parquet(str(folder)), **log)
-        assert [Path(pin.path).name for pin in registry_of(mon).sources[0].pins] == ["part-0.parquet"]
-        labels = dd.from_pandas(pl.DataFrame({"id": [1, 2, 3], "y": [0, 1, 0]}).to_pandas(), npartitions=1)
-        assert cw_dask.label(mon, labels, id="id", label="y").matched == 3
-        before = mon.summary().drop("observed_at")
-        frame.with_columns(pl.col("p0").reverse(), pl.col("p1").reverse()).write_parquet(
-            folder / "part-0.parquet"
-        )
-        with pytest.raises(
-            ChangedSourceError, match=r"part-0\.parquet: the prediction log changed since it was"
-        ):
-            cw_dask.label(mon, labels, id="id", label="y")
-        assert mon.summary().drop("observed_at").equals(before)
+    labels = dd.from_pandas(pl.DataFrame({"id": [1, 2, 3], "y": [0, 1, 0]}).to_pandas(), npartitions=1)
+    with DaskEngine("dask-sync").running():
+        _a_rewritten_log_is_refused(cw_dask, dd.read_parquet, labels, tmp_path / "log")

@@ -17,7 +17,7 @@ from tests.scale.logs import assert_same_statistics, calibrated, log_frame, prob
 LOG = {"id": "id", "probs": prob_names(2), "bucket": "bucket", "category": "cat"}
 
 
-def _colliding(part: Any, bucket: str, id: str) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+def _colliding(part: Any, id: str) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
     """Every key hashed to 0: all of them in hash partition 0, every one "repeated"."""
     bounds = np.full(PARTITIONS + 1, len(part), dtype=np.int64)
     bounds[0] = 0
@@ -52,7 +52,7 @@ def test_dask_refuses_a_repeat_across_partitions_and_no_hash_collision(
         # Every hash collides: the rows decide, so a good log passes with the statistics of the
         # in-memory monitor and a bad one is still refused naming its repeat.
         monkeypatch.setattr(cw_dask, "grouped_hashes", _colliding)
-        monkeypatch.setattr(cw_dask, "key_hashes", lambda batch, b, i: np.zeros(len(batch), dtype=np.uint64))
+        monkeypatch.setattr(cw_dask, "key_hashes", lambda batch, i: np.zeros(len(batch), dtype=np.uint64))
         with pytest.raises(ValueError, match=rf"id {ids[71]!r} appears 2 times \(in bucket 1\)"):
             cw_dask.observe(mon, engine.table(bad, 4), **LOG)
         assert cw_dask.observe(mon, engine.table(frame, 4), **LOG) == (0, 1)
@@ -69,7 +69,7 @@ def test_repeats_of_a_hash_partition_are_found_across_dask_partitions() -> None:
         pa.table({"b": [0, 0, 1], "i": [1, 2, 3]}).to_pandas(),
         pa.table({"b": [0, 1, 1], "i": [2, 3, 4]}).to_pandas(),  # (0, 2) and (1, 3) again
     ]
-    keyed = [_grouped_keys(part, "b", "i") for part in parts]
+    keyed = [_grouped_keys(part, "i") for part in parts]
     found = np.concatenate([_repeats_in_group(keyed, p) for p in range(PARTITIONS)])
     every = np.concatenate([hashes for hashes, _ in keyed])
     values, counts = np.unique(every, return_counts=True)

@@ -64,16 +64,16 @@ def test_key_hashes_group_and_find_repeats_for_integer_dates_and_strings() -> No
     days = pa.array([dt.date(2024, 1, 1), dt.date(2024, 1, 2)] * 500, pa.date32())
     for ids in (pa.array(np.arange(1000)), pa.array([f"r{i}" for i in range(1000)])):
         chunk = pa.record_batch({"day": days, "id": ids})
-        hashes = key_hashes(chunk, "day", "id")
+        hashes = key_hashes(chunk, "id")
         assert np.unique(hashes).shape[0] == 1000  # the ids are all distinct
         # The same id on another day is the same key: ids are distinct across the table.
         moved = pa.record_batch({"day": days.take([1, 0]), "id": ids.take([0, 1])})
-        assert np.array_equal(key_hashes(moved, "day", "id"), hashes[:2])
-        grouped, bounds = grouped_hashes(chunk, "day", "id")
+        assert np.array_equal(key_hashes(moved, "id"), hashes[:2])
+        grouped, bounds = grouped_hashes(chunk, "id")
         assert bounds[-1] == 1000 and np.array_equal(np.sort(grouped), np.sort(hashes))
         top = grouped >> np.uint64(64 - 6)
         assert all((top[bounds[p] : bounds[p + 1]] == p).all() for p in range(PARTITIONS))
-        with DuplicateCheck("day", "id") as check:
+        with DuplicateCheck("id") as check:
             check.add(chunk)
             check.add(chunk.slice(10, 3))  # three rows seen twice
             assert check.repeated_hashes().shape[0] == 3
@@ -109,7 +109,7 @@ def test_partition_files_too_large_to_sort_are_split_and_find_the_same_repeats(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(duplicates, "SORT_LIMIT", 64)
         patch.setattr(duplicates, "BUFFER", 100)
-        with DuplicateCheck("day", "id") as check:
+        with DuplicateCheck("id") as check:
             for part in np.array_split(hashes, 7):
                 check.add_grouped(_grouped(part))
             found = check.repeated_hashes()

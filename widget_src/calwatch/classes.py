@@ -49,43 +49,49 @@ class ClassEncoder:
 
         ``option`` names the caller's way to skip such labels instead (said in the message).
         """
-        values = as_1d_array(y, name)
-        if n_rows is not None and values.shape[0] != n_rows:
-            msg = f"{name} has {values.shape[0]} labels but there are {n_rows} rows"
-            raise ValueError(msg)
+        values = self._values(y, name, n_rows)
         if values.shape[0] == 0:
             return np.zeros(0, dtype=np.intp)
         if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
             msg = f"{name} contains NaN or inf; expected one of the classes {self.classes.tolist()}"
             raise ValueError(msg)
-        try:
-            position = np.searchsorted(self._sorted, values)
-        except TypeError as err:
-            classes = self.classes.tolist()
-            msg = f"{name} holds values of another type than the classes {classes}{self._hint(values)}"
-            msg += f" ({option} skips such labels and counts them)" if option else ""
-            raise TypeError(msg) from err
-        clipped = np.minimum(position, len(self) - 1)
-        known = np.asarray(self._sorted[clipped] == values, dtype=bool)
+        found = self._lookup(values)
+        classes = self.classes.tolist()
+        advice = self._hint(values) + (f" ({option} skips such labels and counts them)" if option else "")
+        if found is None:
+            msg = f"{name} holds values of another type than the classes {classes}{advice}"
+            raise TypeError(msg)
+        clipped, known = found
         if not known.all():
             unknown = np.unique(values[~known])[:5].tolist()
-            classes = self.classes.tolist()
-            msg = f"{name} holds labels outside the known classes {classes}: {unknown}{self._hint(values)}"
-            msg += f" ({option} skips such labels and counts them)" if option else ""
+            msg = f"{name} holds labels outside the known classes {classes}: {unknown}{advice}"
             raise ValueError(msg)
         return self._order[clipped].astype(np.intp)
 
-    def known(self, y: Any, name: str = "y") -> npt.NDArray[np.bool_]:
-        """Whether each label is one of the classes (a label of another type is not)."""
+    def known(
+        self, y: Any, name: str = "y", *, n_rows: int | None = None
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
+        """The labels as an array, and whether each is one of the classes (one of another type is not)."""
+        values = self._values(y, name, n_rows)
+        found = self._lookup(values) if values.shape[0] else None
+        return values, (np.zeros(values.shape[0], dtype=bool) if found is None else found[1])
+
+    def _values(self, y: Any, name: str, n_rows: int | None) -> npt.NDArray[Any]:
+        """``y`` as a 1-D array, refused naming ``name`` unless it has ``n_rows`` labels."""
         values = as_1d_array(y, name)
-        if values.shape[0] == 0:
-            return np.zeros(0, dtype=bool)
+        if n_rows is not None and values.shape[0] != n_rows:
+            msg = f"{name} has {values.shape[0]} labels but there are {n_rows} rows"
+            raise ValueError(msg)
+        return values
+
+    def _lookup(self, values: npt.NDArray[Any]) -> tuple[IntArray, npt.NDArray[np.bool_]] | None:
+        """Each value's position among the sorted classes and whether it is that class; None across types."""
         try:
             position = np.searchsorted(self._sorted, values)
         except TypeError:
-            return np.zeros(values.shape[0], dtype=bool)
+            return None
         clipped = np.minimum(position, len(self) - 1)
-        return np.asarray(self._sorted[clipped] == values, dtype=bool)
+        return clipped, np.asarray(self._sorted[clipped] == values, dtype=bool)
 
     def _hint(self, values: npt.NDArray[Any]) -> str:
         """How to name the classes, when labels are names and the classes are column indices."""

@@ -101,7 +101,7 @@ def observe(
     # One compute of delayed objects only (Dask warns when collections and expressions mix):
     # the reduced partials (one partition) and the repeated hashes of each hash partition.
     reduced_parts = partials.groupby(KEYS).agg(_AGGREGATIONS).to_delayed()
-    computed = _compute(*reduced_parts, *_repeated_hashes(ddf, bucket, id))
+    computed = _compute(*reduced_parts, *_repeated_hashes(ddf, id))
     reduced = pd.concat(computed[: len(reduced_parts)])
     repeated = np.concatenate(computed[len(reduced_parts) :])
     if repeated.shape[0]:
@@ -139,7 +139,7 @@ def pinned_inputs(ddf: DataFrame) -> tuple[FilePin, ...]:
     return pin_files(sorted(set(files))) if files else ()
 
 
-def _repeated_hashes(ddf: DataFrame, bucket: str, id: str) -> list[Any]:
+def _repeated_hashes(ddf: DataFrame, id: str) -> list[Any]:
     """Delayed arrays of the id hashes seen more than once, one per hash partition.
 
     Each Dask partition's keys are hashed and grouped by their top bits
@@ -151,17 +151,13 @@ def _repeated_hashes(ddf: DataFrame, bucket: str, id: str) -> list[Any]:
     """
     import dask
 
-    keyed = [
-        dask.delayed(_grouped_keys, pure=True)(part, bucket, id) for part in ddf[[bucket, id]].to_delayed()
-    ]
+    keyed = [dask.delayed(_grouped_keys, pure=True)(part, id) for part in ddf[[id]].to_delayed()]
     return [dask.delayed(_repeats_in_group, pure=True)(keyed, p) for p in range(PARTITIONS)]
 
 
-def _grouped_keys(
-    part: pd.DataFrame, bucket: str, id: str
-) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
-    """One Dask partition's key hashes grouped by hash partition (runs on a worker)."""
-    return grouped_hashes(pa.RecordBatch.from_pandas(part, preserve_index=False), bucket, id)
+def _grouped_keys(part: pd.DataFrame, id: str) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """One Dask partition's id hashes grouped by hash partition (runs on a worker)."""
+    return grouped_hashes(pa.RecordBatch.from_pandas(part, preserve_index=False), id)
 
 
 def _repeats_in_group(
@@ -179,7 +175,7 @@ def _confirmed_repeat(
     A hash collision (probability about ``n²/2⁶⁵``) must not refuse a good log: the rows decide.
     """
     meta = keys._meta
-    rows = keys.map_partitions(_rows_hashed_in, bucket, id, hashes, meta=meta).compute()
+    rows = keys.map_partitions(_rows_hashed_in, id, hashes, meta=meta).compute()
     sizes = rows.groupby(id, sort=True).size()
     sizes = sizes[sizes > 1]
     if sizes.empty:
@@ -194,11 +190,11 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _rows_hashed_in(part: pd.DataFrame, bucket: str, id: str, hashes: npt.NDArray[np.uint64]) -> pd.DataFrame:
+def _rows_hashed_in(part: pd.DataFrame, id: str, hashes: npt.NDArray[np.uint64]) -> pd.DataFrame:
     """The rows of one partition whose key hash is one of ``hashes``."""
     if len(part) == 0:
         return part
-    found = np.isin(key_hashes(pa.RecordBatch.from_pandas(part, preserve_index=False), bucket, id), hashes)
+    found = np.isin(key_hashes(pa.RecordBatch.from_pandas(part, preserve_index=False), id), hashes)
     return part[found]
 
 

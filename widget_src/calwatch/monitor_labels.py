@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.classes import as_1d_array
 from calwatch.engine._validation import stacked_rows
 from calwatch.guard import guarded_urgent
 from calwatch.ids import as_id_list, check_id_kind, ids_with_kind
@@ -145,11 +144,7 @@ class MonitorLabels(MonitorState):
         check_id_kind(self._id_kind, kind, "ids", auto_ids=self._next_auto_id > 0)
         skipped = 0
         if skip_outside:
-            values = as_1d_array(y, "y")
-            if values.shape[0] != len(id_list):
-                msg = f"y has {values.shape[0]} labels but there are {len(id_list)} rows"
-                raise ValueError(msg)
-            known = encoder.known(values)
+            values, known = encoder.known(y, "y", n_rows=len(id_list))
             skipped = int((~known).sum())
             if skipped:
                 id_list, y = [i for i, k in zip(id_list, known.tolist(), strict=True) if k], values[known]

@@ -471,8 +471,8 @@ class _KeyHashes:
     whole table, not only within its bucket.
     """
 
-    def __init__(self, bucket: str, id: str, in_jvm: bool) -> None:
-        self.bucket, self.id, self.in_jvm = bucket, id, in_jvm
+    def __init__(self, id: str, in_jvm: bool) -> None:
+        self.id, self.in_jvm = id, in_jvm
 
     @classmethod
     def of(cls, df: DataFrame, columns: LogColumns) -> _KeyHashes:
@@ -481,7 +481,7 @@ class _KeyHashes:
         exact = (st.ByteType, st.ShortType, st.IntegerType, st.LongType, st.DateType, st.TimestampType,
                  st.TimestampNTZType)  # fmt: skip
         integer_like = type(df.schema[columns.id].dataType) in exact
-        return cls(columns.bucket, columns.id, in_jvm=not integer_like)
+        return cls(columns.id, in_jvm=not integer_like)
 
     def inputs(self, names: Sequence[str]) -> list[Column]:
         """The columns ``names``, and :data:`KEY` when the JVM hashes."""
@@ -497,7 +497,7 @@ class _KeyHashes:
         if self.in_jvm:
             values = np.asarray(batch.column(KEY).to_numpy(zero_copy_only=False), dtype=np.int64)
             return values.view(np.uint64)
-        return key_hashes(batch, self.bucket, self.id)
+        return key_hashes(batch, self.id)
 
     def kernel_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The batch without :data:`KEY` (the kernel sees the log's columns only)."""

@@ -42,8 +42,8 @@ class DuplicateCheck:
     thread; :meth:`add_grouped` then only files its groups. :meth:`add` does both.
     """
 
-    def __init__(self, bucket: str, id: str) -> None:
-        self.bucket, self.id = bucket, id
+    def __init__(self, id: str) -> None:
+        self.id = id
         self._scratch = ScratchFolder("calwatch-ids-")
         self.folder = self._scratch.path
         self._files = [self.folder / f"{p:02d}.u64" for p in range(PARTITIONS)]
@@ -52,7 +52,7 @@ class DuplicateCheck:
 
     def add(self, chunk: pa.RecordBatch) -> None:
         """Hash a chunk's ids (written to the partition files every :data:`BUFFER`)."""
-        self.add_grouped(grouped_hashes(chunk, self.bucket, self.id))
+        self.add_grouped(grouped_hashes(chunk, self.id))
 
     def add_grouped(self, grouped: tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]) -> None:
         """File the hashes :func:`grouped_hashes` returned."""
@@ -133,13 +133,11 @@ def repeated(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return found
 
 
-def grouped_hashes(
-    chunk: pa.RecordBatch, bucket: str, id: str
-) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+def grouped_hashes(chunk: pa.RecordBatch, id: str) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
     """A chunk's key hashes grouped by partition (their top bits), and each group's bounds."""
     from calwatch.scale.id_hashes import partition
 
-    hashes = key_hashes(chunk, bucket, id)
+    hashes = key_hashes(chunk, id)
     grouped = np.empty_like(hashes)
     bounds = np.zeros(PARTITIONS + 1, dtype=np.int64)
     partition(hashes, int(_SHIFT), grouped, bounds)
@@ -168,8 +166,8 @@ def _integer_keys(column: pa.Array) -> npt.NDArray[np.uint64] | None:
     return values.astype(np.int64, copy=False).view(np.uint64)
 
 
-def key_hashes(chunk: pa.RecordBatch, bucket: str, id: str) -> npt.NDArray[np.uint64]:
-    """A 64-bit hash of each row's id, stable within a run (``bucket`` is not hashed).
+def key_hashes(chunk: pa.RecordBatch, id: str) -> npt.NDArray[np.uint64]:
+    """A 64-bit hash of each row's id, stable within a run.
 
     An id must be distinct across the whole table, not only within its bucket, so only the id
     goes in. Integer-like ids: :func:`calwatch.scale.id_hashes.one_hashes` (compiled, a
@@ -196,7 +194,7 @@ def confirm(
     """
     seen: dict[Any, list[Any]] = {}
     for chunk in chunks():
-        keep = np.isin(key_hashes(chunk, bucket, id), hashes)
+        keep = np.isin(key_hashes(chunk, id), hashes)
         if not keep.any():
             continue
         picked = chunk.filter(pa.array(keep))

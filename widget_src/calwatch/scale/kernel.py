@@ -295,7 +295,7 @@ def _check_distinct_ids(batch: pa.RecordBatch, columns: LogColumns) -> None:
     compiled for integer-like ids): distinct hashes prove distinct ids, so the exact Arrow
     group-by, ~5x dearer, runs only when two hashes are equal.
     """
-    hashes = np.sort(key_hashes(batch, columns.bucket, columns.id))
+    hashes = np.sort(key_hashes(batch, columns.id))
     if not (hashes[1:] == hashes[:-1]).any():
         return
     table = pa.table({"b": batch.column(columns.bucket), "i": batch.column(columns.id)})

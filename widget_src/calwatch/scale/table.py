@@ -175,27 +175,28 @@ def observe_table(
         calibrators = dict(monitor._calibrators)
         fixed_kind = monitor._id_kind
     names = columns.needed()
+    kinds = _IdKinds(columns.id, fixed_kind)
     files = parquet_files(source)
     if files is None:
         frame = as_lazy(source)
         check_names(frame, names)
         pins: tuple[FilePin, ...] = ()
+        items: Iterator[RowGroups | pa.RecordBatch] = source_chunks(None, frame, names, chunk_rows)
     else:
         pins = pin_files(files)  # before any read: a truncated or foreign file is named here
-        first_schema = check_file_schemas(files, names, columns)
+        footers = file_footers(files, names, columns)
+        kinds.check(footers[files[0]].schema.to_arrow_schema())  # the others agree (file_footers)
+        items = row_groups(footers, chunk_rows)
         frame = pl.scan_parquet(files)
     location = str(source) if isinstance(source, (str, os.PathLike)) else None
     table_source = TableSource("polars", frame, columns, location=location, pins=pins)
     copy = None if files is not None else RowCopy(table_source.labels.folder)
-    kinds = _IdKinds(columns.id, fixed_kind)
-    if files is not None:
-        kinds.check(first_schema)
     folded = FoldedPartials()
     workers = max(1, min(WORKERS, os.cpu_count() or 1))
     try:
         with (
             _progress(None, progress, "observe_table") as bar,
-            DuplicateCheck(bucket, id) as repeats,
+            DuplicateCheck(id) as repeats,
             ThreadPoolExecutor(workers, thread_name_prefix="calwatch-kernel") as pool,
         ):
             running: deque[Future[list[_ChunkResult]]] = deque()
@@ -208,7 +209,7 @@ def observe_table(
                         table_source.labels.stage(labelled)
                     bar.update(int(grouped[1][-1]))
 
-            for item in work_items(files, frame, names, chunk_rows):
+            for item in items:
                 if isinstance(item, pa.RecordBatch):
                     kinds.check(item.schema)
                     if copy is not None:
@@ -258,16 +259,19 @@ class _IdKinds:
         self.kind = got
 
 
-def check_file_schemas(files: Sequence[str], names: Sequence[str], columns: LogColumns) -> pa.Schema:
-    """Refuse files that are not one table: a file lacking a column, or ids or buckets of another type.
+def file_footers(files: Sequence[str], names: Sequence[str], columns: LogColumns) -> dict[str, Any]:
+    """Each file's parquet footer, after refusing files that are not one table.
 
-    Each file's schema is read from its footer, so a glob whose files disagree is refused before
-    a row is read, naming the two files and the column.
+    A file lacking a column, or holding ids or buckets of another type than the first file, is
+    refused naming the two files and the column, before a row is read. The footers are read once,
+    here: the reading loop takes each file's row groups from them.
     """
+    footers: dict[str, Any] = {}
     first: tuple[str, pa.Schema] | None = None
     for file in files:
         try:
-            schema = pq.read_schema(file)
+            footers[file] = pq.read_metadata(file)
+            schema = footers[file].schema.to_arrow_schema()
         except (OSError, pa.ArrowException) as err:
             msg = f"{file}: is not a readable parquet file ({err})"
             raise ChangedSourceError(msg) from err
@@ -286,8 +290,7 @@ def check_file_schemas(files: Sequence[str], names: Sequence[str], columns: LogC
                     f"in {file}: one table's {role}s must have one type"
                 )
                 raise ValueError(msg)
-    assert first is not None
-    return first[1]
+    return footers
 
 
 class RowCopy:
@@ -343,25 +346,15 @@ class RowGroups:
     groups: tuple[int, ...]
 
 
-def work_items(
-    files: Any, frame: pl.LazyFrame, names: list[str], chunk_rows: int
-) -> Iterator[RowGroups | pa.RecordBatch]:
-    """The source as units of work: row groups of parquet files, else chunks read here.
+def row_groups(footers: dict[str, Any], rows: int) -> Iterator[RowGroups]:
+    """Each file's row groups (from its footer), consecutive ones together until they hold ``rows`` rows.
 
-    Parquet row groups are read by the workers themselves, so the decoding runs in parallel
-    with the statistics instead of on this one thread (it was the limit once the kernel got
-    fast); consecutive row groups smaller than ``chunk_rows`` go together.
+    Parquet row groups are read by the workers themselves, so the decoding runs in parallel with
+    the statistics instead of on this one thread (it was the limit once the kernel got fast);
+    consecutive row groups smaller than ``rows`` go together.
     """
-    if not isinstance(files, list):
-        yield from source_chunks(files, frame, names, chunk_rows)
-        return
-    yield from row_groups(files, chunk_rows)
-
-
-def row_groups(files: Sequence[str], rows: int) -> Iterator[RowGroups]:
-    """Each file's row groups, consecutive ones together until they hold ``rows`` rows (from the footers)."""
-    for file in files:
-        yield from file_row_groups(file, pq.read_metadata(file), rows)
+    for file, metadata in footers.items():
+        yield from file_row_groups(file, metadata, rows)
 
 
 def file_row_groups(file: str, metadata: Any, rows: int) -> Iterator[RowGroups]:
@@ -408,7 +401,7 @@ def _work(
     for chunk in item_chunks(item, names, chunk_rows):
         part = partial_statistics(chunk, frozen, columns, check_ids=False)
         labelled = _labelled_rows(chunk, columns) if columns.label is not None else None
-        out.append((part, grouped_hashes(chunk, columns.bucket, columns.id), labelled))
+        out.append((part, grouped_hashes(chunk, columns.id), labelled))
     return out
 
 
