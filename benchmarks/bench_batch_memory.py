@@ -8,7 +8,7 @@ are serialised to JSON and dropped, as a kernel's comm would send them). For eac
 - the kernel's resident memory (RSS) slope in MiB per 10^4 batches, a least-squares line through
   RSS sampled every ``--sample`` batches after a warm-up of ``--warmup`` batches (the window fills
   and the first settled records go to columns during the warm-up), and the same for its
-  anonymous part (``RssAnon``: the heap; the history columns that :mod:`calwatch.paged` keeps in
+  anonymous part (``RssAnon``: the heap; the history columns that :mod:`calwatch.core.paged` keeps in
   file mappings are file-backed, reclaimable pages and count in RSS but not here). Run it with
   ``CALWATCH_PAGED_FROM_BYTES=999999999999`` to keep every column in the heap, as before;
 - then, with :mod:`tracemalloc` tracing from ``--pretrace`` batches before the first snapshot

@@ -8,17 +8,17 @@ temporary folder (never committed). Each path runs in a fresh process, so its pe
 * the in-memory loop: each row group read with pyarrow and given to ``Monitor.observe`` (no
   shift detectors, no row log: the statistics only, as the table paths compute them);
 * ``Monitor.observe_table`` on the parquet file (the embedded default);
-* ``calwatch.spark.observe`` in Spark ``local[2]`` and ``local[1]``, with and without its id check
+* ``calwatch.scale.spark.observe`` in Spark ``local[2]`` and ``local[1]``, with and without its id check
   (the session and its Python workers warmed up on a 2% sample, then on the log's first 10^6
   rows, not timed). The log is a
   bare parquet scan, so by default the Python workers read its row groups themselves
-  (:mod:`calwatch.spark_scan`); "Spark's rows" is the same call with ``read_files=False``, the
+  (:mod:`calwatch.scale.spark_scan`); "Spark's rows" is the same call with ``read_files=False``, the
   path any other DataFrame takes: Spark's scan hands the workers its rows as Arrow;
 * the JVM's own cost beside it: the same log through a bare ``mapInArrow`` in ``local[2]`` whose
   function reads every Arrow batch and returns nothing but its row count (Spark's scan and its
   rows-to-Arrow transfer to the Python workers only, in batches of calwatch's size), warmed up
   the same way; its rows/s and calwatch's time over it are printed;
-* ``calwatch.dask.observe`` with the synchronous scheduler (when dask is installed);
+* ``calwatch.scale.dask.observe`` with the synchronous scheduler (when dask is installed);
 * the peers beside them, each in its own process in the competitors' environments
   (``benchmarks/.venv-drift`` and ``benchmarks/.venv-whylogs``, built by ``bash
   benchmarks/drift_env.sh`` and ``bash benchmarks/whylogs_env.sh``; ``make bench`` builds them):
@@ -166,11 +166,11 @@ def observe_log(path_name: str, mon: Any, log: Path) -> None:
         import dask
         import dask.dataframe as dd
 
-        import calwatch.dask
+        import calwatch.scale.dask
 
         with dask.config.set(scheduler="synchronous"):
             ddf = dd.read_parquet(str(log), split_row_groups=True)  # one partition a row group
-            calwatch.dask.observe(mon, ddf, id="id", probs=["p0", "p1"], bucket="day")
+            calwatch.scale.dask.observe(mon, ddf, id="id", probs=["p0", "p1"], bucket="day")
     else:
         msg = f"no in-process path named {path_name!r}"
         raise ValueError(msg)
@@ -198,7 +198,7 @@ def measure(path_name: str, log: Path) -> dict[str, Any]:
     else:
         from pyspark.sql import SparkSession
 
-        import calwatch.spark
+        import calwatch.scale.spark
 
         cores = path_name.split("[")[1].split("]")[0]
         spark = (
@@ -217,17 +217,17 @@ def measure(path_name: str, log: Path) -> dict[str, Any]:
         # alone the first call on the log ran ~1 s slower than the next ones: 4.3 s, then 3.0-3.3).
         sample = df.sample(fraction=0.02, seed=1)
         started = time.perf_counter()
-        calwatch.spark.observe(monitor(), sample, id="id", probs=["p0", "p1"], bucket="day")
+        calwatch.scale.spark.observe(monitor(), sample, id="id", probs=["p0", "p1"], bucket="day")
         read_files = ROWS not in path_name
         check = "no id check" not in path_name
         warm = spark.read.parquet(str(warm_files(log)))
-        calwatch.spark.observe(
+        calwatch.scale.spark.observe(
             monitor(), warm, id="id", probs=["p0", "p1"], bucket="day", check_ids=check, read_files=read_files
         )
         warmup = time.perf_counter() - started
         cpu_start = _cpu_seconds()
         start = time.perf_counter()
-        calwatch.spark.observe(
+        calwatch.scale.spark.observe(
             mon, df, id="id", probs=["p0", "p1"], bucket="day", check_ids=check, read_files=read_files
         )
     seconds = time.perf_counter() - start
@@ -265,17 +265,17 @@ def _bare_map_in_arrow(spark: Any, df: Any, baseline: float) -> dict[str, Any]:
 
     The Python function reads every batch Spark hands it and yields one row, its row count, per
     task; the batches are calwatch's size (``spark.sql.execution.arrow.maxRecordsPerBatch`` set
-    as ``calwatch.spark`` sets it while it runs), so the difference to ``calwatch.spark.observe``
+    as ``calwatch.scale.spark`` sets it while it runs), so the difference to ``calwatch.scale.spark.observe``
     is calwatch's own work: the kernel, the id check's hashes and the shuffle of the partials.
     """
-    import calwatch.spark
+    import calwatch.scale.spark
 
     def count(batches: Any) -> Any:
         import pyarrow as pa
 
         yield pa.RecordBatch.from_pydict({"n": [sum(batch.num_rows for batch in batches)]})
 
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(calwatch.spark.ARROW_ROWS))
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(calwatch.scale.spark.ARROW_ROWS))
     columns = ["id", "day", "p0", "p1"]
     started = time.perf_counter()
     df.sample(fraction=0.02, seed=1).select(*columns).mapInArrow(count, "n long").collect()  # warm-up

@@ -37,9 +37,9 @@ import numpy as np
 import calwatch as cw
 from _common import machine_line, three_set_calibrators_monitor
 from _common import softmax_rows as _softmax_rows
-from calwatch import charts, dashboard
-from calwatch.cards import overview_rows
-from calwatch.resolution import Resolution, bucket_width
+from calwatch.views import charts, dashboard
+from calwatch.views.cards import overview_rows
+from calwatch.views.resolution import Resolution, bucket_width
 from calwatch.widget import json_rows, view_datasets, warning_rows
 
 K = 10

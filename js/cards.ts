@@ -1,5 +1,5 @@
 // Overview status cards, one per calibrator, drawn from the kernel's `overview` dataset rows
-// (calwatch.dashboard.overview_rows). Every text goes through textContent.
+// (calwatch.views.dashboard.overview_rows). Every text goes through textContent.
 
 import type { KeyedRow } from "./model";
 

@@ -12,7 +12,7 @@ import {
 import type { KeyedRow, VegaLiteSpec } from "./model";
 import { RowStore } from "./stream";
 
-// Shaped like calwatch.charts' Altair output: layered, data by name, top-level param.
+// Shaped like calwatch.views.charts' Altair output: layered, data by name, top-level param.
 const batchesSpec: VegaLiteSpec = {
   $schema: "https://vega.github.io/schema/vega-lite/v6.json",
   params: [{ name: "calibrator", value: "(all)" }],
@@ -263,7 +263,7 @@ describe("Chart", () => {
   });
 });
 
-// Shaped like calwatch.dashboard.timeline_spec(): a layered area + line of rows per batch, the
+// Shaped like calwatch.views.dashboard.timeline_spec(): a layered area + line of rows per batch, the
 // `brush` interval selection (x) on the area layer.
 const timelineSpec: VegaLiteSpec = {
   params: [{ name: "brush", select: { type: "interval", encodings: ["x"] }, views: ["timeline_area"] }],

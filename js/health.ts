@@ -1,7 +1,7 @@
 // The health strip at the top of the dashboard: one chip per calibrator with its promise, its
 // state (holding / waiting / at risk / broken) and a sparkline of the last batches.
 //
-// The kernel decides everything (`calwatch.health.health`, the `health` dataset, validated by
+// The kernel decides everything (`calwatch.views.health.health`, the `health` dataset, validated by
 // model.parseHealth); this file only draws. Every text goes through textContent or an attribute;
 // the sparkline is SVG built with createElementNS from numbers.
 

@@ -2,7 +2,7 @@
 // docs/widget-protocol.md, and the custom messages exchanged with the kernel. Nothing in this
 // file lives only in the browser (that is in controls.ts / widget.ts).
 
-/** A Vega-Lite spec as built by `calwatch.charts` (data by name, no inline values). */
+/** A Vega-Lite spec as built by `calwatch.views.charts` (data by name, no inline values). */
 export type VegaLiteSpec = Record<string, unknown>;
 
 /** `_status`: counters for the status line (all integers). */
@@ -169,7 +169,7 @@ export interface ClassCoverageRow extends KeyedRow {
   n_covered: number;
 }
 
-/** A calibrator's state in the health strip (the rule: `calwatch.health.health`). */
+/** A calibrator's state in the health strip (the rule: `calwatch.views.health.health`). */
 export type HealthState = "holding" | "waiting" | "at risk" | "broken";
 
 export const HEALTH_STATES: readonly HealthState[] = ["holding", "waiting", "at risk", "broken"];

@@ -401,7 +401,7 @@ describe("renderView", () => {
   });
 });
 
-// Shaped like calwatch.dashboard.timeline_spec(): rows per batch with the `brush` selection.
+// Shaped like calwatch.views.dashboard.timeline_spec(): rows per batch with the `brush` selection.
 const timelineSpec: VegaLiteSpec = {
   params: [{ name: "brush", select: { type: "interval", encodings: ["x"] }, views: ["area"] }],
   layer: [

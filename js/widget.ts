@@ -340,7 +340,7 @@ export function renderView(
         continue;
       }
       const div = doc.createElement("div");
-      // Chart kinds of calwatch.charts are `div.calwatch-chart[data-chart]`; the dashboard's own
+      // Chart kinds of calwatch.views.charts are `div.calwatch-chart[data-chart]`; the dashboard's own
       // panels (recomputed from the window) `div.calwatch-panel[data-panel]`.
       div.className = panel ? "calwatch-panel" : "calwatch-chart";
       if (panel) div.dataset.panel = name;

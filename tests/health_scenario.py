@@ -15,7 +15,7 @@ top class and 1/30 on each other one, so every LAC set below is ``{top class}`` 
 covered exactly when its label is its top class. Calibration: 100 rows per top class, 97 labelled
 with it and 3 with the next class, so each class has 100 calibration rows of which 97 are
 covered: the threshold is the top class's score for every α ≥ 0.04, marginal or per class.
-The floors (:func:`calwatch.health.floors`, δ = 0.01) are those of 400 calibration rows for the
+The floors (:func:`calwatch.views.health.floors`, δ = 0.01) are those of 400 calibration rows for the
 marginal calibrators (0.752, 0.863, 0.922 at targets 0.8, 0.9, 0.95) and of the smallest class's
 100 rows for the per-class ones (0.702, 0.821, 0.888). Six batches of 300 rows, all labelled,
 75 per class: class ``"late"`` covered 60 of 75 (0.80), the three others 68 of 75 (0.907), 264
@@ -30,7 +30,7 @@ of 300 in all (0.88). The last 5 batches pool 1,500 rows, 375 per class:
 Shift detectors are off (``shift=None``): the states come from the bands alone.
 """
 
-from calwatch.monitor import Monitor
+from calwatch.monitor.monitor import Monitor
 
 SOURCE = """
 import numpy as np

@@ -59,8 +59,8 @@ def test_the_namespace_shows_only_public_names_and_the_detectors_are_public() ->
 def test_the_regression_monitor_is_registered_explicitly() -> None:
     import pytest
 
-    from calwatch.monitor import TASK_MONITORS, register_task
-    from calwatch.regression_monitor import RegressionMonitor
+    from calwatch.monitor.monitor import TASK_MONITORS, register_task
+    from calwatch.monitor.regression import RegressionMonitor
 
     assert {"regression": RegressionMonitor} == TASK_MONITORS  # by calwatch/__init__.py, nothing else
     assert type(cw.Monitor(task="regression")) is RegressionMonitor

@@ -1,7 +1,7 @@
 """Griffe extension for the API reference: Sphinx roles in docstrings shown as code, not as markup.
 
 calwatch's numpy-style docstrings name other objects with Sphinx roles (``:meth:`observe```,
-``:class:`~calwatch.monitor.Monitor```, ``:func:`text <target>```), which Markdown would print
+``:class:`~calwatch.monitor.monitor.Monitor```, ``:func:`text <target>```), which Markdown would print
 literally (":meth: observe"). This extension rewrites each role, when a docstring is loaded, as
 the code span Sphinx would display: the target (its last part with ``~``), or the explicit text.
 The docstrings in the package are left as they are. Loaded by mkdocs.yml.

@@ -197,8 +197,8 @@ def test_flights_shapes_months_and_model(flights: EmbeddingTask) -> None:
     assert task.calibration.accuracy > majority + 0.05  # a real model even when this small
     # The cached weights and encoder give back the cached outputs.
     encoder, net = flights_mlp(seed=5, **SMALL_FLIGHTS)  # type: ignore[arg-type]
+    from calwatch.core.models import wrap
     from calwatch.datasets import load_flights
-    from calwatch.models import wrap
 
     frame = load_flights().join(task.rows["calibration"].select("id"), on="id", how="semi")
     order = {v: i for i, v in enumerate(task.rows["calibration"]["id"])}

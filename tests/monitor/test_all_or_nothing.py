@@ -14,7 +14,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
-import calwatch.monitor as monitor_module
+import calwatch.monitor.monitor as monitor_module
 import calwatch.shift.watch as shift_watch_module
 from calwatch.engine.selective.calibrator import SelectiveCalibrator
 

@@ -9,8 +9,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
-from calwatch.autosave import AutoSave
-from calwatch.store import read_manifest
+from calwatch.monitor.autosave import AutoSave
+from calwatch.snapshot.store import read_manifest
 
 from ..synthetic import softmax_data
 

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 import calwatch as cw
-import calwatch.stream as stream_module
+import calwatch.stream.records as stream_module
+from calwatch.core.codec import StateDecoder, StateEncoder
 from calwatch.shift.looks import LookStore
 from calwatch.shift.watch import ShiftWatch
-from calwatch.state_codec import StateDecoder, StateEncoder
 
 from ..synthetic import softmax_data
 

@@ -6,7 +6,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
-from calwatch import charts
+from calwatch.views import charts
 
 from ..synthetic import pets_monitor
 
@@ -88,7 +88,7 @@ def regression_runs():
 
 
 def test_regression_runs_overlay_on_the_regression_panels(regression_runs, tmp_path):
-    from calwatch.regression_monitor import RegressionMonitor
+    from calwatch.monitor.regression import RegressionMonitor
 
     a, b = regression_runs
     a.save(tmp_path / "a")

@@ -21,8 +21,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
-from calwatch import charts, dashboard
-from calwatch.guard import YIELD_AT_MOST_S, guard_of
+from calwatch.core.guard import YIELD_AT_MOST_S, guard_of
+from calwatch.views import charts, dashboard
 from calwatch.widget import dashboard_datasets
 
 from ..synthetic import softmax_data

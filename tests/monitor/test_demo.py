@@ -11,10 +11,10 @@ import polars as pl
 import pytest
 
 import calwatch
-from calwatch import charts
 from calwatch.__main__ import main
 from calwatch.datasets import load_flights
 from calwatch.demo import DEMO_HTML, html_is_self_contained, run_demo
+from calwatch.views import charts
 
 MONTHS = ["May", "June", "July", "August", "September", "October", "November", "December"]
 

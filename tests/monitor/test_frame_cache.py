@@ -1,7 +1,7 @@
 """``summary()`` and ``class_coverage()`` kept between calls equal the same reads built from scratch.
 
 The whole-stream reads recompute only the batches whose statistics changed
-(:mod:`calwatch.frame_cache`). Each test runs random streams — new batches, late labels for
+(:mod:`calwatch.core.frame_cache`). Each test runs random streams — new batches, late labels for
 recent batches and for batches long out of the window (applied from the row log to settled
 batches), relabels, re-tuning and re-calibration — and after every call compares the kept read
 with the read of all records built afresh (``summary_of`` / ``class_coverage_of``), dtypes and
@@ -16,9 +16,9 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
-from calwatch import stream as stream_module
+from calwatch.core.frame_cache import BatchFrameCache, same_context, same_token
 from calwatch.engine.selective.calibrator import SelectiveCalibrator
-from calwatch.frame_cache import BatchFrameCache, same_context, same_token
+from calwatch.stream import records as stream_module
 
 from ..synthetic import softmax_data, stream_monitor
 

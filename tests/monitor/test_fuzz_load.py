@@ -4,7 +4,7 @@ Hypothesis damages a real snapshot (the pets monitor: every kind of calibrator, 
 in the ways files get damaged or edited: flipped bytes, truncation, a value anywhere in
 ``state.json`` replaced by another JSON value, a cell of ``batches.parquet`` changed, each edit
 re-signed in the manifest so that the checksums pass. ``load`` must either give a monitor whose
-views work, or raise :class:`~calwatch.state_codec.SnapshotError`: never another exception, and
+views work, or raise :class:`~calwatch.core.codec.SnapshotError`: never another exception, and
 never code run from the snapshot.
 """
 
@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import calwatch as cw
-from calwatch.state_codec import SnapshotError
+from calwatch.core.codec import SnapshotError
 
 from ..synthetic import pets_monitor
 from .snapshot_files import resign

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import calwatch as cw
-from calwatch import heap, row_log
+from calwatch.core import heap
+from calwatch.stream import row_log
 
 from ..synthetic import softmax_data
 

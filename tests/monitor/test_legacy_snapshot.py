@@ -11,7 +11,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
-from calwatch.state_codec import LEGACY_MODULES, SnapshotError, resolve_trusted
+from calwatch.core.codec import LEGACY_MODULES, SnapshotError, resolve_trusted
 
 from ..fixtures.make_legacy_snapshot import continue_stream
 

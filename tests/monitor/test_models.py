@@ -7,7 +7,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.svm import LinearSVC
 
 import calwatch as cw
-from calwatch.models import ModelOutputs
+from calwatch.core.models import ModelOutputs
 
 
 @pytest.fixture(scope="module")

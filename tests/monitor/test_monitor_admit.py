@@ -148,7 +148,7 @@ def test_snapshot_round_trip_keeps_venn_admit_streaming(streamed, tmp_path):
 
 
 def test_venn_admit_panels(streamed):
-    from calwatch import charts
+    from calwatch.views import charts
 
     mon, batches = streamed
     kinds = charts.chart_kinds(mon)

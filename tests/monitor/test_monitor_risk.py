@@ -101,7 +101,7 @@ def test_logit_calibrators_get_logits(mon):
 
 
 def test_risk_rows_in_rows_frame_and_charts(mon):
-    from calwatch import charts
+    from calwatch.views import charts
 
     P, y = softmax_data(30, K=5, seed=5)
     mon.observe(probs=P, y=y)
@@ -121,7 +121,7 @@ def test_risk_rows_in_rows_frame_and_charts(mon):
 
 
 def test_risk_only_monitor_has_no_set_charts():
-    from calwatch import charts
+    from calwatch.views import charts
 
     P, y = softmax_data(500, K=3, seed=6)
     mon = cw.Monitor(calibrators={"smx": SoftmaxRisk()}).calibrate(probs=P, y=y)
@@ -155,7 +155,7 @@ def test_pac_sets_in_the_monitor_match_the_engine():
     assert row["target"] == pytest.approx(0.9)
     assert row["mean_set_size"] == pytest.approx(expected.sum(axis=1).mean())
     assert row["n_covered"] == int(expected[np.arange(500), yt].sum())
-    from calwatch import charts
+    from calwatch.views import charts
 
     assert charts.calibrator_labels(mon)["pac"] == "pac: PAC ε=0.1, δ=0.05"
 
@@ -197,7 +197,7 @@ def test_each_risk_estimate_is_labelled_by_what_it_promises(tmp_path):
         "smx": None,
         "lac": None,
     }
-    from calwatch.charts import calibrator_labels
+    from calwatch.views.charts import calibrator_labels
 
     labels = calibrator_labels(mon)
     assert labels["invcp"] == "invcp: invcp, top-1, upper estimate (conservative)"
@@ -226,7 +226,7 @@ def test_guarded_estimator_in_the_monitor_says_its_band_and_survives_a_snapshot(
     assert row["error_band_hi"] == pytest.approx(high, rel=1e-12)
     # A pooled record is one batch of its rows: its band is that of all of them (narrower).
     mon.observe(probs=P[:500])
-    from calwatch.stream import merge_records
+    from calwatch.stream.records import merge_records
 
     pooled = mon.summary_of([merge_records(mon.batch_records)]).row(0, named=True)
     both = np.concatenate([P[2000:], P[:500]])

@@ -84,8 +84,8 @@ def test_snapshot_round_trip_scores_the_same(streamed, tmp_path):
 
 
 def test_selective_panels(streamed):
-    from calwatch import charts
     from calwatch.engine.metrics.calibration import selective_curve
+    from calwatch.views import charts
 
     mon, data = streamed
     kinds = charts.chart_kinds(mon)

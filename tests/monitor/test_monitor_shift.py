@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 import calwatch as cw
-from calwatch import charts
+from calwatch.views import charts
 
 from ..synthetic import softmax_data
 

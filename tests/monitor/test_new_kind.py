@@ -24,11 +24,11 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 
 import calwatch as cw
+from calwatch.core.invariants import counts_problems, order_problems
 from calwatch.engine.calibration.maps import TemperatureScaling
-from calwatch.invariants import counts_problems, order_problems
 from calwatch.kinds import KINDS, register
 from calwatch.kinds.base import CalibratorKind, IntArray
-from calwatch.stream import BatchRows
+from calwatch.stream.records import BatchRows
 
 BINS = 10
 

@@ -1,4 +1,4 @@
-"""History columns in file mappings (:mod:`calwatch.paged`) hold the same values as heap columns.
+"""History columns in file mappings (:mod:`calwatch.core.paged`) hold the same values as heap columns.
 
 The monitor's per-batch history (settled statistics, detectors' looks, the cards' rows) moves
 into shared mappings of unnamed files once a column is large. Each monitor test runs one stream
@@ -17,8 +17,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
-import calwatch.paged as paged
-import calwatch.stream as stream_module
+import calwatch.core.paged as paged
+import calwatch.stream.records as stream_module
 from calwatch.widget import view_datasets
 
 from ..synthetic import softmax_data, three_set_monitor

@@ -1,6 +1,6 @@
 """Settled batch records (kept as columns) read exactly like the objects they replace.
 
-:class:`calwatch.stream.RecordStore` moves batches that left the window into columns; every read
+:class:`calwatch.stream.records.RecordStore` moves batches that left the window into columns; every read
 of the monitor (tables, snapshots, late labels through the row log, comparisons) must give what
 the per-object records gave. Each test runs a stream twice, with settling off (``HOT_BATCHES``
 past the stream's length) and with every settled batch in columns (``HOT_BATCHES = 0``, one batch
@@ -16,9 +16,9 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
-import calwatch.stream as stream_module
-from calwatch.stats_columns import StatsColumns
-from calwatch.stream import BatchRecord, RecordStore
+import calwatch.stream.records as stream_module
+from calwatch.stream.columns import StatsColumns
+from calwatch.stream.records import BatchRecord, RecordStore
 
 from ..fixtures.make_legacy_snapshot import continue_stream
 from ..synthetic import softmax_data, three_set_monitor

@@ -6,9 +6,9 @@ import pytest
 from sklearn.linear_model import LinearRegression
 
 import calwatch as cw
-from calwatch import charts
 from calwatch.engine.regression.calibrator import ModularConformalCalibrator
-from calwatch.regression_monitor import RegressionMonitor
+from calwatch.monitor.regression import RegressionMonitor
+from calwatch.views import charts
 
 
 def _data(rng, n, noise=1.0):

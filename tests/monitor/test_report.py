@@ -7,7 +7,7 @@ import pytest
 
 import calwatch as cw
 from calwatch.__main__ import main
-from calwatch.report import render_report
+from calwatch.publish.report import render_report
 
 from ..synthetic import pets_monitor
 
@@ -32,7 +32,7 @@ def test_report_holds_every_panel_and_the_logs(monitor):
     page = render_report(monitor)
     state = _embedded(page, "calwatch-state")
     assert state["model"]["_chart_order"] == cw.charts.chart_kinds(monitor)
-    from calwatch import dashboard
+    from calwatch.views import dashboard
 
     assert set(state["datasets"]) == {*cw.charts.DATASETS, *dashboard.PANEL_DATASETS}
     assert len(state["datasets"]["overview"]) == len(monitor.calibrators)  # one card each

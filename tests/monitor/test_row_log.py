@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import calwatch as cw
-from calwatch.row_log import RowLog
+from calwatch.stream.row_log import RowLog
 from tests.scale.logs import DIFFERENT_BY_DESIGN, real_task
 
 
@@ -94,7 +94,7 @@ def test_a_label_reads_the_newest_parts_only_until_its_ids_are_found(monkeypatch
     """
     import polars as pl
 
-    from calwatch import row_log
+    from calwatch.stream import row_log
 
     task = real_task("digits")
     mon = _monitor(100, shift=None)
@@ -133,7 +133,7 @@ def test_rows_read_before_the_lock_count_as_if_read_under_it(monkeypatch: pytest
     """
     import polars as pl
 
-    from calwatch import row_log
+    from calwatch.stream import row_log
 
     task = real_task("digits")
     mon, twin = _monitor(200, shift="default"), _monitor(10**6, row_log=False)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from calwatch.row_log import RowLog
-from calwatch.scratch import OWNER, ScratchFolder, sweep_orphans
+from calwatch.core.scratch import OWNER, ScratchFolder, sweep_orphans
+from calwatch.stream.row_log import RowLog
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the sweep needs flock")
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the sweep needs
 # worth of bytes into it, says where it is, and waits to be killed.
 _CHILD = """
 import sys
-from calwatch.row_log import RowLog
+from calwatch.stream.row_log import RowLog
 log = RowLog()
 (log.folder / "rows-000000-test.parquet").write_bytes(b"x" * 4096)
 print(log.folder, flush=True)

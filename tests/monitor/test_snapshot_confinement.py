@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import calwatch as cw
-from calwatch.row_log import file_sha256
-from calwatch.state_codec import SnapshotError, resolve_trusted, snapshot_may_name
+from calwatch.core.codec import SnapshotError, resolve_trusted, snapshot_may_name
+from calwatch.stream.row_log import file_sha256
 
 from .snapshot_files import resign
 
@@ -94,19 +94,23 @@ def test_a_symbolic_link_out_of_the_folder_is_refused(snap: Path, tmp_path: Path
 
 def test_the_decoder_refuses_modules_no_snapshot_holds_before_importing_them() -> None:
     assert snapshot_may_name("calwatch.shift.watch") and snapshot_may_name("calwatch.engine.shift.betting")
-    for name in ("calwatch.__main__:main", "calwatch.dask:observe_dask", "calwatch.server:serve"):
+    for name in (
+        "calwatch.__main__:main",
+        "calwatch.scale.dask:observe_dask",
+        "calwatch.publish.server:serve",
+    ):
         with pytest.raises(SnapshotError, match="no snapshot holds"):
             resolve_trusted(name)
     # in a fresh interpreter: refusing must not import the module it names
     code = (
         "import sys\n"
-        "from calwatch.state_codec import SnapshotError, resolve_trusted\n"
-        "for name in ('calwatch.__main__:main', 'calwatch.dask:x', 'calwatch.demo:run_demo'):\n"
+        "from calwatch.core.codec import SnapshotError, resolve_trusted\n"
+        "for name in ('calwatch.__main__:main', 'calwatch.scale.dask:x', 'calwatch.demo:run_demo'):\n"
         "    try:\n"
         "        resolve_trusted(name)\n"
         "    except SnapshotError:\n"
         "        pass\n"
-        "names = ('calwatch.__main__', 'calwatch.dask', 'calwatch.demo')\n"
+        "names = ('calwatch.__main__', 'calwatch.scale.dask', 'calwatch.demo')\n"
         "print(sorted(m for m in names if m in sys.modules))\n"
     )
     out = subprocess.run(

@@ -1,8 +1,8 @@
 """Snapshots edited and re-signed: impossible numbers are refused on load, naming file and field.
 
 Each test saves a real monitor, rewrites one value in a stored file, recomputes that file's size
-and SHA-256 in ``manifest.json`` exactly as :func:`calwatch.store.save_monitor` writes them (so
-the checksums pass), and expects :class:`~calwatch.state_codec.SnapshotError` naming the file,
+and SHA-256 in ``manifest.json`` exactly as :func:`calwatch.snapshot.store.save_monitor` writes them (so
+the checksums pass), and expects :class:`~calwatch.core.codec.SnapshotError` naming the file,
 the batch or calibrator, and the field.
 """
 
@@ -15,13 +15,13 @@ import polars as pl
 import pytest
 
 import calwatch as cw
+from calwatch.core.codec import SnapshotError
 from calwatch.kinds.admit import AdmitKind, AdmitRows
 from calwatch.kinds.regression import RegressionBatchStats
 from calwatch.kinds.risk import RiskBatchStats
 from calwatch.kinds.selective import SelectiveBatchStats
 from calwatch.kinds.sets import CalibratorBatchStats
-from calwatch.state_checks import calibrator_problems
-from calwatch.state_codec import SnapshotError
+from calwatch.snapshot.checks import calibrator_problems
 
 from ..synthetic import pets_monitor, softmax_data
 from .snapshot_files import resign

@@ -13,9 +13,9 @@ from polars.testing import assert_frame_equal
 from sklearn.linear_model import LogisticRegression
 
 import calwatch as cw
-from calwatch import charts
-from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder
-from calwatch.store import read_manifest
+from calwatch.core.codec import SnapshotError, StateDecoder, StateEncoder
+from calwatch.snapshot.store import read_manifest
+from calwatch.views import charts
 
 from ..synthetic import PET_CLASSES, pets_monitor, softmax_data
 

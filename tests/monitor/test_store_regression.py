@@ -11,13 +11,13 @@ from polars.testing import assert_frame_equal
 from sklearn.linear_model import LinearRegression
 
 import calwatch as cw
-from calwatch import charts
 from calwatch.__main__ import main
+from calwatch.core.codec import SnapshotError
 from calwatch.engine.regression.calibrator import ModularConformalCalibrator
 from calwatch.engine.regression.scores import CDFPrediction
-from calwatch.regression_monitor import RegressionMonitor
-from calwatch.state_codec import SnapshotError
-from calwatch.store import read_manifest
+from calwatch.monitor.regression import RegressionMonitor
+from calwatch.snapshot.store import read_manifest
+from calwatch.views import charts
 
 from ..synthetic import pets_monitor
 

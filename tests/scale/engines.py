@@ -1,7 +1,7 @@
 """The cluster paths under test, behind one small interface, and tasks with 2, 3 and 5 classes.
 
 Each engine turns a polars prediction log into its own DataFrame (split into a given number of
-partitions) and runs ``calwatch.spark`` / ``calwatch.dask`` on it, so one property test checks
+partitions) and runs ``calwatch.scale.spark`` / ``calwatch.scale.dask`` on it, so one property test checks
 Spark, Dask's synchronous scheduler and a Dask cluster of worker processes alike.
 """
 
@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 import calwatch as cw
-from calwatch.monitor_labels import LabelReport
+from calwatch.monitor.labels import LabelReport
 from tests.scale.logs import Task, fitted_task, real_task
 
 
@@ -77,9 +77,9 @@ class SparkEngine(Engine):
         return self.spark.createDataFrame(arrow).repartition(partitions)
 
     def module(self) -> Any:
-        import calwatch.spark
+        import calwatch.scale.spark
 
-        return calwatch.spark
+        return calwatch.scale.spark
 
 
 class SparkParquetEngine(SparkEngine):
@@ -87,7 +87,7 @@ class SparkParquetEngine(SparkEngine):
 
     :meth:`table` writes the frame as ``partitions`` files of random row-group sizes;
     :attr:`reads` records, per ``observe``, whether the workers read the files (``"files"``) or
-    Spark did (``"spark"``), as ``calwatch.spark`` logs it.
+    Spark did (``"spark"``), as ``calwatch.scale.spark`` logs it.
     """
 
     name = "spark-parquet"
@@ -113,7 +113,7 @@ class SparkParquetEngine(SparkEngine):
         return self.spark.read.parquet(str(where))
 
     def observe(self, mon: cw.Monitor, table: Any, **columns: Any) -> tuple[int, ...]:
-        logger = logging.getLogger("calwatch.spark")
+        logger = logging.getLogger("calwatch.scale.spark")
         records: list[str] = []
         handler = _Recorder(records)
         level = logger.level
@@ -167,6 +167,6 @@ class DaskEngine(Engine):
                 yield
 
     def module(self) -> Any:
-        import calwatch.dask
+        import calwatch.scale.dask
 
-        return calwatch.dask
+        return calwatch.scale.dask

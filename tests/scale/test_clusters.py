@@ -1,4 +1,4 @@
-"""calwatch.spark and calwatch.dask: a cluster-fed monitor equals the in-memory monitor, exactly.
+"""calwatch.scale.spark and calwatch.scale.dask: a cluster-fed monitor equals the in-memory monitor, exactly.
 
 For random prediction logs of real tasks with K = 2, 3 and 5 classes (random row counts,
 buckets of random type, random partitionings, labels known at observe time, late labels in
@@ -182,7 +182,7 @@ def test_a_retried_spark_task_counts_every_row_once(
 
     Through Spark's rows, and with the workers reading parquet files themselves (partition 0 is
     then the first piece of row groups)."""
-    import calwatch.spark as cw_spark
+    import calwatch.scale.spark as cw_spark
 
     marker = tmp_path / "failed"
 
@@ -320,7 +320,7 @@ def test_spark_id_check_is_exact_whatever_the_hashes_say(spark: Any, monkeypatch
     """Repeats split across partitions are refused, for integer keys and JVM-hashed string keys;
     a repeated hash is confirmed on the rows, so colliding hashes refuse nothing; past
     ``CONFIRM_AT_MOST`` repeated hashes one exact grouped query decides."""
-    import calwatch.spark as cw_spark
+    import calwatch.scale.spark as cw_spark
     from calwatch.scale.columns import LogColumns
     from calwatch.scale.duplicates import key_hashes
 
@@ -401,7 +401,7 @@ def test_a_parquet_log_rewritten_under_spark_is_refused_before_labels_move(
     spark: Any, tmp_path: Path
 ) -> None:
     """Spark keeps its file listing but reads a rewritten file's new bytes: the pins refuse it."""
-    import calwatch.spark as cw_spark
+    import calwatch.scale.spark as cw_spark
 
     labels = spark.createDataFrame(pl.DataFrame({"id": [1, 2, 3], "y": [0, 1, 0]}).to_pandas())
     _a_rewritten_log_is_refused(cw_spark, spark.read.parquet, labels, tmp_path / "log")
@@ -411,7 +411,7 @@ def test_a_parquet_log_rewritten_under_dask_is_refused_before_labels_move(tmp_pa
     """dd.read_parquet keeps its file list; a file rewritten in place is refused by its pin."""
     import dask.dataframe as dd
 
-    import calwatch.dask as cw_dask
+    import calwatch.scale.dask as cw_dask
 
     labels = dd.from_pandas(pl.DataFrame({"id": [1, 2, 3], "y": [0, 1, 0]}).to_pandas(), npartitions=1)
     with DaskEngine("dask-sync").running():

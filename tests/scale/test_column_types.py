@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import calwatch as cw
-from calwatch.spark import session_conf
+from calwatch.scale.spark import session_conf
 from tests.scale.engines import DaskEngine, Engine, SparkEngine, SparkParquetEngine, task_with
 from tests.scale.logs import assert_same_statistics, calibrated, log_frame, prob_names, replay
 
@@ -149,7 +149,7 @@ def test_spark_large_string_columns_equal_the_in_memory_monitor(
     spark: Any, check_ids: bool, from_files: bool, tmp_path: Path
 ) -> None:
     """Through Spark's rows, and from parquet files (the workers read them when the id check is off)."""
-    import calwatch.spark as cw_spark
+    import calwatch.scale.spark as cw_spark
 
     task = task_with(3)
     n = 160

@@ -1,4 +1,4 @@
-"""calwatch.dask's id check: hashed keys sorted by hash partition, each repeat confirmed on the rows."""
+"""calwatch.scale.dask's id check: hashed keys sorted by hash partition, each repeat confirmed on the rows."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_dask_refuses_a_repeat_across_partitions_and_no_hash_collision(
     string_ids: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("dask.dataframe")
-    import calwatch.dask as cw_dask
+    import calwatch.scale.dask as cw_dask
 
     task = task_with(2)
     n = 80
@@ -63,7 +63,7 @@ def test_dask_refuses_a_repeat_across_partitions_and_no_hash_collision(
 
 def test_repeats_of_a_hash_partition_are_found_across_dask_partitions() -> None:
     """``_repeats_in_group``: the repeated hashes of one group, gathered from every partition."""
-    from calwatch.dask import _grouped_keys, _repeats_in_group
+    from calwatch.scale.dask import _grouped_keys, _repeats_in_group
 
     parts = [
         pa.table({"b": [0, 0, 1], "i": [1, 2, 3]}).to_pandas(),

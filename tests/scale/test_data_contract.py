@@ -21,9 +21,9 @@ import pytest
 
 import calwatch as cw
 import calwatch.scale.table as table_module
-from calwatch.row_log import file_sha256
+from calwatch.core.codec import SnapshotError
 from calwatch.scale.pins import ChangedSourceError, FilePin
-from calwatch.state_codec import SnapshotError
+from calwatch.stream.row_log import file_sha256
 from tests.monitor.snapshot_files import resign
 from tests.scale.logs import assert_same_statistics, calibrated, log_frame, prob_names, real_task, replay
 

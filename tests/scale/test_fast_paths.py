@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from calwatch.core.scratch import OWNER
 from calwatch.engine.conformal import scores
 from calwatch.engine.shift.bucket_tests import confidence_rank_sums, mid_rank_sum
 from calwatch.scale import duplicates
 from calwatch.scale.duplicates import PARTITIONS, DuplicateCheck, grouped_hashes, key_hashes
-from calwatch.scratch import OWNER
 
 
 def _sorted_path_aps(P: np.ndarray, u: np.ndarray | None, lam: float, k_reg: int) -> np.ndarray:

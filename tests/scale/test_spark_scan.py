@@ -1,4 +1,4 @@
-"""calwatch.spark_scan: which DataFrames the Python workers read from their files, and in which types.
+"""calwatch.scale.spark_scan: which DataFrames the Python workers read from their files, and in which types.
 
 The property test in ``test_clusters.py`` (engine ``spark-parquet``) checks that the statistics
 equal the in-memory monitor's when the workers read the files; here, that every DataFrame the
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from calwatch import spark_scan
+from calwatch.scale import spark_scan
 from tests.scale.engines import task_with
 from tests.scale.logs import assert_same_statistics, calibrated, log_frame, prob_names, replay
 
@@ -90,7 +90,7 @@ def _written(frame: pl.DataFrame, folder: Path, **options: Any) -> Path:
 
 
 def _scan(df: Any) -> tuple[Any, str]:
-    import calwatch.spark as cw_spark
+    import calwatch.scale.spark as cw_spark
 
     names = ["id", "bucket", *prob_names(2)]
     return spark_scan.file_scan(df.select(*names), cw_spark._arrow_schema(df, names, "the DataFrame"), 1000)
@@ -141,7 +141,7 @@ def test_only_a_bare_scan_of_local_unpartitioned_parquet_is_read_by_the_workers(
 
 
 def test_files_missing_a_column_are_read_through_spark_with_its_nulls(spark: Any, tmp_path: Path) -> None:
-    import calwatch.spark as cw_spark
+    import calwatch.scale.spark as cw_spark
 
     frame = _log(90)
     folder = tmp_path / "merged"
@@ -164,7 +164,7 @@ def test_a_workers_refusal_reads_through_spark_with_the_same_statistics(
     spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A date before the Gregorian switch: the worker refuses, Spark reads (rebase mode CORRECTED)."""
-    import calwatch.spark as cw_spark
+    import calwatch.scale.spark as cw_spark
 
     days = [dt.date(1500, 1, 1) + dt.timedelta(days=int(d)) for d in np.arange(60) % 2]
     frame = _log(60, buckets=days)
@@ -172,7 +172,10 @@ def test_a_workers_refusal_reads_through_spark_with_the_same_statistics(
     task = task_with(2)
     table, memory = calibrated(task), calibrated(task)
     key = "spark.sql.parquet.datetimeRebaseModeInRead"
-    with cw_spark.session_conf(spark, key, "CORRECTED"), caplog.at_level(logging.INFO, "calwatch.spark"):
+    with (
+        cw_spark.session_conf(spark, key, "CORRECTED"),
+        caplog.at_level(logging.INFO, "calwatch.scale.spark"),
+    ):
         cw_spark.observe(table, df, id="id", probs=prob_names(2), bucket="bucket", label="y", category="cat")
     messages = [r.getMessage() for r in caplog.records]
     assert any("the workers read the files themselves" in m for m in messages), messages
@@ -186,14 +189,14 @@ def test_a_workers_refusal_reads_through_spark_with_the_same_statistics(
 def test_read_files_false_reads_through_spark(
     spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import calwatch.spark as cw_spark
+    import calwatch.scale.spark as cw_spark
 
     frame = _log()
     df = spark.read.parquet(str(_written(frame, tmp_path / "log")))
     task = task_with(2)
     rows, files, memory = calibrated(task), calibrated(task), calibrated(task)
     log = {"id": "id", "probs": prob_names(2), "bucket": "bucket", "label": "y", "category": "cat"}
-    with caplog.at_level(logging.INFO, "calwatch.spark"):
+    with caplog.at_level(logging.INFO, "calwatch.scale.spark"):
         cw_spark.observe(rows, df, read_files=False, **log)
         assert not any("the workers read" in r.getMessage() for r in caplog.records)
         cw_spark.observe(files, df, check_ids=False, **log)

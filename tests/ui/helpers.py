@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from calwatch import charts
+from calwatch.views import charts
 
 if TYPE_CHECKING:
     from .conftest import LabServer

@@ -49,7 +49,7 @@ import time
 import numpy as np
 
 import calwatch as cw
-from calwatch import charts
+from calwatch.views import charts
 
 K = 5
 rng = np.random.default_rng(0)
@@ -122,7 +122,7 @@ def test_update_cost_at_1000_batches_and_10_million_rows(
     t0 = time.monotonic()
     run_all(page, NOTEBOOK, timeout_s=540)
     wait_attr(page, INLINE, "data-replay-seq")
-    # past MAX_POINTS batches the per-batch datasets hold buckets of batches (calwatch.resolution)
+    # past MAX_POINTS batches the per-batch datasets hold buckets of batches (calwatch.views.resolution)
     assert attr(page, INLINE, "data-rows-batches") == str(kernel.eval(BUCKET_ROWS))
     results: dict[str, Any] = {"prestream_s": round(kernel.eval("prestream_s"), 1)}
     start = PRESTREAM

@@ -12,8 +12,8 @@ import math
 
 import pytest
 
-from calwatch import charts
 from calwatch.demo import write_charts_html
+from calwatch.views import charts
 
 from ..synthetic import pets_monitor
 from .helpers import TIMEOUT_MS

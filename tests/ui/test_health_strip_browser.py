@@ -2,7 +2,7 @@
 
 A monitor with a calibrator that holds its promise and one that breaks it
 (tests/health_scenario.py) is shown inline and in the sidebar. Each view's chips
-(``div.calwatch-chip[data-calibrator][data-state]``) must match :func:`calwatch.health.health`
+(``div.calwatch-chip[data-calibrator][data-state]``) must match :func:`calwatch.views.health.health`
 on the kernel's ``summary()`` and ``warnings()``; the strip sits above the controls and tabs and
 fits the sidebar without overflowing. A shifted batch then opens a coverage-drop warning: both
 views follow (the broken calibrator's reason names it), and the warning shows as one line (what,
@@ -13,7 +13,7 @@ test-artifacts/health-strip*-{inline,sidebar}.png (or $CALWATCH_HEALTH_SHOTS).
 
 A second monitor (``REGIONS_SOURCE``) has one chip in each region of the rule, marginal and per
 class (holding, at risk, broken): the page's chips, their reasons (the worst class named) and
-their colours follow :func:`calwatch.health.health`. Screenshots of its strip:
+their colours follow :func:`calwatch.views.health.health`. Screenshots of its strip:
 health-regions-{inline,sidebar}.png (docs/screens/ holds a copy).
 """
 
@@ -47,7 +47,7 @@ NOTEBOOK = "health-strip.ipynb"
 EXPECTED = (
     "[(c['key'], c['state'], c['promise']) for c in (lambda h, m: h.health(m.summary(), m.warnings(),"
     " qualifiers=h.qualifiers(m), floors=h.floors(m), classes=m.class_coverage(),"
-    " per_class=h.per_class_calibrators(m)))(__import__('calwatch.health').health, {mon})]"
+    " per_class=h.per_class_calibrators(m)))(__import__('calwatch.views.health').health, {mon})]"
 )
 SHIFT = """
 _shift_rng = np.random.default_rng(1)

@@ -123,7 +123,7 @@ def test_live_jupyterlab_shows_the_dashboard_once(lab_server, page, artifacts_di
     assert static.is_hidden()
     assert page.locator(".jp-Notebook .calwatch-widget:visible").count() == 1
     # the cell that streamed refreshed the static copy (6 batches), still hidden
-    kernel.run("from calwatch.notebook_output import static_for")
+    kernel.run("from calwatch.publish.notebook_output import static_for")
     shown = kernel.eval("static_for(mon.widget()).shown_seq")
     assert shown >= kernel.eval("mon.widget().seq_by_main_thread") > 0  # drawn after the cell's batches
     page.wait_for_timeout(500)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from calwatch import charts
+from calwatch.views import charts
 
 from ..synthetic import PET_CLASSES, pets_monitor
 from .helpers import MARKS, TIMEOUT_MS, route_offline

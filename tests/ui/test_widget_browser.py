@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from calwatch import charts
+from calwatch.views import charts
 from calwatch.widget import WINDOW_REFRESH_S
 
 from .helpers import (

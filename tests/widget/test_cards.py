@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 import calwatch as cw
-from calwatch import dashboard
-from calwatch.cards import CardTotals, overview_rows
+from calwatch.views import dashboard
+from calwatch.views.cards import CardTotals, overview_rows
 
 from ..synthetic import softmax_data
 
@@ -128,8 +128,8 @@ def test_exact_intervals_survive_the_cache_filling_up():
     # The cache starts afresh when full; a call mixing pairs it knew with new ones must still
     # answer every pair (it once lost the known ones and raised KeyError at batch 6,381 of a
     # live stream).
-    from calwatch.cards import ExactIntervals
     from calwatch.engine.metrics.intervals import clopper_pearson
+    from calwatch.views.cards import ExactIntervals
 
     bands = ExactIntervals(max_size=8)
     bands.of([(k, 10) for k in range(6)])

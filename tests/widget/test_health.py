@@ -1,4 +1,4 @@
-"""The health strip's rule (calwatch.health.health): every branch by hand, against a real monitor's
+"""The health strip's rule (calwatch.views.health.health): every branch by hand, against a real monitor's
 summary() and warnings(), and the live widget's incremental rows."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy.stats import beta
 
-from calwatch import health
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.engine.shift.betting import calibration_null_rate
+from calwatch.views import health
 from calwatch.widget import health_rows, view_datasets
 
 from ..health_scenario import REGION_STATES, health_monitor, regions_monitor

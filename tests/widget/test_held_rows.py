@@ -1,7 +1,7 @@
 """The cards' per-batch rows stay bounded: settled batches' rows are columns, read back equal.
 
 A live widget keeps one row per batch and calibrator for the whole stream (a brushed range is
-summed from them, a relabelled batch takes its old row out). :class:`calwatch.cards.HeldRows`
+summed from them, a relabelled batch takes its old row out). :class:`calwatch.views.cards.HeldRows`
 keeps the latest batches' rows whole and older ones as numpy columns of the fields the cards
 read. These tests compare it with the dict it replaced under random writes, relabels of settled
 batches and None fields, check that the cards summed from either are identical, and bound the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from calwatch.cards import CARD_FIELDS, TEXT_FIELDS, CardTotals, HeldRows
+from calwatch.views.cards import CARD_FIELDS, TEXT_FIELDS, CardTotals, HeldRows
 
 
 def _row(batch: int, calibrator: str, rng: random.Random) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""The static notebook outputs (calwatch.notebook_output): escaping, the sanitiser, refreshes."""
+"""The static notebook outputs (calwatch.publish.notebook_output): escaping, the sanitiser, refreshes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import calwatch as cw
-from calwatch import charts, notebook_output
+from calwatch.publish import notebook_output
+from calwatch.views import charts
 
 from ..synthetic import PET_CLASSES, pets_monitor, softmax_data
 
@@ -162,7 +163,7 @@ def _keyed(datasets: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, dic
 
 def test_the_static_copy_takes_the_views_rows_and_shows_what_a_rebuild_shows(monkeypatch):
     """Past the display's bucketing, with late labels and notes: the same page, without a rebuild."""
-    from calwatch import resolution
+    from calwatch.views import resolution
 
     monkeypatch.setattr(resolution, "MAX_POINTS", 4)  # six batches: buckets of two
     mon = pets_monitor()
@@ -193,7 +194,7 @@ def _same_tables(cards: list[dict[str, Any]], mon: cw.Monitor) -> None:
     """The coverage table summed from the widget's cards is the one summed from the summary."""
     from polars.testing import assert_frame_equal
 
-    from calwatch import report
+    from calwatch.publish import report
 
     mine, theirs = report._coverage_from_cards(cards), report._coverage_from_summary(mon.summary())
     assert not mine[0].is_empty()
@@ -205,9 +206,9 @@ def test_the_static_copy_sums_the_cards_and_keeps_no_frame_of_every_batch(monkey
     """Relabels and a batch with no labels: the cards' table is the summary's.
 
     The static copy refreshes every 30 s while a stream runs; summing the summary kept its frame of
-    every batch (:mod:`calwatch.frame_cache`) in the kernel, ~400 bytes a batch for good.
+    every batch (:mod:`calwatch.core.frame_cache`) in the kernel, ~400 bytes a batch for good.
     """
-    from calwatch.frame_cache import CACHES_ATTRIBUTE
+    from calwatch.core.frame_cache import CACHES_ATTRIBUTE
 
     names = np.array(PET_CLASSES)
     mon = pets_monitor()
@@ -300,7 +301,7 @@ def test_a_call_owes_its_notifications_until_every_listener_returned():
 def test_the_static_coverage_image_is_drawn_in_a_child_process_the_same_svg(monkeypatch):
     """vl-convert's JavaScript heap never shrinks, so the periodic static copy draws elsewhere."""
     vl_convert = pytest.importorskip("vl_convert", reason="installed by `make test`")
-    from calwatch import svg_child
+    from calwatch.publish import svg_child
 
     mon = pets_monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)})
     read = notebook_output.read_static(mon)
@@ -320,7 +321,7 @@ def test_the_static_coverage_image_is_drawn_in_a_child_process_the_same_svg(monk
 
 
 def test_a_spec_vl_convert_refuses_raises_with_its_reason_and_the_fallback_keeps_its_table():
-    from calwatch import svg_child
+    from calwatch.publish import svg_child
 
     with pytest.raises(RuntimeError, match=r"vl-convert failed in its child process: .+"):
         svg_child.vegalite_to_svg({"mark": "no-such-mark", "data": {"values": [{"a": 1}]}})

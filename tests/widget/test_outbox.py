@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calwatch.outbox import Outbox
+from calwatch.widget.outbox import Outbox
 
 from ..synthetic import softmax_data
 from .test_widget_incremental import _apply
@@ -139,9 +139,9 @@ def test_close_sends_what_is_left_and_stops_the_timer() -> None:
 
 
 def test_an_idle_timer_thread_ends_and_a_later_deferred_send_starts_another(monkeypatch) -> None:
-    import calwatch.outbox
+    import calwatch.widget.outbox
 
-    monkeypatch.setattr(calwatch.outbox, "IDLE_EXIT_S", 0.05)
+    monkeypatch.setattr(calwatch.widget.outbox, "IDLE_EXIT_S", 0.05)
     rec = Recorder()
     box = Outbox(rec.send, rec.set_traits, interval_s=0.02)
     name = f"calwatch widget outbox {id(box):x}"

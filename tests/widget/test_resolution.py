@@ -13,10 +13,10 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
-from calwatch import charts, dashboard, resolution
-from calwatch.charts import specs as chart_specs
 from calwatch.engine.metrics.intervals import clopper_pearson
-from calwatch.resolution import Resolution, bucket_records, bucket_width
+from calwatch.views import charts, dashboard, resolution
+from calwatch.views.charts import specs as chart_specs
+from calwatch.views.resolution import Resolution, bucket_records, bucket_width
 from calwatch.widget import BUCKETED
 
 from ..synthetic import softmax_data

@@ -16,8 +16,8 @@ from polars.testing import assert_frame_equal
 
 import calwatch as cw
 from calwatch.__main__ import main
-from calwatch.server import LONG_POLL_S, DashboardServer
-from calwatch.snapshot_feed import SnapshotFeed
+from calwatch.publish.server import LONG_POLL_S, DashboardServer
+from calwatch.publish.snapshot_feed import SnapshotFeed
 
 from ..synthetic import pets_monitor, softmax_data
 

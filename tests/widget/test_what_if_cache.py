@@ -10,7 +10,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
-from calwatch import dashboard
+from calwatch.views import dashboard
 
 from ..synthetic import softmax_data, stream_monitor
 

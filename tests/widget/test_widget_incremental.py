@@ -1,7 +1,7 @@
 """The widget's incremental updates add up to a from-scratch rebuild.
 
 A live widget computes, per notification, only the rows of the buckets the call touched
-(:mod:`calwatch.live`: running merges per bucket, rows built without data frames) and sends only
+(:mod:`calwatch.views.live`: running merges per bucket, rows built without data frames) and sends only
 the rows that changed (tombstones for keys that went away). These tests drive a monitor through
 random sequences of calls (batches with and without labels, late labels, relabels of earlier
 batches, unknown ids, ties in confidence, notes, re-tuning, recalibration, brushing, the window
@@ -10,10 +10,10 @@ every call that
 
 - the rows a view holds (every upsert applied in order, as ``js/stream.ts`` does) equal a
   from-scratch rebuild with polars (:func:`calwatch.widget.view_datasets`,
-  :func:`calwatch.dashboard.timeline`) at the widget's resolutions, value for value;
+  :func:`calwatch.views.dashboard.timeline`) at the widget's resolutions, value for value;
 - a new view's replay holds the same rows;
-- the window panels equal :func:`calwatch.dashboard.reliability` / ``set_by_class`` from scratch,
-  and the overview cards equal :func:`calwatch.dashboard.overview` (running sums: to rounding).
+- the window panels equal :func:`calwatch.views.dashboard.reliability` / ``set_by_class`` from scratch,
+  and the overview cards equal :func:`calwatch.views.dashboard.overview` (running sums: to rounding).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import calwatch as cw
-from calwatch import charts, dashboard, live, resolution
+from calwatch.views import charts, dashboard, live, resolution
 from calwatch.widget import json_rows, view_datasets
 
 from ..synthetic import softmax_data
@@ -247,8 +247,8 @@ def test_regression_monitor_updates_equal_a_rebuild(monkeypatch):
 
 def test_pooled_buckets_merge_each_batch_once(monkeypatch):
     """A new batch costs one merge, late labels on the newest batches one or two, whatever the width."""
-    from calwatch import stream
     from calwatch.kinds.sets import CalibratorBatchStats
+    from calwatch.stream import records as stream
 
     merges = 0
     original = CalibratorBatchStats.merge
@@ -295,8 +295,8 @@ def test_pooled_buckets_from_scratch_keep_only_merges_that_may_change():
     """
     from datetime import UTC, datetime
 
-    from calwatch import stream
     from calwatch.kinds.sets import CalibratorBatchStats
+    from calwatch.stream import records as stream
 
     rng = np.random.default_rng(3)
 

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 import calwatch as cw
-from calwatch import charts, dashboard
+from calwatch.views import charts, dashboard
 from calwatch.widget import MonitorWidget
 
 from ..synthetic import softmax_data

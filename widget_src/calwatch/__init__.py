@@ -5,16 +5,16 @@ Attach calibrators to any model, stream batches of predictions through a :class:
 """
 
 from calwatch import shift
-from calwatch.compare import compare
+from calwatch.core.codec import SnapshotError
+from calwatch.core.models import ModelOutputs, wrap
 from calwatch.engine.conformal.adaptive import Adaptive
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.errors import NotFittedError
 from calwatch.engine.pac.sets import PACConfidenceSets
 from calwatch.engine.risk.estimator import RiskEstimator
-from calwatch.models import ModelOutputs, wrap
-from calwatch.monitor import LabelReport, Monitor, Note, register_task
-from calwatch.regression_monitor import RegressionMonitor
-from calwatch.state_codec import SnapshotError
+from calwatch.monitor.compare import compare
+from calwatch.monitor.monitor import LabelReport, Monitor, Note, register_task
+from calwatch.monitor.regression import RegressionMonitor
 
 register_task("regression", RegressionMonitor)  # Monitor(task="regression") builds one
 del RegressionMonitor, register_task
@@ -45,8 +45,8 @@ _LAZY = {
     "ModularConformalCalibrator": "calwatch.engine.regression.calibrator",
     "SplitConformalRegressor": "calwatch.engine.conformal.regression",
     # The live dashboard server (tornado) loads when asked for: calwatch.serve(path).
-    "serve": "calwatch.server",
-    "DashboardServer": "calwatch.server",
+    "serve": "calwatch.publish.server",
+    "DashboardServer": "calwatch.publish.server",
 }
 
 

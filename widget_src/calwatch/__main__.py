@@ -5,7 +5,7 @@
 - ``calwatch report SNAPSHOT [-o FILE]``: a standalone HTML report of a saved monitor.
 - ``calwatch serve SNAPSHOT [--host H] [--port P] [--allow-host NAME] [--max-connections N]``: a live,
   read-only dashboard of a snapshot for any browser, redrawn as the snapshot is saved again
-  (see :mod:`calwatch.server`).
+  (see :mod:`calwatch.publish.server`).
 - ``calwatch --version``.
 """
 
@@ -101,8 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from calwatch.report import write_report
-    from calwatch.state_codec import SnapshotError
+    from calwatch.core.codec import SnapshotError
+    from calwatch.publish.report import write_report
 
     out = args.out if args.out is not None else args.snapshot.with_name(args.snapshot.name + ".html")
     try:
@@ -115,8 +115,8 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from calwatch.server import DashboardServer
-    from calwatch.state_codec import SnapshotError
+    from calwatch.core.codec import SnapshotError
+    from calwatch.publish.server import DashboardServer
 
     token = args.token or os.environ.get("CALWATCH_TOKEN") or None
     try:

@@ -6,7 +6,7 @@ December, one month a batch. Labels (did the flight arrive more than 15 minutes 
 one month late: when June is observed, May's labels come in; December's arrive at the end.
 Two calibrators run side by side: randomised APS (one threshold for all flights) and LAC by
 class (one threshold per true class), both at α = 0.1. The demo prints a table per month and per class
-and writes every chart of :data:`calwatch.charts.CHARTS` into one self-contained HTML page.
+and writes every chart of :data:`calwatch.views.charts.CHARTS` into one self-contained HTML page.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any
 
 import polars as pl
 
-from calwatch import charts
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.metrics.intervals import clopper_pearson
-from calwatch.monitor import Monitor
+from calwatch.monitor.monitor import Monitor
+from calwatch.views import charts
 
 #: File name of the charts page written into the output folder.
 DEMO_HTML = "calwatch-demo.html"
@@ -267,7 +267,7 @@ def _format_table(frame: pl.DataFrame) -> str:
 def charts_page(monitor: Monitor) -> dict[str, Any]:
     """One Vega-Lite spec with the charts that apply to the monitor, stacked.
 
-    The charts are :func:`calwatch.charts.chart_kinds`'s, in its order.
+    The charts are :func:`calwatch.views.charts.chart_kinds`'s, in its order.
     Charts of calibrator kinds the monitor does not have are left out: their datasets are empty,
     and an empty chart in a concatenation gives Vega infinite extents (every chart drawn on top of
     the others). The charts' shared ``calibrator`` parameter is bound to a drop-down on the page.

@@ -74,7 +74,7 @@ def sklearn_digits_as_mnist() -> tuple[npt.NDArray[np.float64], npt.NDArray[np.i
 def _outputs(
     net: Any, images: npt.NDArray[np.float64]
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float64]]:
-    from calwatch.models import wrap
+    from calwatch.core.models import wrap
 
     x = ((images / 255.0 - _MNIST_MEAN) / _MNIST_STD)[:, None].astype(np.float32)
     out = wrap(net, embedding_layer="fc_layers.1", batch_size=1024)(x)

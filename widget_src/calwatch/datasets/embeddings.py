@@ -861,7 +861,7 @@ def _build_flights_mlp(
 ) -> tuple[dict[str, Split], pl.DataFrame]:
     import torch
 
-    from calwatch.models import wrap
+    from calwatch.core.models import wrap
 
     flights = load_flights()
     first_half = flights.filter(pl.col("month") <= 6)
@@ -946,7 +946,7 @@ def flights_mlp_task(
     256, ``epochs`` epochs, seeded, CPU, a tqdm bar) on the training rows (test accuracy about
     0.9; the departure delay carries most of it). Logits: the network's two outputs.
     Embedding: the output of the last hidden layer (after its ReLU; ``hidden[-1]`` wide),
-    float32, read by a forward hook (:func:`calwatch.models.wrap` with
+    float32, read by a forward hook (:func:`calwatch.core.models.wrap` with
     ``embedding_layer="body"``). The weights and the encoder are cached as arrays
     (:func:`flights_mlp`), the outputs as ``.npz`` and the row details as Parquet; the first
     build takes well under a minute on 2 cores.
@@ -1009,7 +1009,7 @@ def flights_mlp(
     """The encoder and the trained torch network of :func:`flights_mlp_task` (same arguments).
 
     Trains and caches them first if needed. Use them on new flights with
-    ``calwatch.models.wrap(net, embedding_layer="body")(encoder.transform(frame))``.
+    ``calwatch.core.models.wrap(net, embedding_layer="body")(encoder.transform(frame))``.
 
     Returns
     -------

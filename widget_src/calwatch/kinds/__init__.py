@@ -24,7 +24,7 @@ from calwatch.kinds.regression import RegressionKind
 from calwatch.kinds.risk import RiskKind
 from calwatch.kinds.selective import SelectiveKind
 from calwatch.kinds.sets import AdaptiveKind, SetsKind
-from calwatch.stream import BatchStats
+from calwatch.stream.records import BatchStats
 
 #: Every kind, in the order they claim calibrators (the fallback, plain sets, last).
 KINDS: list[CalibratorKind[Any, Any]] = [

@@ -16,8 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.engine.metrics.intervals import clopper_pearson
-from calwatch.invariants import (
+from calwatch.core.invariants import (
     array_order_problems,
     count_problems,
     counts_problems,
@@ -25,10 +24,11 @@ from calwatch.invariants import (
     is_counts,
     order_problems,
 )
+from calwatch.core.models import ModelOutputs
+from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.kinds.base import IntArray, int_array
 from calwatch.kinds.sets import SET_SUMMARY, CalibratorBatchStats, SetRows, SetsKind
-from calwatch.models import ModelOutputs
-from calwatch.stream import BatchRecord, BatchRows
+from calwatch.stream.records import BatchRecord, BatchRows
 
 #: Per-row Venn-ADMIT results kept in the window (``rows()`` shows them as ``<field>_<name>``).
 ADMIT_ROW_FIELDS = ("y_hat", "q", "d", "admitted", "p_lower", "p_upper")

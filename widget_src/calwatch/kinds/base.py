@@ -25,8 +25,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.models import ModelOutputs
-from calwatch.stream import BatchRecord, BatchRows, BatchStats
+from calwatch.core.models import ModelOutputs
+from calwatch.stream.records import BatchRecord, BatchRows, BatchStats
 
 IntArray = npt.NDArray[np.intp]
 
@@ -54,13 +54,13 @@ class CalibratorKind(ABC, Generic[R, S]):
     name: ClassVar[str]
     #: The monitors that take its calibrators: ``"classification"`` or ``"regression"``.
     task: ClassVar[str] = "classification"
-    #: The ``kind`` column of :meth:`Monitor.summary <calwatch.monitor.Monitor.summary>`.
+    #: The ``kind`` column of :meth:`Monitor.summary <calwatch.monitor.monitor.Monitor.summary>`.
     summary_kind: ClassVar[str]
     #: Its statistics type (restored from ``batches.parquet`` by ``from_row``).
     stats_type: ClassVar[type[Any]]
     #: Summary columns it fills, with their dtypes (null for calibrators of other kinds).
     summary_columns: ClassVar[Mapping[str, Any]]
-    #: Dashboard panels (chart kinds of :mod:`calwatch.charts`) it contributes.
+    #: Dashboard panels (chart kinds of :mod:`calwatch.views.charts`) it contributes.
     panels: ClassVar[tuple[str, ...]] = ()
     #: What it needs of ``calibrate(reference=...)``: nothing, the embeddings, or the whole set.
     reference: ClassVar[str | None] = None
@@ -104,7 +104,7 @@ class CalibratorKind(ABC, Generic[R, S]):
     def apply(self, key: str, calibrator: Any, outputs: Any, categories: Any) -> R:
         """The fitted calibrator's per-row results on a batch (raises naming ``key`` on bad output).
 
-        ``outputs`` is the batch's :class:`~calwatch.models.ModelOutputs` for classification
+        ``outputs`` is the batch's :class:`~calwatch.core.models.ModelOutputs` for classification
         kinds, a :class:`~calwatch.kinds.regression.RegressionOutputs` for regression ones.
         """
 

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.invariants import (
+from calwatch.core.invariants import (
     count_problems,
     counts_problems,
     floats_problems,
@@ -29,7 +29,7 @@ from calwatch.invariants import (
     same_rows_problems,
 )
 from calwatch.kinds.base import CalibratorKind, IntArray
-from calwatch.stream import BatchRows
+from calwatch.stream.records import BatchRows
 
 FloatArray = npt.NDArray[np.float64]
 #: Bins of the PIT histogram (uniform when the CDFs are calibrated).

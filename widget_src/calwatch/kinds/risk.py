@@ -15,8 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.engine.conformal.scores import label_ranks
-from calwatch.invariants import (
+from calwatch.core.invariants import (
     count_problems,
     is_count,
     number_problems,
@@ -24,9 +23,10 @@ from calwatch.invariants import (
     relative_tolerance,
     same_rows_problems,
 )
+from calwatch.core.models import ModelOutputs
+from calwatch.engine.conformal.scores import label_ranks
 from calwatch.kinds.base import CalibratorKind, IntArray
-from calwatch.models import ModelOutputs
-from calwatch.stream import BatchRows
+from calwatch.stream.records import BatchRows
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,16 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.invariants import count_problems, is_count, number_problems, order_problems, same_rows_problems
+from calwatch.core.invariants import (
+    count_problems,
+    is_count,
+    number_problems,
+    order_problems,
+    same_rows_problems,
+)
+from calwatch.core.models import ModelOutputs
 from calwatch.kinds.base import CalibratorKind, IntArray
-from calwatch.models import ModelOutputs
-from calwatch.stream import NO_LABEL, BatchRecord, BatchRows
+from calwatch.stream.records import NO_LABEL, BatchRecord, BatchRows
 
 
 @dataclass(frozen=True)

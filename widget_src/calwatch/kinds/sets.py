@@ -15,9 +15,7 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from calwatch.engine.conformal.adaptive import Adaptive, ConformalLevels
-from calwatch.engine.conformal.classifier import SplitConformalClassifier
-from calwatch.invariants import (
+from calwatch.core.invariants import (
     array_order_problems,
     count_problems,
     counts_problems,
@@ -26,9 +24,11 @@ from calwatch.invariants import (
     number_problems,
     order_problems,
 )
+from calwatch.core.models import ModelOutputs
+from calwatch.engine.conformal.adaptive import Adaptive, ConformalLevels
+from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.kinds.base import CalibratorKind, IntArray, calibrator_inputs, int_array, null_where
-from calwatch.models import ModelOutputs
-from calwatch.stream import BatchRows
+from calwatch.stream.records import BatchRows
 
 BoolArray = npt.NDArray[np.bool_]
 #: Set bits of each byte value: row set sizes from packed bits without unpacking them.

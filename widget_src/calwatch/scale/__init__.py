@@ -18,7 +18,7 @@ per-batch statistics from such a table without holding it in memory, and exactly
 * :mod:`.commit` — the reduced statistics merged into a monitor, all or nothing;
 * :mod:`.table` — the embedded default: parquet, polars and pyarrow sources streamed in chunks
   (``Monitor.observe_table`` / ``Monitor.label_table``);
-* :mod:`calwatch.spark` and :mod:`calwatch.dask` — the same kernel on a cluster.
+* :mod:`calwatch.scale.spark` and :mod:`calwatch.scale.dask` — the same kernel on a cluster.
 
 Nothing here imports Spark or Dask; those adapters import them when called.
 """

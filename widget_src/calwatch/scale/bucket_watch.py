@@ -33,7 +33,7 @@ from calwatch.engine.shift.bucket_tests import (
 )
 from calwatch.engine.shift.monitors import DEFAULT_CALIBRATION_DELTA, MonitorResult
 from calwatch.scale.reduce import BucketStatistics
-from calwatch.stream import BatchRecord, BatchStats
+from calwatch.stream.records import BatchRecord, BatchStats
 
 CONFIDENCE_TEST = "bucket confidence vs calibration"
 

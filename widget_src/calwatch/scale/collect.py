@@ -21,8 +21,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from calwatch.ids import arrow_id_kind, check_id_kind
-from calwatch.monitor_labels import LabelReport
+from calwatch.core.ids import arrow_id_kind, check_id_kind
+from calwatch.monitor.labels import LabelReport
 from calwatch.scale.commit import commit_labels, commit_observed
 from calwatch.scale.duplicates import repeated_id
 from calwatch.scale.frozen import FrozenMonitor, freeze

@@ -13,7 +13,7 @@ from typing import Any
 from calwatch.scale.bucket_watch import record_looks, watch_of
 from calwatch.scale.reduce import BucketStatistics
 from calwatch.scale.registry import TableSource, registry_of
-from calwatch.stream import BatchRecord, BatchStats
+from calwatch.stream.records import BatchRecord, BatchStats
 
 
 def commit_observed(

@@ -24,7 +24,7 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from calwatch.scratch import ScratchFolder
+from calwatch.core.scratch import ScratchFolder
 
 PARTITIONS = 64
 #: Hashes held in memory before they are written out (8 MiB).

@@ -1,6 +1,6 @@
 """The fitted calibrators, frozen as bytes that travel to wherever the kernel runs.
 
-The bytes are the snapshot codec's (:mod:`calwatch.state_codec`): a JSON tree and numeric arrays
+The bytes are the snapshot codec's (:mod:`calwatch.core.codec`): a JSON tree and numeric arrays
 (``numpy.savez`` without pickle), never pickle. Decoding rebuilds only ``calwatch`` classes, so an
 executor that receives them runs no code but calwatch's own — the same promise a snapshot makes.
 """
@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.classes import ClassEncoder
+from calwatch.core.classes import ClassEncoder
+from calwatch.core.codec import SnapshotError, StateDecoder, StateEncoder
 from calwatch.kinds import kind_of
 from calwatch.kinds.base import CalibratorKind
-from calwatch.state_codec import SnapshotError, StateDecoder, StateEncoder
 
 if TYPE_CHECKING:
-    from calwatch.monitor import Monitor
+    from calwatch.monitor.monitor import Monitor
 
 #: Kinds whose per-row results depend on the row alone (and the frozen calibrator), so any split
 #: of a table gives the same rows' statistics. Venn-ADMIT needs embeddings and ACI learns from

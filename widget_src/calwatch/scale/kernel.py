@@ -25,7 +25,7 @@ and Dask's own aggregations do it. Zero counts and sums are left out (the table 
 In *observe* mode every row counts as observed (and, where its label column has a value, as
 labelled). In *label* mode (``observed=False``) only the labels' contribution is emitted: the
 label's statistics, minus those of the row's previous label where it had one (a relabel
-replaces the first label), as :meth:`Monitor.label <calwatch.monitor.Monitor.label>` does.
+replaces the first label), as :meth:`Monitor.label <calwatch.monitor.monitor.Monitor.label>` does.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from calwatch.core.models import ModelOutputs
 from calwatch.engine._validation import validated_probabilities
 from calwatch.engine.shift.bucket_tests import confidence_rank_sums
-from calwatch.models import ModelOutputs
 from calwatch.scale.columns import LogColumns, label_mask, probabilities, values
 from calwatch.scale.duplicates import key_hashes, repeated_id
 from calwatch.scale.frozen import FrozenMonitor

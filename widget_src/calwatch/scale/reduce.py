@@ -27,7 +27,7 @@ from calwatch.scale.kernel import (
     N_RELABELLED,
     N_ROWS,
 )
-from calwatch.stream import BatchStats
+from calwatch.stream.records import BatchStats
 
 
 @dataclass

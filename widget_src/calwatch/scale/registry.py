@@ -29,10 +29,20 @@ from typing import Any
 
 import polars as pl
 
-from calwatch.row_log import BUCKET, ID, LABEL, SEQ, LabelLog, check_file, file_sha256, inside, link_or_copy
+from calwatch.core.codec import SnapshotError
 from calwatch.scale.columns import LogColumns
 from calwatch.scale.pins import FilePin, check_pins
-from calwatch.state_codec import SnapshotError
+from calwatch.stream.row_log import (
+    BUCKET,
+    ID,
+    LABEL,
+    SEQ,
+    LabelLog,
+    check_file,
+    file_sha256,
+    inside,
+    link_or_copy,
+)
 
 
 @dataclass
@@ -147,7 +157,7 @@ def load_registry(folder: Path, index: dict[str, Any]) -> TableRegistry:
     """The registry a snapshot's ``tables/`` holds (label parts and row copies linked into a fresh log).
 
     Every file the index names must be a plain name inside ``tables/``
-    (:func:`calwatch.row_log.inside`); the pins of a parquet source name the user's files, which
+    (:func:`calwatch.stream.row_log.inside`); the pins of a parquet source name the user's files, which
     are not read here: ``label_table`` checks them before it reads a row.
 
     Raises

@@ -1,7 +1,7 @@
 """Out of core on one machine: observe a prediction log and join its late labels, chunk by chunk.
 
-The embedded default behind :meth:`Monitor.observe_table <calwatch.monitor.Monitor.observe_table>`
-and :meth:`Monitor.label_table <calwatch.monitor.Monitor.label_table>`. A source (a parquet path
+The embedded default behind :meth:`Monitor.observe_table <calwatch.monitor.monitor.Monitor.observe_table>`
+and :meth:`Monitor.label_table <calwatch.monitor.monitor.Monitor.label_table>`. A source (a parquet path
 or glob, a polars ``LazyFrame``/``DataFrame``, a pyarrow ``Table``/``Dataset``) is read as a polars
 lazy query and streamed in chunks of ``chunk_rows`` rows; each chunk goes through the kernel
 (:mod:`calwatch.scale.kernel`) and only its small partial statistics are kept, so peak memory
@@ -29,8 +29,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from calwatch.ids import arrow_id_kind, check_id_kind
-from calwatch.monitor_labels import LabelReport
+from calwatch.core.ids import arrow_id_kind, check_id_kind
+from calwatch.monitor.labels import LabelReport
 from calwatch.scale.columns import LogColumns
 from calwatch.scale.commit import commit_labels, commit_observed
 from calwatch.scale.duplicates import DuplicateCheck, confirm, grouped_hashes, repeated_id
@@ -164,7 +164,7 @@ def observe_table(
 ) -> tuple[int, ...]:
     """Observe every row of a prediction log: one batch per bucket, in sorted bucket order.
 
-    See :meth:`Monitor.observe_table <calwatch.monitor.Monitor.observe_table>`.
+    See :meth:`Monitor.observe_table <calwatch.monitor.monitor.Monitor.observe_table>`.
     """
     if not (isinstance(chunk_rows, int) and chunk_rows > 0):
         msg = f"chunk_rows must be a positive integer; got {chunk_rows!r}"
@@ -247,7 +247,7 @@ def observe_table(
 
 
 class _IdKinds:
-    """The one kind of a table's ids (:func:`calwatch.ids.arrow_id_kind`), checked chunk by chunk."""
+    """The one kind of a table's ids (:func:`calwatch.core.ids.arrow_id_kind`), checked chunk by chunk."""
 
     def __init__(self, column: str, fixed: str | None) -> None:
         self.column, self.fixed, self.kind = column, fixed, fixed
@@ -447,7 +447,7 @@ class _Labels:
 
 
 def polars_id_kind(dtype: pl.DataType) -> str:
-    """The kind of ids a polars column type holds (:func:`calwatch.ids.arrow_id_kind`'s words)."""
+    """The kind of ids a polars column type holds (:func:`calwatch.core.ids.arrow_id_kind`'s words)."""
     return arrow_id_kind(pl.Series([], dtype=dtype).to_arrow().type)
 
 
@@ -504,7 +504,7 @@ def label_table(
 ) -> LabelReport:
     """Join late labels by id to the tables the monitor observed, and update the batches they touch.
 
-    See :meth:`Monitor.label_table <calwatch.monitor.Monitor.label_table>`.
+    See :meth:`Monitor.label_table <calwatch.monitor.monitor.Monitor.label_table>`.
     """
     labels = read_labels(source, id=id, label=label)
     with monitor.lock:

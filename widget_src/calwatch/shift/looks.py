@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from calwatch import paged
+from calwatch.core import paged
 
 Key = tuple[str, int]
 Look = dict[str, Any]

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from calwatch.core.who import default_author
 from calwatch.engine.shift.monitors import (
     EpisodeTracker,
     MonitorResult,
@@ -38,7 +39,6 @@ from calwatch.shift.label_free import (
 )
 from calwatch.shift.looks import LookStore
 from calwatch.shift.on_labels import ClassCoverageDropDetector, CoverageDropDetector, LabelMartingale
-from calwatch.who import default_author
 
 
 @contextlib.contextmanager

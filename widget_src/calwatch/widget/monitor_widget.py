@@ -1,15 +1,15 @@
-"""The live widget: a thin anywidget view over a :class:`~calwatch.monitor.Monitor`.
+"""The live widget: a thin anywidget view over a :class:`~calwatch.monitor.monitor.Monitor`.
 
 The kernel sends only what changed (rows of the chart datasets, keyed) as custom messages; the
 front end (``js/``) appends them to the Vega views with changesets. What an update costs the
 kernel does not grow with the stream: the rows of the buckets a call touched come from
-:mod:`calwatch.live`, the window panels from per-batch arrays kept in a
-:class:`~calwatch.dashboard.RowCache`, and only rows that differ from what the views hold are
+:mod:`calwatch.views.live`, the window panels from per-batch arrays kept in a
+:class:`~calwatch.views.dashboard.RowCache`, and only rows that differ from what the views hold are
 sent. Views created later (a second ``display``, a sidecar panel) ask for a replay of the whole
 state: the rows the other views hold. The dashboard's
 controls (α, class filter, window size, the timeline brush) are synced traits: the kernel
 recomputes what depends on them and sends it to every view. The protocol is in
-``docs/widget-protocol.md``; the layout and window-derived panels in :mod:`calwatch.dashboard`.
+``docs/widget-protocol.md``; the layout and window-derived panels in :mod:`calwatch.views.dashboard`.
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
-from calwatch import charts, dashboard, health
-from calwatch.cards import CardTotals, ExactIntervals
-from calwatch.guard import guard_of
-from calwatch.live import LiveDatasets, bucketed_names
-from calwatch.outbox import Outbox
-from calwatch.resolution import Resolution, bucket_width
+from calwatch.core.guard import guard_of
+from calwatch.views import charts, dashboard, health
+from calwatch.views.cards import CardTotals, ExactIntervals
+from calwatch.views.live import LiveDatasets, bucketed_names
+from calwatch.views.resolution import Resolution, bucket_width
+from calwatch.widget.outbox import Outbox
 
 if TYPE_CHECKING:
-    from calwatch.monitor import Monitor
+    from calwatch.monitor.monitor import Monitor
 from calwatch.widget.payloads import (
     _BUNDLE,
     MAX_PAGE_SIZE,
@@ -81,7 +81,7 @@ class MonitorWidget(anywidget.AnyWidget):
     _alpha = traitlets.Float(None, allow_none=True).tag(sync=True)
     """What-if level α (None = off); written by the α slider in the browser."""
     _alpha_info = traitlets.Dict().tag(sync=True)
-    """What the α control applies to (see :func:`calwatch.dashboard.what_if_info`)."""
+    """What the α control applies to (see :func:`calwatch.views.dashboard.what_if_info`)."""
     _selectives = traitlets.List(traitlets.Unicode()).tag(sync=True)
     """Selective calibrators (``cw.SelectiveCalibrator``), for the kept-share slider."""
     _kept_share = traitlets.Float(None, allow_none=True).tag(sync=True)
@@ -187,7 +187,7 @@ class MonitorWidget(anywidget.AnyWidget):
 
         In a kernel the main thread runs the cells: batches a cell observed or labelled are the
         user's own, those a producer thread fed are not, nor are notes and acknowledgements from
-        the controls (see :class:`calwatch.notebook_output.StaticDashboard`).
+        the controls (see :class:`calwatch.publish.notebook_output.StaticDashboard`).
         """
         return self._seq_by_main_thread
 

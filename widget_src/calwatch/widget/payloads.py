@@ -11,12 +11,12 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from calwatch import charts, dashboard, health
-from calwatch.guard import one_moment
-from calwatch.resolution import Resolution
+from calwatch.core.guard import one_moment
+from calwatch.views import charts, dashboard, health
+from calwatch.views.resolution import Resolution
 
 if TYPE_CHECKING:
-    from calwatch.monitor import Monitor
+    from calwatch.monitor.monitor import Monitor
 
 
 _BUNDLE = Path(__file__).parents[1] / "static" / "widget.js"
@@ -24,7 +24,7 @@ _BUNDLE = Path(__file__).parents[1] / "static" / "widget.js"
 #: last refresh follows once the kernel is idle, and every control change refreshes at once.
 WINDOW_REFRESH_S = 0.5
 #: In a kernel, updates reach the views at most this often (seconds): faster calls are merged by
-#: key into one message (:class:`~calwatch.outbox.Outbox`), so a producer faster than the browser
+#: key into one message (:class:`~calwatch.widget.outbox.Outbox`), so a producer faster than the browser
 #: draws never builds a backlog in the page. The first update after a pause is sent at once.
 UPDATE_INTERVAL_S = 0.2
 #: Row-table page sizes the kernel accepts.
@@ -100,8 +100,8 @@ def _classes(monitor: Monitor) -> list[str]:
 @one_moment
 def view_state(monitor: Monitor) -> dict[str, Any]:
     """The synced traits a view of ``monitor`` starts from (also what a static report renders)."""
+    from calwatch.core.who import default_author
     from calwatch.kinds import find_kind
-    from calwatch.who import default_author
 
     kinds = charts.chart_kinds(monitor)
     panels = dashboard.panels_for(monitor) if monitor.calibration_ is not None else []
@@ -143,9 +143,9 @@ def warning_rows(monitor: Monitor) -> list[dict[str, Any]]:
     return [] if watch is None else json_rows_from_dicts(watch.warning_records())
 
 
-#: The built-in datasets with a row per bucket of batches (see :mod:`calwatch.resolution`): re-sent
+#: The built-in datasets with a row per bucket of batches (see :mod:`calwatch.views.resolution`): re-sent
 #: whole, with tombstones for the buckets that went away, when their resolution changes
-#: (:func:`calwatch.live.bucketed_names` adds those of kinds registered since).
+#: (:func:`calwatch.views.live.bucketed_names` adds those of kinds registered since).
 BUCKETED = ("batches", "set_sizes", "class_coverage", "admit_class", "shift", "pit")
 
 
@@ -160,7 +160,7 @@ def view_datasets(
     """Rows of every chart dataset (of the buckets holding ``batches``, default all), JSON-safe.
 
     ``resolution`` is how per-batch datasets are bucketed (default: the whole stream, see
-    :func:`calwatch.charts.datasets`). With ``dashboard_data=True`` (a whole state: a replay, a
+    :func:`calwatch.views.charts.datasets`). With ``dashboard_data=True`` (a whole state: a replay, a
     report) the dashboard's datasets come too (:func:`dashboard_datasets`).
     """
     if monitor.calibration_ is None or monitor.n_batches == 0:
@@ -205,11 +205,11 @@ def window_payload(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
 def health_rows(
     monitor: Monitor, rows: Any = None, *, promises: tuple[dict[str, str], dict[str, float]] | None = None
 ) -> list[dict[str, Any]]:
-    """The health strip's rows (:func:`calwatch.health.health`): from ``rows``, else ``summary()``.
+    """The health strip's rows (:func:`calwatch.views.health.health`): from ``rows``, else ``summary()``.
 
     ``rows`` are per-batch summary rows holding at least the last
-    :data:`~calwatch.health.SPARK_BATCHES` batches; ``promises`` the monitor's
-    :func:`~calwatch.health.qualifiers` and :func:`~calwatch.health.floors` (computed when not
+    :data:`~calwatch.views.health.SPARK_BATCHES` batches; ``promises`` the monitor's
+    :func:`~calwatch.views.health.qualifiers` and :func:`~calwatch.views.health.floors` (computed when not
     given; they change only with calibrate). Per-class promises are judged on their worst class,
     from :meth:`Monitor.class_coverage` of the same batches (read only when there is one).
     """
