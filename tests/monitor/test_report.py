@@ -31,10 +31,10 @@ def _embedded(page, element_id):
 def test_report_holds_every_panel_and_the_logs(monitor):
     page = render_report(monitor)
     state = _embedded(page, "calwatch-state")
-    assert state["model"]["_chart_order"] == cw.charts.chart_kinds(monitor)
-    from calwatch.views import dashboard
+    from calwatch.views import charts, dashboard
 
-    assert set(state["datasets"]) == {*cw.charts.DATASETS, *dashboard.PANEL_DATASETS}
+    assert state["model"]["_chart_order"] == charts.chart_kinds(monitor)
+    assert set(state["datasets"]) == {*charts.CHART_DATASETS, *dashboard.PANEL_DATASETS}
     assert len(state["datasets"]["overview"]) == len(monitor.calibrators)  # one card each
     assert len(state["datasets"]["batches"]) == len(monitor.summary())
     assert len(state["model"]["_warnings"]) == len(monitor.warnings()) > 0

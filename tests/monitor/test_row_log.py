@@ -147,7 +147,7 @@ def test_rows_read_before_the_lock_count_as_if_read_under_it(monkeypatch: pytest
     ids = [f"1-{i}" for i in range(0, 100, 4)] + [f"2-{i}" for i in range(30)] + [f"5-{i}" for i in range(10)]
     ids.append("never-seen")
     labels = np.concatenate([y[::4], y[:30], y[:10], [0]])
-    prefetched = mon._prefetch_logged(ids)  # type: ignore[attr-defined]
+    prefetched = mon._labels.prefetch_logged(ids)
     assert prefetched is not None and sorted(prefetched.hits) == [1, 2]  # batch 5 is in the window
     for m in (mon, twin):  # another thread, meanwhile: relabels batch 1, moves batch 5 to the log
         m.label([f"1-{i}" for i in range(0, 100, 8)], y[::8])
@@ -161,7 +161,7 @@ def test_rows_read_before_the_lock_count_as_if_read_under_it(monkeypatch: pytest
         return scan(files, *args, **kwargs)
 
     monkeypatch.setattr(row_log.pl, "scan_parquet", counting)
-    report = mon._label_locked(ids, labels, prefetched)  # type: ignore[attr-defined]
+    report = mon._label_locked(ids, labels, prefetched)
     assert report == twin.label(ids, labels)
     assert report.batches == (1, 2, 5) and report.unmatched == 1 and report.relabelled == 25
     old_parts = {p["file"] for p in mon._row_log.parts[: prefetched.parts_seen]}  # type: ignore[attr-defined]

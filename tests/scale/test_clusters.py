@@ -321,6 +321,7 @@ def test_spark_id_check_is_exact_whatever_the_hashes_say(spark: Any, monkeypatch
     a repeated hash is confirmed on the rows, so colliding hashes refuse nothing; past
     ``CONFIRM_AT_MOST`` repeated hashes one exact grouped query decides."""
     import calwatch.scale.spark as cw_spark
+    from calwatch.scale import spark_ids
     from calwatch.scale.columns import LogColumns
     from calwatch.scale.duplicates import key_hashes
 
@@ -333,18 +334,18 @@ def test_spark_id_check_is_exact_whatever_the_hashes_say(spark: Any, monkeypatch
         twice = pl.when(pl.col("id") == ids[7]).then(pl.lit(ids[71])).otherwise(pl.col("id"))
         bad = engine.table(frame.with_columns(twice.alias("id")), 3)  # ids[71] twice in bucket 1
         columns = LogColumns.of(id="id", bucket="bucket", probs=prob_names(2))
-        keyed = cw_spark._KeyHashes.of(good, columns)
+        keyed = spark_ids.KeyHashes.of(good, columns)
         assert keyed.in_jvm == isinstance(ids[0], str)
         # Every row's hash "repeated" (as if all collided): rows decide, a good table passes.
         rows = good.select(*keyed.inputs(["bucket", "id"])).toArrow().combine_chunks().to_batches()[0]
         every = keyed.hashes(rows)
         if not keyed.in_jvm:
             assert np.array_equal(every, key_hashes(rows, "id"))
-        cw_spark._confirm_repeats(good, columns, keyed, every)
-        cw_spark._confirm_repeats(good, columns, keyed, None)
+        spark_ids.confirm_repeats(good, columns, keyed, every)
+        spark_ids.confirm_repeats(good, columns, keyed, None)
         twice_in_1 = rf"id column 'id': id {ids[71]!r} appears 2 times \(in bucket 1\)"
         with pytest.raises(ValueError, match=twice_in_1):
-            cw_spark._confirm_repeats(bad, columns, keyed, None)
+            spark_ids.confirm_repeats(bad, columns, keyed, None)
         mon = calibrated(task)
         log = {"id": "id", "probs": prob_names(2), "bucket": "bucket", "category": "cat"}
         with pytest.raises(ValueError, match="id column 'id'"):
@@ -357,15 +358,15 @@ def test_spark_id_check_is_exact_whatever_the_hashes_say(spark: Any, monkeypatch
         assert mon.n_batches == 0
         # A small table's few shards (above) and the most shards (a plan without a size estimate)
         # find the same repeat: a key's hashes share their top bits however many choose a shard.
-        assert cw_spark._shard_bits(good) < cw_spark.SHARD_BITS
-        monkeypatch.setattr(cw_spark, "BLOB_HASHES", 2)  # and a shard's hashes split over rows
+        assert spark_ids.shard_bits(good) < spark_ids.SHARD_BITS
+        monkeypatch.setattr(spark_ids, "BLOB_HASHES", 2)  # and a shard's hashes split over rows
         with pytest.raises(ValueError, match="id column 'id'"):
             cw_spark.observe(mon, bad, **log)
-        monkeypatch.setattr(cw_spark, "_shard_bits", lambda df: cw_spark.SHARD_BITS)
+        monkeypatch.setattr(spark_ids, "shard_bits", lambda df: spark_ids.SHARD_BITS)
         with pytest.raises(ValueError, match="id column 'id'"):
             cw_spark.observe(mon, bad, **log)
         assert mon.n_batches == 0
-        monkeypatch.setattr(cw_spark, "CONFIRM_AT_MOST", 0)  # the exact grouped query decides
+        monkeypatch.setattr(spark_ids, "CONFIRM_AT_MOST", 0)  # the exact grouped query decides
         with pytest.raises(ValueError, match="id column 'id'"):
             cw_spark.observe(mon, bad, **log)
         assert mon.n_batches == 0

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from calwatch.scale import spark_scan
+from calwatch.scale import spark_arrow, spark_scan
 from tests.scale.engines import task_with
 from tests.scale.logs import assert_same_statistics, calibrated, log_frame, prob_names, replay
 
@@ -90,10 +90,8 @@ def _written(frame: pl.DataFrame, folder: Path, **options: Any) -> Path:
 
 
 def _scan(df: Any) -> tuple[Any, str]:
-    import calwatch.scale.spark as cw_spark
-
     names = ["id", "bucket", *prob_names(2)]
-    return spark_scan.file_scan(df.select(*names), cw_spark._arrow_schema(df, names, "the DataFrame"), 1000)
+    return spark_scan.file_scan(df.select(*names), spark_arrow.arrow_schema(df, names, "the DataFrame"), 1000)
 
 
 def test_only_a_bare_scan_of_local_unpartitioned_parquet_is_read_by_the_workers(
@@ -149,7 +147,7 @@ def test_files_missing_a_column_are_read_through_spark_with_its_nulls(spark: Any
     pq.write_table(frame.tail(45).drop("y").to_arrow(), folder / "part-1.parquet")
     df = spark.read.option("mergeSchema", "true").parquet(str(folder))
     names = ["id", "bucket", "y"]
-    scan, reason = spark_scan.file_scan(df.select(*names), cw_spark._arrow_schema(df, names, "x"), 100)
+    scan, reason = spark_scan.file_scan(df.select(*names), spark_arrow.arrow_schema(df, names, "x"), 100)
     assert scan is None and "no column 'y'" in reason
     task = task_with(2)
     table, memory = calibrated(task), calibrated(task)

@@ -146,7 +146,7 @@ def test_widget_in_jupyterlab(
     wait_seq(page, SIDEBAR, latest)
     assert count(page, SIDEBAR) == 1
     assert count(page, f"#jp-right-stack {SIDEBAR}") == 1, "the sidecar is not in the right area"
-    for dataset in charts.DATASETS:
+    for dataset in charts.CHART_DATASETS:
         name = f"data-rows-{dataset}"
         assert attr(page, SIDEBAR, name) == attr(page, INLINE, name), name
     sidebar_charts = assert_charts(page, SIDEBAR, kinds)

@@ -326,3 +326,24 @@ def test_a_spec_vl_convert_refuses_raises_with_its_reason_and_the_fallback_keeps
     with pytest.raises(RuntimeError, match=r"vl-convert failed in its child process: .+"):
         svg_child.vegalite_to_svg({"mark": "no-such-mark", "data": {"values": [{"a": 1}]}})
     assert notebook_output._svg_image({"mark": "no-such-mark"}, "x") == ""
+
+
+def test_an_exported_notebook_reads_a_caption_not_an_object_address():
+    # Where the live view cannot be drawn (nbconvert HTML, a viewer), a notebook shows the
+    # widget's text/plain: it used to be '<calwatch.widget.MonitorWidget object at 0x...>'.
+    mon = pets_monitor()
+    bundle = mon.widget()._repr_mimebundle_()
+    text = (bundle[0] if isinstance(bundle, tuple) else bundle)["text/plain"]
+    assert text == f"calwatch dashboard: {mon.name} ({mon.n_batches} batches)"
+    assert "object at 0x" not in text
+
+
+def test_show_in_a_script_says_where_to_look_instead_of_printing_the_page(capsys):
+    # Outside a Jupyter kernel there is no page to draw on: show() used to print ~1.3 MB of HTML.
+    mon = pets_monitor()
+    mon.show()
+    out = capsys.readouterr().out
+    assert len(out) < 400, len(out)
+    assert "mon.report('report.html')" in out
+    assert "calwatch serve" in out
+    assert "<div" not in out and "<script" not in out  # no markup

@@ -16,7 +16,7 @@ from calwatch.widget.outbox import Outbox
 from ..synthetic import softmax_data
 from .test_widget_incremental import _apply
 
-DATASETS = ("batches", "timeline", "overview")
+SAMPLED_DATASETS = ("batches", "timeline", "overview")
 
 
 row = st.builds(
@@ -25,7 +25,7 @@ row = st.builds(
     st.integers(0, 9),
     st.booleans(),
 )
-upsert = st.dictionaries(st.sampled_from(DATASETS), st.lists(row, max_size=6), max_size=3)
+upsert = st.dictionaries(st.sampled_from(SAMPLED_DATASETS), st.lists(row, max_size=6), max_size=3)
 
 
 class Recorder:

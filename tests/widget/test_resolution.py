@@ -15,7 +15,7 @@ from polars.testing import assert_frame_equal
 import calwatch as cw
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.views import charts, dashboard, resolution
-from calwatch.views.charts import specs as chart_specs
+from calwatch.views.charts import parts as chart_parts
 from calwatch.views.resolution import Resolution, bucket_records, bucket_width
 from calwatch.widget import BUCKETED
 
@@ -225,7 +225,7 @@ def test_hover_text_is_computed_per_row_in_the_data_flow():
         alt.Tooltip("coverage:Q", format=".3f"),
         alt.Tooltip("n_labelled:Q", title="labelled"),
     ]
-    fields = chart_specs._hover_fields(tips)
+    fields = chart_parts.hover_fields(tips)
     coverage = 'isValid(datum["coverage"]) ? format(datum["coverage"], ".3f") : \'\' + datum["coverage"]'
     assert fields["hover_description"] == (
         f'"batch: " + (\'\' + datum["name"]) + \'; \' + "coverage: " + ({coverage})'
@@ -236,7 +236,7 @@ def test_hover_text_is_computed_per_row_in_the_data_flow():
     (points,) = [layer for layer in spec["layer"] if layer["mark"].get("type") == "point"]
     assert points["mark"]["tooltip"] == {"expr": "datum.hover_tooltip"}
     assert points["mark"]["description"] == {"expr": "datum.hover_description"}
-    assert {"calculate": chart_specs._hover_fields([])["hover_tooltip"], "as": "hover_tooltip"} not in points[
+    assert {"calculate": chart_parts.hover_fields([])["hover_tooltip"], "as": "hover_tooltip"} not in points[
         "transform"
     ]
     assert [t["as"] for t in points["transform"] if "calculate" in t] == [

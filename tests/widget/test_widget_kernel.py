@@ -53,7 +53,8 @@ def test_one_widget_per_monitor_with_traits(mon):
     for name, spec in w._specs.items():
         text = json.dumps(spec)
         assert '"name": "calibrator"' in text, name
-        assert any(f'"name": "{d}"' in text for d in (*charts.DATASETS, *dashboard.PANEL_DATASETS)), name
+        named = (*charts.CHART_DATASETS, *dashboard.PANEL_DATASETS)
+        assert any(f'"name": "{d}"' in text for d in named), name
         assert "http" not in text.replace(spec.get("$schema", ""), "")
 
 
@@ -98,7 +99,7 @@ def test_replay_before_any_batch_is_empty(mon, sent):
     widget, messages = sent
     widget._on_custom_message(widget, {"kind": "replay-request", "view": "v1"}, [])
     data = messages[-1]["data"]
-    assert set(data) == {*charts.DATASETS, *dashboard.PANEL_DATASETS}
+    assert set(data) == {*charts.CHART_DATASETS, *dashboard.PANEL_DATASETS}
     assert all(rows == [] for name, rows in data.items() if name not in ("overview", "health"))
     # one card per calibrator, saying there is nothing yet; one health chip each, waiting
     cards = [(c["key"], c["n_batches"], c["coverage"]) for c in data["overview"]]

@@ -12,12 +12,15 @@ from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.errors import NotFittedError
 from calwatch.engine.pac.sets import PACConfidenceSets
 from calwatch.engine.risk.estimator import RiskEstimator
+from calwatch.kinds import KINDS
 from calwatch.monitor.compare import compare
 from calwatch.monitor.monitor import LabelReport, Monitor, Note, register_task
 from calwatch.monitor.regression import RegressionMonitor
+from calwatch.stream.row_codec import use_kinds
 
 register_task("regression", RegressionMonitor)  # Monitor(task="regression") builds one
-del RegressionMonitor, register_task
+use_kinds(KINDS)  # the rows' codec (a layer below the kinds) writes each kind's per-row results through them
+del KINDS, RegressionMonitor, register_task, use_kinds
 
 
 def _installed_version() -> str:

@@ -88,7 +88,6 @@ LEGACY_MODULES: dict[str, str] = {
     "calwatch.monitor_labels": "calwatch.monitor.labels",
     "calwatch.monitor_reads": "calwatch.monitor.reads",
     "calwatch.monitor_share": "calwatch.monitor.share",
-    "calwatch.monitor_state": "calwatch.monitor.state",
     "calwatch.monitor_tables": "calwatch.monitor.tables",
     "calwatch.regression_monitor": "calwatch.monitor.regression",
     "calwatch.row_log": "calwatch.stream.row_log",
@@ -456,12 +455,15 @@ def current_name(name: str) -> str:
 SNAPSHOT_MODULE_PREFIXES: tuple[str, ...] = (
     "calwatch.engine.", "calwatch.kinds.", "calwatch.scale.", "calwatch.shift.",
 )  # fmt: skip
+#: Modules under those prefixes that no snapshot holds and whose import has effects of its own
+#: (the Spark and Dask adapters live in ``calwatch.scale``): refused before any import.
+NEVER_IN_SNAPSHOTS: tuple[str, ...] = ("calwatch.scale.spark", "calwatch.scale.dask")
 SNAPSHOT_MODULES: frozenset[str] = frozenset(
     {
         "calwatch.core.classes", "calwatch.monitor.compare", "calwatch.core.ids", "calwatch.kinds",
         "calwatch.core.models", "calwatch.monitor.monitor",
         "calwatch.monitor.labels", "calwatch.monitor.reads", "calwatch.monitor.share",
-        "calwatch.monitor.state", "calwatch.monitor.tables", "calwatch.monitor.regression",
+        "calwatch.monitor.tables", "calwatch.monitor.regression",
         "calwatch.stream.row_log", "calwatch.stream.columns", "calwatch.stream.records",
     }
 )  # fmt: skip
@@ -474,7 +476,11 @@ def snapshot_may_name(module_name: str) -> bool:
     --------
     >>> snapshot_may_name("calwatch.engine.shift.betting"), snapshot_may_name("calwatch.__main__")
     (True, False)
+    >>> snapshot_may_name("calwatch.scale.kernel"), snapshot_may_name("calwatch.scale.spark_scan")
+    (True, False)
     """
+    if module_name.startswith(NEVER_IN_SNAPSHOTS):
+        return False
     return module_name in SNAPSHOT_MODULES or module_name.startswith(SNAPSHOT_MODULE_PREFIXES)
 
 

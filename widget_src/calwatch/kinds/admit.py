@@ -8,7 +8,7 @@ counts plus, once labelled, admitted rows and right ones by true and by predicte
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -29,6 +29,7 @@ from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.kinds.base import IntArray, int_array
 from calwatch.kinds.sets import SET_SUMMARY, CalibratorBatchStats, SetRows, SetsKind
 from calwatch.stream.records import BatchRecord, BatchRows
+from calwatch.stream.row_codec import nested_arrays, nested_series
 
 #: Per-row Venn-ADMIT results kept in the window (``rows()`` shows them as ``<field>_<name>``).
 ADMIT_ROW_FIELDS = ("y_hat", "q", "d", "admitted", "p_lower", "p_upper")
@@ -190,6 +191,7 @@ class AdmitKind(SetsKind):
         },
     }  # fmt: skip
     reference = "full"
+    rows_field = "admit"
 
     def claims(self, calibrator: Any) -> bool:
         """Venn-ADMIT-like: ``predict_arrays`` over embeddings and logits, and ``q_k_only``."""
@@ -253,6 +255,18 @@ class AdmitKind(SetsKind):
     def results_of(self, rows: BatchRows, key: str, calibrator: Any) -> AdmitRows:
         """The sets and admission results kept for the batch."""
         return AdmitRows(rows.packed_sets[key], int(rows.probs.shape[1]), None, rows.admit[key])
+
+    def write_rows(self, rows: Sequence[BatchRows]) -> tuple[dict[str, pl.Series], dict[str, Any]]:
+        """``admit_<i>_<field>``: the admission results (its packed sets are the sets kind's ``set_<j>``)."""
+        keys = list(rows[0].admit) if rows else []
+        fields = list(rows[0].admit[keys[0]]) if keys else []
+        columns = nested_series("admit", dict.fromkeys(keys, fields), [r.admit for r in rows])
+        return columns, {"admit_calibrators": keys, "admit_fields": fields}
+
+    def read_rows(self, part: pl.DataFrame, mapping: Mapping[str, Any], rows: BatchRows) -> None:
+        """The admission results (none in snapshots written before Venn-ADMIT)."""
+        fields = mapping.get("admit_fields", [])
+        rows.admit = nested_arrays(part, "admit", dict.fromkeys(mapping.get("admit_calibrators", []), fields))
 
     def summary_row(self, stats: CalibratorBatchStats, n_rows: int) -> dict[str, Any]:
         """The sets' columns plus the admitted share and the admitted rows' accuracy."""

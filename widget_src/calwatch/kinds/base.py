@@ -10,7 +10,10 @@ adaptive sets) says in one module:
   are the merge of the statistics of any split of its rows, labels included;
 * how labels update those statistics: the labelled rows' contribution is itself a statistic
   (:meth:`CalibratorKind.labelled`), merged in (and merged in negated for a relabel);
-* the summary columns and dashboard panels it contributes, and its ``rows()`` columns.
+* the summary columns and dashboard panels it contributes, and its ``rows()`` columns;
+* how its per-row results are written to a table of rows and read back (:attr:`~CalibratorKind.rows_field`,
+  :meth:`~CalibratorKind.write_rows`, :meth:`~CalibratorKind.read_rows`): the one codec of
+  :mod:`calwatch.stream.row_codec`, behind snapshots' ``rows.parquet`` and the row log.
 
 The monitor loops over its calibrators and asks each one's kind; it never branches on kinds.
 """
@@ -27,6 +30,7 @@ import polars as pl
 
 from calwatch.core.models import ModelOutputs
 from calwatch.stream.records import BatchRecord, BatchRows, BatchStats
+from calwatch.stream.row_codec import nested_arrays, nested_series
 
 IntArray = npt.NDArray[np.intp]
 
@@ -77,6 +81,11 @@ class CalibratorKind(ABC, Generic[R, S]):
     #: Chart datasets of its panels built from the window's raw rows: name -> schema of a row
     #: (each row has a unique ``key``).
     window_datasets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    #: The field of :class:`~calwatch.stream.records.BatchRows` its :meth:`keep` fills, whose
+    #: columns it writes (:meth:`write_rows`). Kinds that share a field (plain sets and ACI) share
+    #: its writer: the first kind of each field in :data:`calwatch.kinds.KINDS` writes it, for every
+    #: calibrator whose results are kept there. ``extra`` (the default) is any kind's own.
+    rows_field: ClassVar[str] = "extra"
 
     @abstractmethod
     def claims(self, calibrator: Any) -> bool:
@@ -129,6 +138,29 @@ class CalibratorKind(ABC, Generic[R, S]):
     @abstractmethod
     def results_of(self, rows: BatchRows, key: str, calibrator: Any) -> R:
         """The per-row results kept in the window's raw rows of a batch."""
+
+    def write_rows(self, rows: Sequence[BatchRows]) -> tuple[dict[str, pl.Series], dict[str, Any]]:
+        """Columns of :attr:`rows_field` for the rows of these batches, and the mapping that reads them.
+
+        The mapping is JSON-able; it is saved beside the columns and handed to :meth:`read_rows`.
+        A kind writes its mapping entries for no batches too, so an empty window's are its task's.
+        The default writes ``rows.extra`` generically: ``extra_<i>_<field>`` for the ``i``-th
+        calibrator (``extra_calibrators``) and each of its fields (``extra_fields``).
+        """
+        names = {key: list(fields) for key, fields in rows[0].extra.items()} if rows else {}
+        if not names:  # snapshots without such kinds never carry the keys
+            return {}, {}
+        return nested_series("extra", names, [r.extra for r in rows]), {
+            "extra_calibrators": list(names), "extra_fields": names,
+        }  # fmt: skip
+
+    def read_rows(self, part: pl.DataFrame, mapping: Mapping[str, Any], rows: BatchRows) -> None:
+        """Fill :attr:`rows_field` of one batch's ``rows`` from its ``part`` of the columns (copies).
+
+        ``mapping`` is what :meth:`write_rows` returned, or that of an older snapshot.
+        """
+        names = {key: mapping["extra_fields"][key] for key in mapping.get("extra_calibrators", [])}
+        rows.extra = nested_arrays(part, "extra", names)
 
     @abstractmethod
     def summary_row(self, stats: S, n_rows: int) -> dict[str, Any]:

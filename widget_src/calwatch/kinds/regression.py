@@ -10,6 +10,7 @@ a monoid like every kind's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -17,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from calwatch.core.codec import SnapshotError
 from calwatch.core.invariants import (
     count_problems,
     counts_problems,
@@ -29,7 +31,8 @@ from calwatch.core.invariants import (
     same_rows_problems,
 )
 from calwatch.kinds.base import CalibratorKind, IntArray
-from calwatch.stream.records import BatchRows
+from calwatch.stream.records import NO_LABEL, BatchRows
+from calwatch.stream.row_codec import array_of, float_series
 
 FloatArray = npt.NDArray[np.float64]
 #: Bins of the PIT histogram (uniform when the CDFs are calibrated).
@@ -258,6 +261,7 @@ class RegressionKind(CalibratorKind[RegressionRows, RegressionBatchStats]):
     stats_type = RegressionBatchStats
     summary_columns: ClassVar[dict[str, Any]] = {}
     panels: ClassVar[tuple[str, ...]] = ("interval_coverage", "interval_width", "pit", "fan")
+    rows_field = "regression"
 
     def claims(self, calibrator: Any) -> bool:
         """Calibrators with ``predict_rows`` (calibrated CDFs per row)."""
@@ -316,6 +320,70 @@ class RegressionKind(CalibratorKind[RegressionRows, RegressionBatchStats]):
         fields = {name: saved[name] for name in row_fields(levels)}
         return RegressionRows(fields, saved["u"], saved["pred"], levels, calibrator)
 
+    def write_rows(self, rows: Sequence[BatchRows]) -> tuple[dict[str, pl.Series], dict[str, Any]]:
+        """True values, base predictions and each calibrator's draws and results.
+
+        ``y`` (NaN until labelled); base predictions shared by several calibrators (all of one
+        monitor's) once: ``pred_<g>``, or ``pred_<g>_<member>`` for an ensemble's members;
+        calibrator ``i``'s results ``reg_<i>_median``, ``reg_<i>_lower_<pct>``, ... and its
+        draws ``reg_<i>_u`` (random interpolation only).
+
+        Raises
+        ------
+        SnapshotError
+            If the batches keep different calibrators or layouts of base predictions, or base
+            predictions that are not numeric arrays.
+        """
+        if not rows:
+            return {}, {"regression_calibrators": [], "regression_fields": []}
+        first = rows[0].regression["per_calibrator"]
+        keys = list(first)
+        fields = [name for name in next(iter(first.values())) if name not in ("pred", "u")]
+        groups, members, has_u = _pred_layout(rows[0].regression, keys)
+        for batch in rows:
+            if list(batch.regression["per_calibrator"]) != keys or _pred_layout(batch.regression, keys) != (
+                groups, members, has_u,
+            ):  # fmt: skip
+                msg = "the window's batches keep different calibrators or base prediction layouts"
+                raise SnapshotError(msg)
+        columns = {"y": float_series([batch.regression["y"] for batch in rows])}
+        for g, n_members in enumerate(members):
+            owner = keys[groups.index(g)]
+            preds = [batch.regression["per_calibrator"][owner]["pred"] for batch in rows]
+            if n_members is None:
+                columns[f"pred_{g}"] = float_series(preds)
+            else:
+                columns |= {f"pred_{g}_{j}": float_series([p[j] for p in preds]) for j in range(n_members)}
+        for i, key in enumerate(keys):
+            saved = [batch.regression["per_calibrator"][key] for batch in rows]
+            for name in fields + (["u"] if has_u[i] else []):
+                columns[f"reg_{i}_{name}"] = float_series([s[name] for s in saved])
+        return columns, {
+            "regression_calibrators": keys, "regression_fields": fields, "regression_u": has_u,
+            "pred_group": groups, "pred_members": members,
+        }  # fmt: skip
+
+    def read_rows(self, part: pl.DataFrame, mapping: Mapping[str, Any], rows: BatchRows) -> None:
+        """True values (their rows labelled), shared base predictions and per-calibrator results.
+
+        The monitor's levels are not among them: the caller adds ``rows.regression["levels"]``.
+        """
+        y = _floats(part, "y")
+        preds: list[Any] = []
+        for g, n_members in enumerate(mapping["pred_members"]):
+            if n_members is None:
+                preds.append(_floats(part, f"pred_{g}"))
+            else:
+                preds.append([_floats(part, f"pred_{g}_{j}") for j in range(int(n_members))])
+        per_calibrator: dict[str, dict[str, Any]] = {}
+        for i, key in enumerate(mapping["regression_calibrators"]):
+            saved: dict[str, Any] = {"pred": preds[mapping["pred_group"][i]]}
+            saved["u"] = _floats(part, f"reg_{i}_u") if mapping["regression_u"][i] else None
+            saved |= {name: _floats(part, f"reg_{i}_{name}") for name in mapping["regression_fields"]}
+            per_calibrator[key] = saved
+        rows.labels = np.where(np.isnan(y), NO_LABEL, 0).astype(np.intp)
+        rows.regression = {"y": y, "per_calibrator": per_calibrator}
+
     def summary_row(self, stats: RegressionBatchStats, n_rows: int) -> dict[str, Any]:
         """The regression monitor builds its own summary (its columns depend on its levels)."""
         return {}
@@ -327,6 +395,27 @@ class RegressionKind(CalibratorKind[RegressionRows, RegressionBatchStats]):
     def target(self, calibrator: Any) -> None:
         """The promise is the monitor's headline level (``RegressionMonitor.targets``)."""
         return
+
+
+def _pred_layout(store: dict[str, Any], keys: list[str]) -> tuple[list[int], list[int | None], list[bool]]:
+    """Which base predictions each calibrator reads (group index), each group's ensemble size, draws."""
+    distinct: list[Any] = []
+    groups = []
+    for key in keys:
+        pred = store["per_calibrator"][key]["pred"]
+        where = next((g for g, p in enumerate(distinct) if p is pred), None)
+        if where is None:
+            distinct.append(pred)
+            where = len(distinct) - 1
+        groups.append(where)
+    members = [len(p) if isinstance(p, list) else None for p in distinct]
+    has_u = [store["per_calibrator"][key]["u"] is not None for key in keys]
+    return groups, members, has_u
+
+
+def _floats(part: pl.DataFrame, name: str) -> FloatArray:
+    """A float64 column of one batch's rows, as an array of its own."""
+    return array_of(part, name).astype(np.float64, copy=False)
 
 
 def _n_rows(kept: Any) -> int:

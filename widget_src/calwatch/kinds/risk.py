@@ -8,6 +8,7 @@ the estimates of the labelled rows (so the estimate can be compared on the same 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -27,6 +28,7 @@ from calwatch.core.models import ModelOutputs
 from calwatch.engine.conformal.scores import label_ranks
 from calwatch.kinds.base import CalibratorKind, IntArray
 from calwatch.stream.records import BatchRows
+from calwatch.stream.row_codec import array_of, series_of
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,7 @@ class RiskKind(CalibratorKind[RiskRows, RiskBatchStats]):
         "estimate_promise": pl.String,
     }  # fmt: skip
     panels = ("risk", "risk_gap")
+    rows_field = "risks"
 
     def calibrator_columns(self, calibrator: Any) -> dict[str, Any]:
         """``estimate_promise``: what the estimate promises (``RiskEstimator.promise``).
@@ -221,6 +224,17 @@ class RiskKind(CalibratorKind[RiskRows, RiskBatchStats]):
     def results_of(self, rows: BatchRows, key: str, calibrator: Any) -> RiskRows:
         """The estimates kept for the batch."""
         return RiskRows(rows.risks[key], int(getattr(calibrator, "top_k", 1)))
+
+    def write_rows(self, rows: Sequence[BatchRows]) -> tuple[dict[str, pl.Series], dict[str, Any]]:
+        """``risk_<i>``: each row's estimate."""
+        keys = list(rows[0].risks) if rows else []
+        columns = {f"risk_{i}": series_of([r.risks[key] for r in rows]) for i, key in enumerate(keys)}
+        return columns, {"risk_calibrators": keys}
+
+    def read_rows(self, part: pl.DataFrame, mapping: Mapping[str, Any], rows: BatchRows) -> None:
+        """The estimates, as float64."""
+        for i, key in enumerate(mapping["risk_calibrators"]):
+            rows.risks[key] = array_of(part, f"risk_{i}").astype(np.float64, copy=False)
 
     def summary_row(self, stats: RiskBatchStats, n_rows: int) -> dict[str, Any]:
         """Estimated error of all rows; observed error and the estimate on the labelled rows."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -27,6 +27,7 @@ from calwatch.core.invariants import (
 from calwatch.core.models import ModelOutputs
 from calwatch.kinds.base import CalibratorKind, IntArray
 from calwatch.stream.records import NO_LABEL, BatchRecord, BatchRows
+from calwatch.stream.row_codec import nested_arrays, nested_series
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,8 @@ CONFIDENCE_BINS = 10
 SELECTIVE_FIELDS = (
     "n_labelled", "n_kept", "threshold", "n_kept_labelled", "n_kept_correct", "n_all_correct",
 )  # fmt: skip
+#: What a selective calibrator keeps of each row (``rows.selective[key]``).
+_ROW_FIELDS = ("score", "kept")
 
 
 class SelectiveKind(CalibratorKind[SelectiveRows, SelectiveBatchStats]):
@@ -190,6 +193,7 @@ class SelectiveKind(CalibratorKind[SelectiveRows, SelectiveBatchStats]):
         },
     }  # fmt: skip
     reference = "embeddings"
+    rows_field = "selective"
 
     def claims(self, calibrator: Any) -> bool:
         """Selectors (keep or abstain per row)."""
@@ -243,6 +247,17 @@ class SelectiveKind(CalibratorKind[SelectiveRows, SelectiveBatchStats]):
         per_row = rows.selective[key]
         return SelectiveRows(per_row["score"], per_row["kept"])
 
+    def write_rows(self, rows: Sequence[BatchRows]) -> tuple[dict[str, pl.Series], dict[str, Any]]:
+        """``selective_<i>_score`` and ``selective_<i>_kept``."""
+        keys = list(rows[0].selective) if rows else []
+        columns = nested_series("selective", dict.fromkeys(keys, _ROW_FIELDS), [r.selective for r in rows])
+        return columns, {"selective_calibrators": keys}
+
+    def read_rows(self, part: pl.DataFrame, mapping: Mapping[str, Any], rows: BatchRows) -> None:
+        """The scores and kept flags (none in snapshots written before selective calibrators)."""
+        keys = mapping.get("selective_calibrators", [])
+        rows.selective = nested_arrays(part, "selective", dict.fromkeys(keys, _ROW_FIELDS))
+
     def summary_row(self, stats: SelectiveBatchStats, n_rows: int) -> dict[str, Any]:
         """Kept share, threshold, and the accuracy of kept and of all labelled rows."""
         n_lab, n_kept = stats.n_labelled, stats.n_kept_labelled
@@ -292,7 +307,7 @@ class SelectiveKind(CalibratorKind[SelectiveRows, SelectiveBatchStats]):
         for record, kept, stats in updates:
             assert record.rows is not None
             record.rows.selective[key]["kept"] = kept
-            record.stats = record.stats | {key: stats}
+            record.stats = record.stats | {key: stats}  # a window batch: never settled into columns
         return candidate, threshold
 
     def window_rows(

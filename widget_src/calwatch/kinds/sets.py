@@ -7,6 +7,7 @@ true class, with those whose set holds the label (coverage per class and overall
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -29,6 +30,7 @@ from calwatch.engine.conformal.adaptive import Adaptive, ConformalLevels
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.kinds.base import CalibratorKind, IntArray, calibrator_inputs, int_array, null_where
 from calwatch.stream.records import BatchRows
+from calwatch.stream.row_codec import binary_series, packed_of
 
 BoolArray = npt.NDArray[np.bool_]
 #: Set bits of each byte value: row set sizes from packed bits without unpacking them.
@@ -254,6 +256,7 @@ class SetsKind(CalibratorKind[SetRows, CalibratorBatchStats]):
     summary_columns: ClassVar[dict[str, Any]] = SET_SUMMARY
     panels: ClassVar[tuple[str, ...]] = ("coverage", "class_coverage", "set_size", "set_shares", "set_sizes")
     has_sets = True
+    rows_field = "packed_sets"
 
     def claims(self, calibrator: Any) -> bool:
         """Anything with ``predict_sets`` (the fallback kind)."""
@@ -302,6 +305,20 @@ class SetsKind(CalibratorKind[SetRows, CalibratorBatchStats]):
     def results_of(self, rows: BatchRows, key: str, calibrator: Any) -> SetRows:
         """The packed sets kept for the batch."""
         return SetRows(rows.packed_sets[key], int(rows.probs.shape[1]))
+
+    def write_rows(self, rows: Sequence[BatchRows]) -> tuple[dict[str, pl.Series], dict[str, Any]]:
+        """``set_<i>``: each row's packed set as bytes, for every calibrator with sets (Venn-ADMIT's too)."""
+        keys = list(rows[0].packed_sets) if rows else []
+        columns = {
+            f"set_{i}": binary_series([r.packed_sets[key] for r in rows]) for i, key in enumerate(keys)
+        }
+        return columns, {"set_calibrators": keys}
+
+    def read_rows(self, part: pl.DataFrame, mapping: Mapping[str, Any], rows: BatchRows) -> None:
+        """The packed sets, ``⌈K/8⌉`` bytes a row."""
+        n_bytes = (rows.probs.shape[1] + 7) // 8
+        for i, key in enumerate(mapping["set_calibrators"]):
+            rows.packed_sets[key] = packed_of(part[f"set_{i}"], n_bytes)
 
     def summary_row(self, stats: CalibratorBatchStats, n_rows: int) -> dict[str, Any]:
         """Covered rows, mean set size, shares of singleton and full sets, the level."""

@@ -1,7 +1,8 @@
 """Late labels: how :meth:`Monitor.label <calwatch.monitor.monitor.Monitor.label>` joins them to their rows.
 
-:class:`MonitorLabels` is a part of :class:`~calwatch.monitor.monitor.Monitor` (a mixin). A call finds
-each id's batch and row, has each calibrator's kind compute the labelled rows' statistics (merged
+:class:`LabelJoin` is a collaborator of :class:`~calwatch.monitor.Monitor`, one path for classification
+and regression (the task says how a label is checked and stored: :mod:`calwatch.monitor.tasks`). A
+call finds each id's batch and row, has each calibrator's kind compute the labelled rows' statistics (merged
 into the batch's, a relabel's old labels merged with the sign reversed), feeds the detectors and
 the calibrators that learn from labels (ACI also takes the relabels' corrections), and only then
 changes the batches: all or nothing.
@@ -17,18 +18,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.core.guard import guarded_urgent
 from calwatch.core.ids import as_id_list, check_id_kind, ids_with_kind
 from calwatch.engine._validation import stacked_rows
 from calwatch.kinds import kind_of
-from calwatch.monitor.state import MonitorState
 from calwatch.shift.watch import detectors_kept_on_failure
-from calwatch.stream.records import NO_LABEL, BatchRecord, BatchRows, BatchStats
+from calwatch.stream.records import BatchRecord, BatchRows
 from calwatch.stream.row_log import Prefetched
 from calwatch.stream.row_log import take_rows as _take
 
 if TYPE_CHECKING:
-    pass
+    from calwatch.monitor.monitor import Monitor
 
 IntArray = npt.NDArray[np.intp]
 
@@ -59,62 +58,19 @@ class LabelReport:
     skipped: int = 0
 
 
-class MonitorLabels(MonitorState):
-    """Joining late labels to their rows (part of :class:`~calwatch.monitor.monitor.Monitor`)."""
+class LabelJoin:
+    """Joining late labels to their rows (a collaborator of :class:`~calwatch.monitor.Monitor`).
 
-    def label(self, ids: Any, y: Any, *, outside_classes: str = "raise") -> LabelReport:
-        """Join late labels to the rows they belong to and update those batches' coverage.
+    One path for every task: the monitor's task (:mod:`calwatch.monitor.tasks`) says how a label
+    is checked and stored; finding the rows, each kind's statistics and the all-or-nothing commit
+    are the same for classes and for real values. Stateless: it reads and changes its monitor,
+    whose public methods hold the lock.
+    """
 
-        Parameters
-        ----------
-        ids : sequence of hashables or Series
-            Ids given to :meth:`observe`.
-        y : array-like
-            The true label of each id.
-        outside_classes : {"raise", "skip"}
-            A label that is not one of the classes: ``"raise"`` (the default) refuses the whole
-            call, changing nothing; ``"skip"`` applies the other labels and counts the skipped
-            ones in the report's ``skipped`` and in ``status()["labels_outside_classes"]`` (a
-            live feed where one bad label must not hold back a batch's labels).
+    def __init__(self, monitor: Monitor) -> None:
+        self.m: Monitor = monitor
 
-        Returns
-        -------
-        LabelReport
-            How many labels matched rows (in the window or, for rows that left it, in the row
-            log); labels for unknown ids are counted in ``unmatched`` (and in :meth:`status`),
-            never applied silently.
-
-        Notes
-        -----
-        A second label for a row replaces the first in every count (coverage, class coverage,
-        errors). The two sequential consumers treat it differently, each soundly:
-
-        - The shift detectors keep the first label: they took the row in when it came, a
-          relabel is not a new observation for them, and feeding it again would double-count
-          the row in their tests (whose false-alarm bounds assume each row once).
-        - ``cw.Adaptive`` takes the correction: its level is a plain sum of per-row steps,
-          ``α_{T+1} = α_1 + γ Σ_t (α − err_t)``, so a row whose label changes from ``y_old`` to
-          ``y_new`` moves it by ``γ (err_old − err_new)``, ``err = 1{y ∉ C}`` with ``C`` the set
-          the row was shown at observe time (kept with the row, or in the row log). Nothing clips
-          ``α_t``, so when the correction comes before the next :meth:`observe`, ``α_t`` (and
-          every set taken afterwards) equals that of a stream that only received the final
-          labels, up to float rounding; after it, ``α_t`` moves by the same amount but the sets
-          taken in between were built at the uncorrected level. A relabel to the same label, or
-          one whose set holds (or misses) both labels, moves nothing.
-
-        A call that raises leaves ACI's level and the detectors as they were.
-
-        A label whose row left the window is applied from the row log (:mod:`calwatch.stream.row_log`)
-        exactly as it would have been in the window: however late a label comes, it counts.
-        Those rows are read from disk before the call takes the monitor's lock (the parts are
-        immutable), so a producer thread does not wait on the row log.
-        """
-        if outside_classes not in ("raise", "skip"):
-            msg = f"outside_classes must be 'raise' or 'skip'; got {outside_classes!r}"
-            raise ValueError(msg)
-        return self._label_locked(ids, y, self._prefetch_logged(ids), skip_outside=outside_classes == "skip")
-
-    def _prefetch_logged(self, ids: Any) -> Prefetched | None:
+    def prefetch_logged(self, ids: Any) -> Prefetched | None:
         """The row log's rows of the ids not in the window, read without the monitor's lock.
 
         A hint, read without the lock: how far the log goes, then which ids the window lacks
@@ -123,54 +79,50 @@ class MonitorLabels(MonitorState):
         the result is exact however stale the hint. Anything unusual (bad ids, a log replaced by
         ``load``) leaves the work to the locked call, which raises the proper error.
         """
-        row_log = self.__dict__.get("_row_log")
+        row_log = self.m.__dict__.get("_row_log")
         if row_log is None or not row_log.parts:
             return None
         try:
             id_list = as_id_list(ids)
             seen = (len(row_log.parts), len(row_log.labels.parts))
-            index = self._stream.id_index
+            index = self.m._stream.id_index
             missing = [i for i in id_list if i not in index]
             return row_log.prefetch(missing, *seen) if missing and len(set(missing)) == len(missing) else None
         except Exception:  # the locked call validates and reads again
             return None
 
-    @guarded_urgent
-    def _label_locked(
+    def join(
         self, ids: Any, y: Any, prefetched: Prefetched | None, *, skip_outside: bool = False
     ) -> LabelReport:
-        encoder = self._require_encoder()
+        """:meth:`Monitor.label` under the lock: ids and labels checked, then joined, all or nothing."""
         id_list, kind = ids_with_kind(ids)
-        check_id_kind(self._id_kind, kind, "ids", auto_ids=self._next_auto_id > 0)
-        skipped = 0
-        if skip_outside:
-            values, known = encoder.known(y, "y", n_rows=len(id_list))
-            skipped = int((~known).sum())
-            if skipped:
-                id_list, y = [i for i, k in zip(id_list, known.tolist(), strict=True) if k], values[known]
-        report = self._join_labels(encoder, id_list, y, prefetched)
+        check_id_kind(self.m._id_kind, kind, "ids", auto_ids=self.m._next_auto_id > 0)
+        values, kept = self.m._task_labels.checked(self.m, y, len(id_list), skip_outside=skip_outside)
+        skipped = 0 if kept is None else int((~kept).sum())
+        if kept is not None and skipped:
+            id_list = [i for i, k in zip(id_list, kept.tolist(), strict=True) if k]
+        report = self._join_labels(id_list, values, prefetched)
         if skipped:
-            self._stream.labels_outside_classes += skipped
+            self.m._stream.labels_outside_classes += skipped
             report = replace(report, skipped=skipped)
         return report
 
-    def _join_labels(
-        self, encoder: Any, id_list: list[Any], y: Any, prefetched: Prefetched | None
-    ) -> LabelReport:
-        """The join of :meth:`label` on checked ids (under the lock)."""
-        labels = encoder.encode(y, "y", n_rows=len(id_list), option="label(..., outside_classes='skip')")
-        found, where = self._locate(id_list)
-        row_log = self.__dict__.get("_row_log")
+    def _join_labels(self, id_list: list[Any], labels: Any, prefetched: Prefetched | None) -> LabelReport:
+        """The join on checked ids and stored label values."""
+        m = self.m
+        task = m._task_labels
+        found, where = self.locate(id_list)
+        row_log = m.__dict__.get("_row_log")
         logged = self._logged(row_log, id_list, labels, found, prefetched)
         matched = where.shape[0] + sum(len(rows.ids) for _, rows, _ in logged)
         unmatched = len(id_list) - matched
         if matched == 0:
-            self._stream.labels_unmatched += unmatched
+            m._stream.labels_unmatched += unmatched
             return LabelReport(0, unmatched, 0, ())
         batch_of, row_of, label_of = where[:, 0], where[:, 1], labels[found]
-        by_index = {record.index: record for record in self._stream.window_batches()}
+        by_index = {record.index: record for record in m._stream.window_batches()}
         # Logged batches are older than the window's: taking them first keeps the batch order.
-        parts = [(self._stream.batches[b], rows, np.arange(len(rows.ids)), labs) for b, rows, labs in logged]
+        parts = [(m._stream.batches[b], rows, np.arange(len(rows.ids)), labs) for b, rows, labs in logged]
         for batch_index in np.unique(batch_of).tolist():
             mask = batch_of == batch_index
             record = by_index[batch_index]
@@ -182,14 +134,14 @@ class MonitorLabels(MonitorState):
         relabelled = newly = newly_logged = 0
         for record, rows, rows_b, labels_b in parts:
             view = record if rows is record.rows else _with_rows(record, rows)
-            stats, new_b, relabelled_b = self._labelled_stats(view, rows_b, labels_b)
+            stats, new_b, relabelled_b = self.labelled_stats(view, rows_b, labels_b)
             updates.append((record, stats, rows, rows_b, labels_b))
             # A relabel replaces the row's label in every count. The detectors' tests took the row in
             # when its first label came: it is not a new observation for them, and counting it
             # again would bias their bounds. ACI's level is a sum of per-row steps: a changed label
             # swaps the row's step (``corrections``: rows, old labels, new labels).
-            old_b = rows.labels[rows_b]
-            first = old_b == NO_LABEL
+            old_b = task.stored(rows)[rows_b]
+            first = task.missing(old_b)
             if first.any():
                 groups.append((view, rows_b[first], labels_b[first]))
             changed = ~first & (old_b != labels_b)
@@ -200,11 +152,11 @@ class MonitorLabels(MonitorState):
         # Everything is computed: the detectors and ACI are fed, the row log stages its labels,
         # then the batches change.
         try:
-            with detectors_kept_on_failure(self._shift):
-                self._feed_labels(
+            with detectors_kept_on_failure(m._shift):
+                self.feed_labels(
                     groups,
-                    latest=len(self._stream.batches) - 1,
-                    rows_seen=self._stream.rows_seen,
+                    latest=len(m._stream.batches) - 1,
+                    rows_seen=m._stream.rows_seen,
                     corrections=corrections,
                 )
             for record, _, rows, _, labels_b in updates:
@@ -216,15 +168,15 @@ class MonitorLabels(MonitorState):
                 row_log.discard_labels()
             raise
         for record, stats, rows, rows_b, labels_b in updates:
-            record.stats = stats
+            m._stream.batches.set_stats(record, stats)
             if rows is record.rows:
-                rows.labels[rows_b] = labels_b
+                task.write(rows, rows_b, labels_b)
         if row_log is not None and logged:
             row_log.commit_labels(newly_logged)
-        self._stream.rows_labelled += newly
-        self._stream.labels_unmatched += unmatched
+        m._stream.rows_labelled += newly
+        m._stream.labels_unmatched += unmatched
         touched = tuple(sorted({record.index for record, *_ in updates}))
-        self._notify(touched)
+        m._notify(touched)
         return LabelReport(matched, unmatched, relabelled, touched)
 
     @staticmethod
@@ -251,7 +203,7 @@ class MonitorLabels(MonitorState):
             out.append((hit.batch, rows, labels[[position[i] for i in rows.ids]]))
         return out
 
-    def _locate(self, id_list: list[Hashable]) -> tuple[npt.NDArray[np.bool_], IntArray]:
+    def locate(self, id_list: list[Hashable]) -> tuple[npt.NDArray[np.bool_], IntArray]:
         """Which ids are in the window, and the ``(batch, row)`` of each one that is (changes nothing).
 
         Raises if ids repeat.
@@ -259,14 +211,14 @@ class MonitorLabels(MonitorState):
         if len(set(id_list)) != len(id_list):
             msg = "ids must be distinct within one label() call"
             raise ValueError(msg)
-        positions = list(map(self._stream.id_index.get, id_list))
+        positions = list(map(self.m._stream.id_index.get, id_list))
         found = np.fromiter((p is not None for p in positions), dtype=bool, count=len(positions))
         where = np.asarray([p for p in positions if p is not None], dtype=np.intp).reshape(-1, 2)
         return found, where
 
-    def _labelled_stats(
-        self, record: BatchRecord, rows: IntArray, labels: IntArray
-    ) -> tuple[dict[str, BatchStats], int, int]:
+    def labelled_stats(
+        self, record: BatchRecord, rows: IntArray, labels: Any
+    ) -> tuple[dict[str, Any], int, int]:
         """A batch's statistics once these rows carry these labels (the record is not changed).
 
         Each calibrator's kind turns the labelled rows into a statistic of their own, merged into
@@ -274,12 +226,13 @@ class MonitorLabels(MonitorState):
         Returns the new statistics, how many rows get their first label and how many a new one.
         """
         assert record.rows is not None
-        old = record.rows.labels[rows]
-        had = old != NO_LABEL
+        task = self.m._task_labels
+        old = task.stored(record.rows)[rows]
+        had = ~task.missing(old)
         probs = record.rows.probs
-        stats: dict[str, BatchStats] = {}
+        stats: dict[str, Any] = {}
         for key, current in record.stats.items():
-            cal = self._calibrators[key]
+            cal = self.m._calibrators[key]
             kind = kind_of(cal)
             results = kind.results_of(record.rows, key, cal)
             delta = kind.labelled(results.take(rows), probs[rows], labels)
@@ -289,7 +242,7 @@ class MonitorLabels(MonitorState):
             stats[key] = current.merge(delta)
         return stats, int((~had).sum()), int(had.sum())
 
-    def _feed_labels(
+    def feed_labels(
         self,
         groups: list[tuple[BatchRecord, IntArray, IntArray]],
         *,
@@ -305,11 +258,11 @@ class MonitorLabels(MonitorState):
         put the detectors back
         (:func:`calwatch.shift.watch.detectors_kept_on_failure`).
         """
-        learners = {key: cal for key, cal in self._calibrators.items() if kind_of(cal).learns_from_labels}
+        learners = {key: cal for key, cal in self.m._calibrators.items() if kind_of(cal).learns_from_labels}
         saved = {key: copy.deepcopy(vars(cal)) for key, cal in learners.items()}
         try:
             self._feed_adaptive(groups, learners, corrections)
-            if self._shift is not None and groups:
+            if self.m._shift is not None and groups:
                 self._feed_detectors(groups, latest=latest, rows_seen=rows_seen)
         except BaseException:
             for key, state in saved.items():
@@ -320,7 +273,7 @@ class MonitorLabels(MonitorState):
     def _feed_detectors(
         self, groups: list[tuple[BatchRecord, IntArray, IntArray]], *, latest: int, rows_seen: int
     ) -> None:
-        assert self._shift is not None
+        assert self.m._shift is not None
         probs = stacked_rows(
             [(record.rows.probs, rows) for record, rows, _ in groups if record.rows is not None]
         )
@@ -333,7 +286,7 @@ class MonitorLabels(MonitorState):
                     if record.rows is not None
                 ]
             )
-            for key, cal in self._calibrators.items()
+            for key, cal in self.m._calibrators.items()
             if (kind := kind_of(cal)).has_sets
         }
         where = (
@@ -342,7 +295,7 @@ class MonitorLabels(MonitorState):
             ),
             np.concatenate([np.asarray(rows, dtype=np.int64) for _, rows, _ in groups]),
         )
-        self._shift.labelled(latest, (rows_seen - 1, rows_seen - 1), probs, labels, covered, where)
+        self.m._shift.labelled(latest, (rows_seen - 1, rows_seen - 1), probs, labels, covered, where)
 
     def _feed_adaptive(
         self,

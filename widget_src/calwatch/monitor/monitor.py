@@ -2,40 +2,44 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import threading
 import warnings
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
 from calwatch.core.classes import ClassEncoder, as_1d_array
-from calwatch.core.guard import Guard, guard_of, guarded, guarded_yielding
-from calwatch.core.ids import check_id_kind, ids_with_kind
-from calwatch.core.models import ModelAdapter, ModelOutputs, wrap
+from calwatch.core.guard import Guard, guard_of, guarded, guarded_urgent, guarded_yielding
+from calwatch.core.models import ModelAdapter, wrap
 from calwatch.core.who import default_author
 from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.errors import NotFittedError
-from calwatch.engine.shift.blocks import block_keys
 from calwatch.kinds import KINDS, kind_of
-from calwatch.kinds.admit import require_embeddings
-from calwatch.monitor.labels import LabelReport, MonitorLabels
-from calwatch.monitor.reads import MonitorReads
-from calwatch.monitor.share import MonitorSharing
-from calwatch.monitor.tables import MonitorTables
-from calwatch.shift.base import CalibrationData, Detector
-from calwatch.shift.watch import ShiftWatch, default_detectors, detectors_kept_on_failure
-from calwatch.stream.records import NO_LABEL, BatchRecord, BatchRows, BatchStats, StreamState
-from calwatch.stream.row_log import RowLog
+from calwatch.monitor.autosave import AutoSave
+from calwatch.monitor.intake import Intake
+from calwatch.monitor.labels import LabelJoin, LabelReport
+from calwatch.monitor.reads import Reads
+from calwatch.monitor.share import Sharing
+from calwatch.monitor.tables import Tables
+from calwatch.monitor.tasks import CLASS_LABELS, LabelValues
+from calwatch.shift.base import Detector
+from calwatch.shift.watch import ShiftWatch
+from calwatch.stream.records import BatchRecord, StreamState
+from calwatch.stream.row_log import Prefetched, RowLog
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    import altair as alt
+
+    from calwatch.publish.server import DashboardServer
     from calwatch.widget import MonitorWidget
 
 IntArray = npt.NDArray[np.intp]
@@ -109,7 +113,7 @@ def register_task(task: str, monitor_class: type[Any]) -> None:
     TASK_MONITORS[task] = monitor_class
 
 
-class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
+class Monitor:
     """Watch whether a model's prediction sets keep their promised coverage on a stream.
 
     Parameters
@@ -168,6 +172,16 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
                 raise RuntimeError(msg)
             return super().__new__(TASK_MONITORS["regression"])
         return super().__new__(cls)
+
+    #: The task's side of a label (classes here; real values for a regression monitor).
+    _task_labels: ClassVar[LabelValues] = CLASS_LABELS
+    #: The kind of every id the monitor holds ("integers", "strings"...), fixed by its first
+    #: observed rows on any path (:func:`calwatch.core.ids.check_id_kind`); None before any row, and
+    #: in snapshots saved before the rule (then fixed by the next rows).
+    _id_kind: str | None = None
+    #: The calibration rows' confidence scores, sorted (set by ``calibrate``): a table's buckets are
+    #: tested against them (:mod:`calwatch.engine.shift.bucket_tests`).
+    _reference_confidence: npt.NDArray[np.float64]
 
     def __init__(
         self,
@@ -241,7 +255,7 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
             msg = f"window must be a positive integer (rows); got {window!r}"
             raise ValueError(msg)
         self.name = str(name)
-        self._calibrators: dict[str, Calibrator] = dict(calibrators)
+        self._calibrators: dict[str, Any] = dict(calibrators)
         self._fixed_classes = None
         self._encoder: ClassEncoder | None = None
         self._stream = StreamState(int(window))
@@ -261,6 +275,29 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
             f"Monitor(name={self.name!r}, calibrators={list(self._calibrators)}, {state}, "
             f"batches={len(self._stream.batches)}, rows_seen={self._stream.rows_seen})"
         )
+
+    # ------------------------------------------------------------------ collaborators
+    # Stateless helpers over this monitor's state, one per concern; the public methods below
+    # hold the lock and delegate to them.
+    @property
+    def _intake(self) -> Intake:
+        return Intake(self)
+
+    @property
+    def _labels(self) -> LabelJoin:
+        return LabelJoin(self)
+
+    @property
+    def _reads(self) -> Reads:
+        return Reads(self)
+
+    @property
+    def _sharing(self) -> Sharing:
+        return Sharing(self)
+
+    @property
+    def _tables(self) -> Tables:
+        return Tables(self)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -298,53 +335,11 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         return self._stream.window_batches()
 
     # ------------------------------------------------------------------ inputs
-    def _outputs(
-        self, X: Any, probs: Any, logits: Any, *, n_classes: int | None, embeddings: Any = None
-    ) -> ModelOutputs:
-        if X is not None and (probs is not None or logits is not None or embeddings is not None):
-            msg = "pass either X (inputs for the model) or probs=/logits= (its outputs), not both"
-            raise ValueError(msg)
-        if X is not None:
-            if self._adapter is None:
-                msg = (
-                    "X was given but the monitor has no model: pass probs= instead, Monitor(model), "
-                    "or Monitor.load(path, model=model) for a saved monitor"
-                )
-                raise ValueError(msg)
-            if hasattr(X, "__len__") and len(X) == 0:
-                msg = "X is empty: a batch needs at least one row"
-                raise ValueError(msg)
-            outputs = self._adapter(X)
-            if n_classes is not None and outputs.n_classes != n_classes:
-                msg = (
-                    f"the model outputs {outputs.n_classes} classes but the monitor was "
-                    f"calibrated on {n_classes}"
-                )
-                raise ValueError(msg)
-            return outputs
-        if probs is None and logits is None:
-            msg = "no data: pass X (with a model) or probs= (precomputed probabilities)"
-            raise ValueError(msg)
-        return ModelOutputs.from_arrays(
-            probs, logits=logits, embeddings=embeddings, n_classes=n_classes, tolerance=self._tolerance
-        )
-
     def _require_encoder(self) -> ClassEncoder:
         if self._encoder is None:
             msg = "the monitor is not calibrated yet: call calibrate(X, y) or calibrate(probs=..., y=...)"
             raise NotFittedError(msg)
         return self._encoder
-
-    def _make_encoder(self, K: int) -> ClassEncoder:
-        classes = self._fixed_classes
-        if classes is None and self._adapter is not None:
-            classes = self._adapter.classes
-        if classes is None:
-            classes = np.arange(K)
-        if len(classes) != K:
-            msg = f"classes has {len(classes)} entries but the model outputs {K} columns"
-            raise ValueError(msg)
-        return ClassEncoder(classes)
 
     # ------------------------------------------------------------------ calibrate
     @guarded
@@ -392,108 +387,15 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         Monitor
             ``self``. If any calibrator fails to fit, nothing changes.
         """
-        if y is None:
-            msg = "y is required: the true labels of the calibration rows"
-            raise ValueError(msg)
-        outputs = self._outputs(X, probs, logits, n_classes=None, embeddings=embeddings)
-        encoder = self._make_encoder(outputs.n_classes)
-        y_idx = encoder.encode(y, "y", n_rows=len(outputs))
-        block_keys_ = self._calibration_blocks(blocks, len(outputs))
-        kinds = {key: kind_of(cal) for key, cal in self._calibrators.items()}
-        admit_keys = [key for key, kind in kinds.items() if kind.reference == "full"]
-        uses_reference = admit_keys or any(kind.reference for kind in kinds.values())
-        if admit_keys:
-            train = self._reference_set(reference, encoder, admit_keys)
-        elif reference is not None and uses_reference and isinstance(reference, np.ndarray):
-            train = (np.asarray(reference, dtype=np.float32), None, None)  # selectors need embeddings only
-        elif reference is not None and uses_reference:
-            train = self._reference_set(reference, encoder, admit_keys)
-        else:
-            train = None
-        if reference is not None and not uses_reference:
-            msg = (
-                "reference must be None: no calibrator uses a reference set (Venn-ADMIT and "
-                "selective calibrators do)"
-            )
-            raise ValueError(msg)
-        fitted = {}
-        for key, calibrator in self._calibrators.items():
-            candidate: Any = copy.deepcopy(calibrator)
-            kinds[key].fit(key, candidate, outputs, y_idx, categories=categories, reference=train)
-            fitted[key] = candidate
-        shift = self._shift
-        if self._shift_spec is not None:
-            if shift is None:
-                detectors: list[Detector] = (
-                    default_detectors(
-                        fitted, embeddings=outputs.embeddings is not None, blocks=block_keys_ is not None
-                    )
-                    if isinstance(self._shift_spec, str)
-                    else list(self._shift_spec)
-                )
-                shift = ShiftWatch(detectors)
-            names = [str(c) for c in encoder.classes.tolist()]
-            covered = (
-                None if block_keys_ is None else self._calibration_covered(fitted, outputs, y_idx, categories)
-            )
-            shift.calibrate(
-                CalibrationData(
-                    outputs.probs,
-                    y_idx,
-                    fitted,
-                    outputs.embeddings,
-                    names,
-                    blocks=block_keys_,
-                    covered=covered,
-                )
-            )
-        # Commit only once every calibrator (and detector) fitted.
-        self._shift = shift
-        # The calibration rows' confidence scores, sorted: tables' buckets are tested against them
-        # (calwatch.engine.shift.bucket_tests).
-        self._reference_confidence = np.sort(1.0 - np.asarray(outputs.probs).max(axis=1))
-        for key, candidate in fitted.items():
-            self._calibrators[key] = candidate
-        self._encoder = encoder
-        counts = np.bincount(y_idx, minlength=len(encoder))
-        self.calibration_ = {
-            "n_rows": len(outputs),
-            "class_counts": dict(zip(encoder.classes.tolist(), counts.tolist(), strict=True)),
-            "calibrated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
-        if self._widget is not None:
-            self._widget.refresh_layout()
-        return self
-
-    def _reference_set(self, reference: Any, encoder: ClassEncoder, keys: list[str]) -> tuple[Any, Any, Any]:
-        """``(embeddings, logits, labels)`` of the reference set Venn-ADMIT calibrators need."""
-        if reference is None:
-            msg = (
-                f"reference is required: calibrators {keys} (Venn-ADMIT) need the model's training "
-                "set, as (X_ref, y_ref) or precomputed (embeddings, logits, y)"
-            )
-            raise ValueError(msg)
-        if isinstance(reference, dict):
-            reference = tuple(reference.get(k) for k in ("embeddings", "logits", "y"))
-        if not isinstance(reference, (tuple, list)) or len(reference) not in (2, 3):
-            msg = "reference must be (X_ref, y_ref) or (embeddings, logits, y)"
-            raise TypeError(msg)
-        if len(reference) == 2:
-            X_ref, y_ref = reference
-            if self._adapter is None:
-                msg = "reference=(X_ref, y_ref) needs a model; without one pass (embeddings, logits, y)"
-                raise ValueError(msg)
-            outputs = self._adapter(X_ref)
-        else:
-            E_ref, L_ref, y_ref = reference
-            outputs = ModelOutputs.from_arrays(
-                None, logits=L_ref, embeddings=E_ref, n_classes=len(encoder), tolerance=self._tolerance
-            )
-        E = require_embeddings(outputs, "reference")
-        return (
-            E,
-            outputs.logits_or_log_probs(),
-            encoder.encode(y_ref, "reference labels", n_rows=len(outputs)),
+        return self._intake.calibrate(
+            X,
+            y,
+            probs=probs,
+            logits=logits,
+            embeddings=embeddings,
+            categories=categories,
+            reference=reference,
+            blocks=blocks,
         )
 
     # ------------------------------------------------------------------ observe
@@ -538,168 +440,77 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         int
             The batch index. A rejected batch raises and leaves the monitor unchanged.
         """
-        encoder = self._require_encoder()
-        outputs = self._outputs(X, probs, logits, n_classes=len(encoder), embeddings=embeddings)
-        m = len(outputs)
-        row_ids, id_kind = self._batch_ids(ids, m)
-        labels = None if y is None else encoder.encode(y, "y", n_rows=m)
-        cats = None if categories is None else as_1d_array(categories, "categories")
-        if cats is not None and cats.shape[0] != m:
-            msg = f"categories has {cats.shape[0]} values but the batch has {m} rows"
-            raise ValueError(msg)
-        if cats is not None and not any(
-            getattr(cal, "mondrian", None) == "category" for cal in self._calibrators.values()
-        ):
-            msg = "categories must be None: no calibrator was built with mondrian='category'"
-            raise ValueError(msg)
-        row_blocks = self._stream_blocks(blocks, m)
-        # Randomised calibrators draw from their own seeded streams while computing: a call that
-        # fails puts the streams back, so the next call draws what it would have drawn.
-        streams = random_streams(self._calibrators.values())
-        drawn_from = [stream.bit_generator.state for stream in streams]
-        try:
-            K = len(encoder)
-            results: dict[str, Any] = {}
-            stats: dict[str, BatchStats] = {}
-            identified = replace(outputs, ids=row_ids)
-            for key, cal in self._calibrators.items():
-                kind = kind_of(cal)
-                results[key] = kind.apply(key, cal, identified, cats)
-                stats[key] = kind.observed(results[key], K)
-            # Everything is validated and computed: commit.
-            index = len(self._stream.batches)
-            rows = BatchRows(
-                ids=row_ids, probs=outputs.probs, packed_sets={}, labels=np.full(m, NO_LABEL, dtype=np.intp),
-                categories=cats,
-            )  # fmt: skip
-            for key, cal in self._calibrators.items():
-                kind_of(cal).keep(rows, key, results[key])
-            record = BatchRecord(
-                index=index,
-                name=str(index) if name is None else str(name),
-                observed_at=datetime.now(UTC),
-                n_rows=m,
-                stats=stats,
-                rows=rows,
-            )
-            every_row = np.arange(m)
-            newly_labelled = 0
-            if labels is not None:
-                record.stats, newly_labelled, _ = self._labelled_stats(record, every_row, labels)
-                rows.labels[:] = labels
-            # Detectors and ACI last (their state changes as they are fed; undone if anything
-            # raises), then the stream.
-            first_row = self._stream.rows_seen
-            with detectors_kept_on_failure(self._shift):
-                if self._shift is not None:
-                    self._shift.observe(
-                        index, (first_row, first_row + m - 1), outputs.probs, outputs.embeddings, row_blocks
-                    )
-                if labels is not None:
-                    self._feed_labels([(record, every_row, labels)], latest=index, rows_seen=first_row + m)
-            if ids is None:
-                self._next_auto_id += m
-            self._id_kind = self._id_kind or id_kind
-            self._stream.append(record)
-            self._stream.rows_labelled += newly_labelled
-            self._notify((index,))
-            return index
-        except BaseException:
-            for stream, state in zip(streams, drawn_from, strict=True):
-                stream.bit_generator.state = state
-            raise
+        return self._intake.observe(
+            X,
+            probs=probs,
+            logits=logits,
+            embeddings=embeddings,
+            ids=ids,
+            y=y,
+            categories=categories,
+            name=name,
+            blocks=blocks,
+        )
 
-    @staticmethod
-    def _calibration_covered(
-        fitted: dict[str, Any], outputs: ModelOutputs, labels: npt.NDArray[np.intp], categories: Any
-    ) -> dict[str, npt.NDArray[np.bool_]]:
-        """Whether each calibration row lies in each set calibrator's fitted set (for block null rates).
+    # ------------------------------------------------------------------ labels
+    def label(self, ids: Any, y: Any, *, outside_classes: str = "raise") -> LabelReport:
+        """Join late labels to the rows they belong to and update those batches' coverage.
 
-        The block label tests size their calibration-draw slack from how the calibration rows'
-        misses cluster in their blocks (:func:`calwatch.engine.shift.block_labels.block_null_rate`).
-        Each calibrator is applied to a copy, so a randomised one's own stream does not move.
+        Parameters
+        ----------
+        ids : sequence of hashables or Series
+            Ids given to :meth:`observe`.
+        y : array-like
+            The true label of each id.
+        outside_classes : {"raise", "skip"}
+            A label that is not one of the classes: ``"raise"`` (the default) refuses the whole
+            call, changing nothing; ``"skip"`` applies the other labels and counts the skipped
+            ones in the report's ``skipped`` and in ``status()["labels_outside_classes"]`` (a
+            live feed where one bad label must not hold back a batch's labels).
+
+        Returns
+        -------
+        LabelReport
+            How many labels matched rows (in the window or, for rows that left it, in the row
+            log); labels for unknown ids are counted in ``unmatched`` (and in :meth:`status`),
+            never applied silently.
+
+        Notes
+        -----
+        A second label for a row replaces the first in every count (coverage, class coverage,
+        errors). The two sequential consumers treat it differently, each soundly:
+
+        - The shift detectors keep the first label: they took the row in when it came, a
+          relabel is not a new observation for them, and feeding it again would double-count
+          the row in their tests (whose false-alarm bounds assume each row once).
+        - ``cw.Adaptive`` takes the correction: its level is a plain sum of per-row steps,
+          ``α_{T+1} = α_1 + γ Σ_t (α − err_t)``, so a row whose label changes from ``y_old`` to
+          ``y_new`` moves it by ``γ (err_old − err_new)``, ``err = 1{y ∉ C}`` with ``C`` the set
+          the row was shown at observe time (kept with the row, or in the row log). Nothing clips
+          ``α_t``, so when the correction comes before the next :meth:`observe`, ``α_t`` (and
+          every set taken afterwards) equals that of a stream that only received the final
+          labels, up to float rounding; after it, ``α_t`` moves by the same amount but the sets
+          taken in between were built at the uncorrected level. A relabel to the same label, or
+          one whose set holds (or misses) both labels, moves nothing.
+
+        A call that raises leaves ACI's level and the detectors as they were.
+
+        A label whose row left the window is applied from the row log (:mod:`calwatch.stream.row_log`)
+        exactly as it would have been in the window: however late a label comes, it counts.
+        Those rows are read from disk before the call takes the monitor's lock (the parts are
+        immutable), so a producer thread does not wait on the row log.
         """
-        cats = None if categories is None else as_1d_array(categories, "categories")
-        out: dict[str, npt.NDArray[np.bool_]] = {}
-        for key, cal in fitted.items():
-            kind = kind_of(cal)
-            if not kind.has_sets:
-                continue
-            results = kind.apply(key, copy.deepcopy(cal), outputs, cats)
-            hits = kind.covered(results, labels)
-            if hits is not None:
-                out[key] = np.asarray(hits, dtype=np.bool_)
-        return out
-
-    def _calibration_blocks(self, blocks: Any, n: int) -> list[str] | None:
-        """``calibrate(blocks=)`` checked: one key per row, a monitor with detectors, used alike each time."""
-        if blocks is None:
-            keys = None
-        elif self._shift_spec is None:
-            msg = "blocks must be None: block keys are for shift detectors, and this monitor runs none"
+        if outside_classes not in ("raise", "skip"):
+            msg = f"outside_classes must be 'raise' or 'skip'; got {outside_classes!r}"
             raise ValueError(msg)
-        else:
-            keys = block_keys(blocks, n, "blocks")
-        if (
-            self._shift is not None
-            and isinstance(self._shift_spec, str)
-            and self._shift.uses_blocks != (keys is not None)
-        ):
-            was = "with" if self._shift.uses_blocks else "without"
-            msg = (
-                f"blocks: this monitor's detectors were first calibrated {was} block keys; pass blocks= "
-                "on every calibrate() or on none (or start a new Monitor)"
-            )
-            raise ValueError(msg)
-        return keys
+        prefetched = self._labels.prefetch_logged(ids)  # before the lock: the row log's parts are immutable
+        return self._label_locked(ids, y, prefetched, skip_outside=outside_classes == "skip")
 
-    def _stream_blocks(self, blocks: Any, m: int) -> list[str] | None:
-        """``observe(blocks=)`` checked against the detectors, before anything changes."""
-        uses_blocks = self._shift is not None and self._shift.uses_blocks
-        if blocks is None:
-            if uses_blocks:
-                msg = "blocks is required: calibrate() was given block keys, so every row needs its block key"
-                raise ValueError(msg)
-            return None
-        if not uses_blocks:
-            msg = "blocks must be None: no detector tests blocks (give calibrate() blocks= to use them)"
-            raise ValueError(msg)
-        keys = block_keys(blocks, m, "blocks")
-        assert self._shift is not None
-        self._shift.check_blocks(keys)
-        return keys
-
-    def _batch_ids(self, ids: Any, m: int) -> tuple[list[Hashable], str | None]:
-        """A batch's ids (given, or the next consecutive integers) and their kind, checked.
-
-        Refused (naming ``ids``): a wrong length, unhashable, null or NaN ids, ids repeated
-        within the batch or still in the window, and ids of another kind than the monitor's
-        (:func:`calwatch.core.ids.check_id_kind`). Rows without ids get the next consecutive
-        integers and no kind.
-        """
-        kind: str | None = None  # consecutive integers are outside the id-type rule (check_id_kind)
-        if ids is None:
-            row_ids: list[Hashable] = list(range(self._next_auto_id, self._next_auto_id + m))
-        else:
-            row_ids, kind = ids_with_kind(ids)
-            if len(row_ids) != m:
-                msg = f"ids has {len(row_ids)} values but the batch has {m} rows"
-                raise ValueError(msg)
-            try:
-                distinct = len(set(row_ids))
-            except TypeError as err:
-                msg = "ids must be hashable values (int, str, tuple, ...)"
-                raise TypeError(msg) from err
-            if distinct != m:
-                msg = f"ids must be distinct within a batch; {m - distinct} duplicates found"
-                raise ValueError(msg)
-        check_id_kind(self._id_kind, kind, "ids")
-        clash = self._stream.first_known_id(row_ids)
-        if clash is not None:
-            where = self._stream.id_index[clash][0]
-            msg = f"ids: {clash!r} was already observed (batch {where}, still in the window)"
-            raise ValueError(msg)
-        return row_ids, kind
+    @guarded_urgent
+    def _label_locked(
+        self, ids: Any, y: Any, prefetched: Prefetched | None, *, skip_outside: bool = False
+    ) -> LabelReport:
+        return self._labels.join(ids, y, prefetched, skip_outside=skip_outside)
 
     # ------------------------------------------------------------------ shift warnings
     @guarded
@@ -868,7 +679,483 @@ class Monitor(MonitorLabels, MonitorReads, MonitorSharing, MonitorTables):
         """
         return self._guard.lock
 
-    # ------------------------------------------------------------------ charts & widget
+    # ------------------------------------------------------------------ reads
+    @guarded
+    def admitted_accuracy(self, *, by: str = "true", batches: tuple[int, ...] | None = None) -> pl.DataFrame:
+        """Venn-ADMIT's admitted predictions, by class, over the labelled rows of the stream.
+
+        Parameters
+        ----------
+        by : {"true", "predicted"}
+            Stratify by the true class (paper 000's Tables 4-5: accuracy among admitted rows of
+            each class) or by the predicted class (what a user acting on them sees: precision).
+        batches : tuple of int, optional
+            Only these batches (default: all).
+
+        Returns
+        -------
+        polars.DataFrame
+            ``calibrator, class, n_admitted, n_correct, accuracy, accuracy_lo, accuracy_hi,
+            target`` (95% Clopper-Pearson interval; the target is ``1 − α``), classes with
+            admitted labelled rows only.
+        """
+        return self._reads.admitted_accuracy(by=by, batches=batches)
+
+    @guarded
+    def warnings(self) -> pl.DataFrame:
+        """The shift warning log: one row per episode, with acknowledgements.
+
+        Columns ``episode, name, threatens, statistic, threshold, false_alarm_control,
+        first_batch, last_batch, first_row, last_row, open, explanation, action,
+        acknowledged, ack_by, ack_at, ack_note``. Empty without shift detectors.
+        """
+        return self._reads.warnings()
+
+    @guarded
+    def what_if_calibrators(self) -> list[str]:
+        """Set calibrators whose sets can be recomputed at another level (see :meth:`what_if`)."""
+        return self._reads.what_if_calibrators()
+
+    @guarded
+    def what_if(
+        self, alpha: float, calibrators: list[str] | None = None, *, batches: Iterable[int] | None = None
+    ) -> pl.DataFrame:
+        """Sets and coverage of the window's rows recomputed at another level ``alpha``.
+
+        Uses each calibrator's fitted calibration scores (no refitting): the threshold is the
+        conformal quantile at ``alpha`` of the same scores, so the result is what the monitor
+        would have shown had it been built with that ``alpha``. Only the rows still in the window
+        can be recomputed; earlier batches are not in the result.
+
+        Parameters
+        ----------
+        alpha : float
+            Miscoverage level in (0, 1).
+        calibrators : list of str, optional
+            Which calibrators (default: all of :meth:`what_if_calibrators`).
+        batches : iterable of int, optional
+            Only these batches (default: every window batch); those not in the window are left
+            out. A live view recomputes only the batches that changed since its last call: a
+            batch's rows at ``alpha`` depend on nothing else.
+
+        Returns
+        -------
+        polars.DataFrame
+            One row per window batch and calibrator: ``batch, calibrator, alpha, target, n_rows,
+            n_labelled, n_covered, coverage, coverage_lo, coverage_hi, mean_set_size,
+            singleton_share``.
+        """
+        return self._reads.what_if(alpha, calibrators, batches=batches)
+
+    @guarded
+    def status(self) -> dict[str, int]:
+        """Stream counters: rows seen, labelled, awaiting labels, batches, unmatched labels.
+
+        ``classes_untested`` counts the (calibrator, class) pairs that a per-class detector
+        cannot test (too few calibration rows; :meth:`notices` says which).
+        ``detectors_on_correlated_rows`` counts the label-based detectors whose labelled rows
+        look correlated (they come in runs): their row-level alarms are held back and whole
+        batches decide until ``blocks=`` is given (:meth:`notices` says which and why).
+        ``admitting_nothing`` counts the Venn-ADMIT calibrators that admit under 1% of rows
+        (:meth:`notices` says why and what to try). ``rows_from_tables``
+        counts rows observed from tables (:meth:`observe_table`, ``calwatch.scale.spark``,
+        ``calwatch.scale.dask``); their unlabelled rows count in ``rows_pending``. With the row log on
+        (the default), ``rows_logged`` counts rows that left the window and were kept on disk
+        (their unlabelled rows count in ``rows_pending``: a label may still come),
+        ``labels_from_log`` the labels applied to them, ``row_log_errors`` rows the log could not
+        keep (a full disk: their labels go unmatched). Once :meth:`autosave` has run, ``autosaves``
+        counts the snapshots it wrote and ``autosave_errors`` the saves that failed (the last
+        error: the autosaver's ``last_error``).
+        """
+        return self._reads.status()
+
+    @guarded
+    def sources(self) -> str:
+        """Where table batches came from, one phrase per engine (``""`` when none did).
+
+        For example ``"spark: 1,204,331,000 rows, 365 buckets; polars: 2,000,000 rows, 30 buckets"``
+        (``polars`` is :meth:`observe_table`'s engine); the widget's status line shows it.
+        """
+        return self._reads.sources()
+
+    @guarded
+    def notices(self) -> pl.DataFrame:
+        """What the monitor does by rule rather than by the book, one row per rule applied.
+
+        A class too rare for its own conformal threshold (``mondrian="label"`` with fewer than
+        ``⌈(1−α)/α⌉`` calibration rows, or below the calibrator's ``kappa``) gets the full set:
+        that class is in every set, as the per-class guarantee requires when nothing can be
+        learnt about it; a class too rare for a per-class coverage test gets none. Neither is an
+        error, and a user should know. Columns ``calibrator, detector`` (null for a calibrator's
+        own rule), ``classes`` (how many), ``examples`` (the first few names) and ``message``.
+        """
+        return self._reads.notices()
+
+    @guarded
+    def targets(self) -> dict[str, float]:
+        """Target coverage of each set calibrator (``1 − α``, or ``1 − ε`` for PAC sets)."""
+        return self._reads.targets()
+
+    @guarded
+    def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
+        """One row per batch and calibrator: coverage, set sizes, risk and label progress.
+
+        Columns: ``batch, name, calibrator, kind, target, n_rows, n_labelled, n_pending,
+        n_covered, coverage, coverage_lo, coverage_hi, mean_set_size, singleton_share,
+        full_share, estimated_error, observed_error, error_gap, estimated_error_labelled,
+        error_band_lo, error_band_hi, estimate_promise, alpha_level, admitted_share,
+        n_admitted_labelled, admitted_accuracy, in_window, observed_at``. ``alpha_level`` is the
+        level at which a set calibrator's sets were taken (its ``α``; for ``cw.Adaptive``, the ACI
+        level ``α_t``). The ``admitted_*`` columns are
+        Venn-ADMIT's: the share of rows whose prediction it admits, and the accuracy of the
+        admitted predictions among labelled rows (null for other calibrators). Selective
+        calibrators (``kind == "selective"``) fill ``kept_share, threshold, n_kept_labelled,
+        kept_accuracy`` (top-label accuracy of the kept labelled rows) and ``accuracy`` (of all
+        labelled rows).
+
+        ``kind`` is ``"sets"`` (coverage of prediction sets, with a 95% Clopper-Pearson
+        interval) or ``"risk"`` (a label-free estimate of the top-k error rate, known as soon
+        as the batch is observed, next to the observed error rate of its labelled rows;
+        ``error_gap`` is the estimate on the labelled rows minus the observed rate, paper 004's
+        δ: ≥ 0 means conservative; ``estimate_promise`` says what the estimate promises:
+        ``"upper estimate (conservative)"`` for InvCP, ``"calibrated estimate"`` for the
+        calibration maps, ``"calibrated estimate with a 95% band"`` for the guarded one, whose
+        ``error_band_lo, error_band_hi`` hold the batch's realised error rate (all its rows,
+        labelled or not) with probability ≥ 95% while the batch is drawn like the calibration
+        rows: an observed error outside it is evidence of a shift). Columns of the other kind
+        are null, as are labelled metrics until a row of the batch is labelled.
+
+        The whole-stream summary is kept between calls and recomputed only for the batches that
+        changed since (:mod:`calwatch.core.frame_cache`): a reader polling it while a producer
+        streams holds the monitor's lock for the new batches' rows, not the whole stream's.
+        """
+        return self._reads.summary(batches)
+
+    @guarded
+    def summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+        """:meth:`summary` of some batch records (observed batches, or merged runs of them).
+
+        Part of the read API the views use: ``records`` come from :attr:`batch_records` or
+        :meth:`window_records`, possibly pooled by :func:`calwatch.stream.records.merge_records` (a bucket
+        of consecutive batches drawn as one point); the statistics are counts, so a pooled
+        record's summary is exactly that of all its rows.
+        """
+        return self._reads.summary_of(records)
+
+    @guarded
+    def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
+        """Rows per set size: ``batch, calibrator, size, count`` (sizes with count > 0)."""
+        return self._reads.set_size_counts(batches)
+
+    @guarded
+    def set_size_counts_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
+        """:meth:`set_size_counts` of some batch records (see :meth:`summary_of`)."""
+        return self._reads.set_size_counts_of(records)
+
+    @guarded
+    def class_coverage(
+        self, batches: tuple[int, ...] | None = None, *, by_batch: bool = True
+    ) -> pl.DataFrame:
+        """Coverage by true class, per batch or (``by_batch=False``) over the whole stream.
+
+        Columns ``[batch,] calibrator, class, n_labelled, n_covered, coverage, coverage_lo,
+        coverage_hi, target``; only classes with labelled rows appear.
+        """
+        return self._reads.class_coverage(batches, by_batch=by_batch)
+
+    @guarded
+    def class_coverage_of(self, records: Sequence[BatchRecord], *, by_batch: bool = True) -> pl.DataFrame:
+        """:meth:`class_coverage` of some batch records (see :meth:`summary_of`)."""
+        return self._reads.class_coverage_of(records, by_batch=by_batch)
+
+    @guarded
+    def rows(self, window: int | None = None, *, batch: int | None = None) -> pl.DataFrame:
+        """Raw rows still kept in the window, one per row.
+
+        Columns ``batch, id, prediction, confidence, label`` and, per calibrator, ``set_<name>``
+        (list of classes), ``size_<name>`` and ``covered_<name>`` (null until labelled); risk
+        estimators add ``risk_<name>``; Venn-ADMIT adds ``y_hat_<name>`` (the KNN prediction),
+        ``q_<name>``, ``d_<name>``, ``admitted_<name>``, ``p_lower_<name>``, ``p_upper_<name>``;
+        selective calibrators add ``score_<name>`` and ``kept_<name>``.
+
+        Parameters
+        ----------
+        window : int, optional
+            Only the most recent ``window`` rows.
+        batch : int, optional
+            Only the rows of this batch (it must still be in the window).
+        """
+        return self._reads.rows(window, batch=batch)
+
+    # ------------------------------------------------------------------ tables out of core
+    def observe_table(
+        self,
+        source: Any,
+        *,
+        id: str,
+        probs: str | Sequence[str],
+        bucket: str,
+        label: str | None = None,
+        category: str | None = None,
+        chunk_rows: int = 250_000,
+        progress: bool | None = None,
+    ) -> tuple[int, ...]:
+        """Observe a prediction log too large for memory: one batch per bucket, exactly.
+
+        The source is streamed in chunks; each chunk's rows go through the calibrators exactly
+        as :meth:`observe` would take them, and only their statistics are kept, so peak memory
+        does not grow with the table. Each distinct value of ``bucket``, in sorted order,
+        becomes one batch, whose statistics equal those of observing that bucket's rows with
+        :meth:`observe` (counts exactly, float sums to rounding).
+
+        Parameters
+        ----------
+        source : str, Path, polars LazyFrame/DataFrame, pyarrow Table/Dataset
+            A parquet file, folder or glob, or a table.
+        id : str
+            The column of row ids, distinct across the table and of the type of the monitor's
+            other ids (integers, strings...); :meth:`label_table` joins on it.
+        probs : str or sequence of str
+            The probability columns in class order, or one list column of ``K`` values.
+        bucket : str
+            The column whose values make the batches (a date, an hour, a model version...).
+        label : str, optional
+            A column of labels already known (null where not).
+        category : str, optional
+            The Mondrian category column, for ``mondrian="category"`` calibrators.
+        chunk_rows : int
+            Rows read at a time.
+        progress : bool, optional
+            Show a progress bar (default: when the read takes more than two seconds).
+
+        Returns
+        -------
+        tuple of int
+            The new batches' indices. A rejected table (a missing column, probabilities that
+            do not fit the monitor, a repeated id...) raises naming the column
+            and leaves the monitor unchanged.
+
+        Notes
+        -----
+        The batches keep statistics, not rows. A parquet source is its own row log: its files
+        are listed and pinned now (:mod:`calwatch.scale.pins`), so :meth:`label_table` joins
+        late labels to exactly the rows observed, however late they come, and refuses a file
+        that changed since; a file landing in the folder later is never read. Any other
+        source is copied (its log columns) into the monitor's own parquet file, which labels
+        join and a snapshot carries. Ids must be distinct across the table and of the
+        monitor's id type. The shift detectors and the window's row panels follow rows
+        observed with :meth:`observe`; table batches do not feed them. Calibrators that learn
+        from labels (ACI) or need embeddings (Venn-ADMIT), and randomised calibrators restored
+        from snapshots written before id-keyed draws, are refused with a clear error.
+        """
+        return self._tables.observe_table(
+            source,
+            id=id,
+            probs=probs,
+            bucket=bucket,
+            label=label,
+            category=category,
+            chunk_rows=chunk_rows,
+            progress=progress,
+        )
+
+    def label_table(
+        self,
+        source: Any,
+        *,
+        id: str,
+        label: str,
+        chunk_rows: int = 250_000,
+        progress: bool | None = None,
+    ) -> LabelReport:
+        """Join late labels by id to the tables observed with :meth:`observe_table`.
+
+        Each label updates the batch its row came in, however long ago; a second label for a
+        row replaces the first in every count. Labels whose id matches no observed row are
+        counted in ``unmatched`` (and in :meth:`status`). Only the buckets the labels touch
+        change.
+
+        Parameters
+        ----------
+        source : str, Path, polars LazyFrame/DataFrame, pyarrow Table/Dataset
+            The labels table.
+        id : str
+            Its id column (matched to the observed tables' id column).
+        label : str
+            Its label column (class labels as the model names them).
+        chunk_rows : int
+            Rows read at a time.
+        progress : bool, optional
+            Show a progress bar (default: when the read takes more than two seconds).
+
+        Returns
+        -------
+        LabelReport
+            Labels matched and unmatched, rows relabelled, batches changed.
+        """
+        return self._tables.label_table(source, id=id, label=label, chunk_rows=chunk_rows, progress=progress)
+
+    # ------------------------------------------------------------------ keeping and showing
+    @guarded
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save the monitor to a snapshot folder (parquet + JSON, no pickle), atomically.
+
+        Everything but the model is kept: calibrators' fitted state, per-batch statistics, the
+        raw rows of the window, shift detectors, the warning log and notes (for a regression
+        monitor: its levels, the base predictions and random draws of the window's rows, and
+        their true values). Reload it with :meth:`Monitor.load`, passing the model again to keep
+        streaming inputs.
+        """
+        return self._sharing.save(path)
+
+    def autosave(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        every_batches: int | None = 1,
+        every_seconds: float | None = 5.0,
+    ) -> AutoSave:
+        """Keep a snapshot at ``path`` current as the stream goes (:mod:`calwatch.monitor.autosave`).
+
+        The snapshot is written now, then by :meth:`save` (atomic) after the observe or label
+        call that makes it due: once ``every_batches`` batches have been observed since the last
+        save, and at most ``every_seconds`` after any unsaved change (labels, notes included).
+        The calls themselves never hold the lock while a save waits, and a failing save never
+        breaks them: ``status()["autosave_errors"]`` counts failures and the returned
+        autosaver's ``last_error`` says what failed. A second call replaces the first autosaver;
+        :meth:`stop_autosave` stops it. ``calwatch serve PATH`` shows the snapshot live.
+
+        Parameters
+        ----------
+        path : path-like
+            The snapshot folder.
+        every_batches : int or None
+            Batches between saves (``None``: save on time only).
+        every_seconds : float or None
+            The longest a change waits unsaved (``None``: save on batches only).
+
+        Returns
+        -------
+        AutoSave
+            The autosaver (``saves``, ``errors``, ``last_error``, ``stop()``).
+
+        Raises
+        ------
+        ValueError, TypeError
+            If an argument is out of range or of the wrong type (the message names it).
+        SnapshotError
+            If the first snapshot cannot be written (e.g. ``path`` is a folder that is not a
+            snapshot): the earlier autosaver, if any, goes on.
+        """
+        return self._sharing.autosave(path, every_batches=every_batches, every_seconds=every_seconds)
+
+    def stop_autosave(self, *, save: bool = True) -> None:
+        """Stop autosaving (after saving a change still unsaved, unless ``save=False``)."""
+        return self._sharing.stop_autosave(save=save)
+
+    def serve(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        every_batches: int | None = 1,
+        every_seconds: float | None = 5.0,
+    ) -> DashboardServer:
+        """Serve a live, read-only dashboard of this monitor to any browser (:mod:`calwatch.publish.server`).
+
+        The monitor autosaves to ``path`` (:meth:`autosave`, unless it already autosaves there)
+        and a server in a background thread shows that snapshot, updated in every open page
+        within a second of each save. Open ``server.url`` (it carries a random token; requests
+        without it get 403); ``server.stop()`` stops it and leaves the snapshot as it is.
+
+        Parameters
+        ----------
+        path : path-like, optional
+            The snapshot folder (default: the folder this monitor already autosaves to).
+        host : str
+            Address to listen on (default ``127.0.0.1``: this machine only).
+        port : int
+            Port (default 0: a free one).
+        token : str, optional
+            The access token (default: a random one, :func:`secrets.token_urlsafe`).
+        every_batches, every_seconds
+            The autosave policy when autosaving starts here (see :meth:`autosave`).
+
+        Returns
+        -------
+        DashboardServer
+            The running server (``url``, ``stop()``).
+
+        Raises
+        ------
+        ValueError
+            If ``path`` is None and the monitor does not autosave.
+        """
+        return self._sharing.serve(
+            path, host=host, port=port, token=token, every_batches=every_batches, every_seconds=every_seconds
+        )
+
+    @guarded
+    def report(self, path: str | os.PathLike[str]) -> Path:
+        """Write a standalone HTML report (every panel, warnings, notes, configuration, provenance).
+
+        The file opens in any browser with no kernel and no network.
+        """
+        return self._sharing.report(path)
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], *, model: Any = None, embedding_layer: str | None = None
+    ) -> Monitor:
+        """Load a snapshot written by :meth:`save` (verifying it first; no code is executed).
+
+        A snapshot of a regression monitor loads as a
+        :class:`~calwatch.monitor.regression.RegressionMonitor`.
+
+        Parameters
+        ----------
+        path : path-like
+            The snapshot folder.
+        model : optional
+            The model to re-attach, to keep observing inputs ``X``.
+        embedding_layer : str, optional
+            Torch models: the layer kept as the embedding.
+
+        Raises
+        ------
+        SnapshotError
+            If the folder is not a complete, unaltered snapshot, or (called on a subclass, e.g.
+            ``RegressionMonitor.load``) holds another kind of monitor.
+        """
+        return Sharing.load(cls, path, model=model, embedding_layer=embedding_layer)
+
+    def chart(self, kind: str = "coverage") -> alt.Chart | alt.LayerChart:
+        """An Altair chart of the stream so far.
+
+        ``kind`` is one of ``"coverage"``, ``"class_coverage"``, ``"set_size"``,
+        ``"set_shares"``, ``"set_sizes"``, ``"labels"``. In a notebook it shows as an SVG (and a
+        PNG) drawn in the kernel, so an executed notebook keeps it wherever it is read, offline
+        and untrusted included (:func:`calwatch.publish.notebook_output.offline_chart`); Altair's own
+        renderer is left alone.
+        """
+        return self._sharing.chart(kind)
+
+    def widget(self) -> MonitorWidget:
+        """The live widget of this monitor (one per monitor; display it as often as you like)."""
+        return self._sharing.widget()
+
+    def show(self, *, sidebar: bool = False, title: str | None = None) -> None:
+        """Display the live widget inline, or in a JupyterLab side panel (``sidebar=True``).
+
+        Inline, a static copy of the dashboard follows the widget as a second output
+        (:mod:`calwatch.publish.notebook_output`): hidden while the live view is drawn next to it,
+        refreshed when a cell that changed the stream ends, and what an exported, shared or
+        untrusted notebook shows in the widget's place. A side panel is not part of the notebook,
+        so it gets none.
+        """
+        return self._sharing.show(sidebar=sidebar, title=title)
 
 
 def _is_regression(task: Any, model: Any) -> bool:
@@ -895,19 +1182,3 @@ __all__ = [
     "default_author",
     "register_task",
 ]
-
-
-def random_streams(objects: Any, depth: int = 2) -> list[np.random.Generator]:
-    """The numpy random generators that calwatch objects (and calwatch objects they hold) draw from.
-
-    Calibrators keep their seeded streams as attributes (e.g. a randomised APS's ``u`` draws); a
-    wrapper (``cw.Adaptive``) holds its calibrator. ``depth`` bounds the walk.
-    """
-    found: list[np.random.Generator] = []
-    for obj in objects:
-        for value in getattr(obj, "__dict__", {}).values():
-            if isinstance(value, np.random.Generator):
-                found.append(value)
-            elif depth > 1 and type(value).__module__.startswith("calwatch."):
-                found.extend(random_streams([value], depth - 1))
-    return found

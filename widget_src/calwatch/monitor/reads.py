@@ -1,7 +1,7 @@
 """The monitor's read API: summaries, coverage by class, set sizes, rows, what-if and warnings.
 
-:class:`MonitorReads` is a part of :class:`~calwatch.monitor.monitor.Monitor` (a mixin): every table a
-user or a view reads, each computed under the monitor's lock from its batch records and its
+:class:`Reads` is a collaborator of :class:`~calwatch.monitor.Monitor`, which delegates to it:
+every table a user or a view reads, each computed under the monitor's lock from its batch records and its
 calibrators' kinds. The ``*_of(records)`` forms take any batch records, e.g. buckets pooled by
 :func:`calwatch.stream.records.merge_records`; the statistics are counts, so a pooled record's table is
 exactly that of all its rows.
@@ -17,21 +17,19 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.core.frame_cache import frame_cache_of
-from calwatch.core.guard import guarded
 from calwatch.core.ids import uniform_scalar_ids
 from calwatch.engine._validation import check_alpha
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.kinds import KINDS, kind_of
 from calwatch.kinds.admit import admitted_accuracy
 from calwatch.kinds.base import null_where
-from calwatch.monitor.state import MonitorState
 from calwatch.shift.base import first_names
 from calwatch.shift.on_labels import CORRELATED_ROWS
 from calwatch.shift.watch import ShiftWatch
 from calwatch.stream.records import NO_LABEL, BatchRecord
 
 if TYPE_CHECKING:
-    pass
+    from calwatch.monitor.monitor import Monitor
 
 IntArray = npt.NDArray[np.intp]
 #: A Venn-ADMIT calibrator admitting less than this share of rows gets a row in ``notices()``.
@@ -55,83 +53,40 @@ _BASE_SUMMARY: dict[str, Any] = {
 }  # fmt: skip
 
 
-class MonitorReads(MonitorState):
-    """Tables of a monitor's stream (part of :class:`~calwatch.monitor.monitor.Monitor`)."""
+class Reads:
+    """Tables of a monitor's stream (a collaborator of :class:`~calwatch.monitor.monitor.Monitor`).
 
-    @guarded
+    Stateless: it reads and changes the monitor it is given.
+    """
+
+    def __init__(self, monitor: Monitor) -> None:
+        self.m: Monitor = monitor
+
     def admitted_accuracy(self, *, by: str = "true", batches: tuple[int, ...] | None = None) -> pl.DataFrame:
-        """Venn-ADMIT's admitted predictions, by class, over the labelled rows of the stream.
-
-        Parameters
-        ----------
-        by : {"true", "predicted"}
-            Stratify by the true class (paper 000's Tables 4-5: accuracy among admitted rows of
-            each class) or by the predicted class (what a user acting on them sees: precision).
-        batches : tuple of int, optional
-            Only these batches (default: all).
-
-        Returns
-        -------
-        polars.DataFrame
-            ``calibrator, class, n_admitted, n_correct, accuracy, accuracy_lo, accuracy_hi,
-            target`` (95% Clopper-Pearson interval; the target is ``1 − α``), classes with
-            admitted labelled rows only.
-        """
+        """See :meth:`Monitor.admitted_accuracy`."""
         if by not in ("true", "predicted"):
             msg = f"by must be 'true' or 'predicted'; got {by!r}"
             raise ValueError(msg)
-        classes = [str(c) for c in self.classes_.tolist()]
-        return admitted_accuracy(self._records(batches), classes, self.targets(), by=by)
+        classes = [str(c) for c in self.m.classes_.tolist()]
+        return admitted_accuracy(self.records(batches), classes, self.m.targets(), by=by)
 
-    @guarded
     def warnings(self) -> pl.DataFrame:
-        """The shift warning log: one row per episode, with acknowledgements.
-
-        Columns ``episode, name, threatens, statistic, threshold, false_alarm_control,
-        first_batch, last_batch, first_row, last_row, open, explanation, action,
-        acknowledged, ack_by, ack_at, ack_note``. Empty without shift detectors.
-        """
-        if self._shift is None:
+        """See :meth:`Monitor.warnings`."""
+        if self.m._shift is None:
             return ShiftWatch([]).warnings()
-        return self._shift.warnings()
+        return self.m._shift.warnings()
 
-    @guarded
     def what_if_calibrators(self) -> list[str]:
-        """Set calibrators whose sets can be recomputed at another level (see :meth:`what_if`)."""
-        return [key for key, cal in self._calibrators.items() if _levels_of(cal) is not None]
+        """See :meth:`Monitor.what_if_calibrators`."""
+        return [key for key, cal in self.m._calibrators.items() if _levels_of(cal) is not None]
 
-    @guarded
     def what_if(
         self, alpha: float, calibrators: list[str] | None = None, *, batches: Iterable[int] | None = None
     ) -> pl.DataFrame:
-        """Sets and coverage of the window's rows recomputed at another level ``alpha``.
-
-        Uses each calibrator's fitted calibration scores (no refitting): the threshold is the
-        conformal quantile at ``alpha`` of the same scores, so the result is what the monitor
-        would have shown had it been built with that ``alpha``. Only the rows still in the window
-        can be recomputed; earlier batches are not in the result.
-
-        Parameters
-        ----------
-        alpha : float
-            Miscoverage level in (0, 1).
-        calibrators : list of str, optional
-            Which calibrators (default: all of :meth:`what_if_calibrators`).
-        batches : iterable of int, optional
-            Only these batches (default: every window batch); those not in the window are left
-            out. A live view recomputes only the batches that changed since its last call: a
-            batch's rows at ``alpha`` depend on nothing else.
-
-        Returns
-        -------
-        polars.DataFrame
-            One row per window batch and calibrator: ``batch, calibrator, alpha, target, n_rows,
-            n_labelled, n_covered, coverage, coverage_lo, coverage_hi, mean_set_size,
-            singleton_share``.
-        """
+        """See :meth:`Monitor.what_if`."""
         alpha = check_alpha(alpha)
         wanted = None if batches is None else _batch_indices(batches)
-        eligible = self.what_if_calibrators()
+        eligible = self.m.what_if_calibrators()
         keys = eligible if calibrators is None else list(calibrators)
         for key in keys:
             if key not in eligible:
@@ -145,9 +100,9 @@ class MonitorReads(MonitorState):
             "mean_set_size": [], "singleton_share": [],
         }  # fmt: skip
         for key in keys:
-            levels = _levels_of(self._calibrators[key])
+            levels = _levels_of(self.m._calibrators[key])
             assert levels is not None
-            for record in self._stream.window_batches():
+            for record in self.m._stream.window_batches():
                 if wanted is not None and record.index not in wanted:
                     continue
                 rows = record.rows
@@ -179,30 +134,12 @@ class MonitorReads(MonitorState):
             "coverage_lo", "coverage_hi", "mean_set_size", "singleton_share",
         )  # fmt: skip
 
-    @guarded
     def status(self) -> dict[str, int]:
-        """Stream counters: rows seen, labelled, awaiting labels, batches, unmatched labels.
-
-        ``classes_untested`` counts the (calibrator, class) pairs that a per-class detector
-        cannot test (too few calibration rows; :meth:`notices` says which).
-        ``detectors_on_correlated_rows`` counts the label-based detectors whose labelled rows
-        look correlated (they come in runs): their row-level alarms are held back and whole
-        batches decide until ``blocks=`` is given (:meth:`notices` says which and why).
-        ``admitting_nothing`` counts the Venn-ADMIT calibrators that admit under 1% of rows
-        (:meth:`notices` says why and what to try). ``rows_from_tables``
-        counts rows observed from tables (:meth:`observe_table`, ``calwatch.scale.spark``,
-        ``calwatch.scale.dask``); their unlabelled rows count in ``rows_pending``. With the row log on
-        (the default), ``rows_logged`` counts rows that left the window and were kept on disk
-        (their unlabelled rows count in ``rows_pending``: a label may still come),
-        ``labels_from_log`` the labels applied to them, ``row_log_errors`` rows the log could not
-        keep (a full disk: their labels go unmatched). Once :meth:`autosave` has run, ``autosaves``
-        counts the snapshots it wrote and ``autosave_errors`` the saves that failed (the last
-        error: the autosaver's ``last_error``).
-        """
-        s = self._stream
-        detector_notices = [] if self._shift is None else self._shift.notices()
+        """See :meth:`Monitor.status`."""
+        s = self.m._stream
+        detector_notices = [] if self.m._shift is None else self.m._shift.notices()
         from_tables, pending_in_tables = self._table_rows()
-        row_log = self.__dict__.get("_row_log")
+        row_log = self.m.__dict__.get("_row_log")
         pending_in_log = 0 if row_log is None else int(row_log.rows_unlabelled)
         return {
             "rows_seen": s.rows_seen,
@@ -222,30 +159,25 @@ class MonitorReads(MonitorState):
 
     def _autosave_counts(self) -> dict[str, int]:
         """Snapshots the autosaver wrote and saves that failed (``Monitor.autosave``), when it ran."""
-        saver = self.__dict__.get("_autosave")
+        saver = self.m.__dict__.get("_autosave")
         if saver is None:
             return {}
         return {"autosaves": int(saver.saves), "autosave_errors": int(saver.errors)}
 
     def _row_log_counts(self) -> dict[str, int]:
         """Rows kept in the row log, labels applied from it, and spills that failed (a full disk)."""
-        row_log = self.__dict__.get("_row_log")
+        row_log = self.m.__dict__.get("_row_log")
         if row_log is None:
             return {}
         return {
             "rows_logged": int(row_log.rows_logged) + sum(r.n_rows for r in row_log.buffer),
             "labels_from_log": int(row_log.labels_applied),
-            "row_log_errors": len(self._stream.spill_errors),
+            "row_log_errors": len(self.m._stream.spill_errors),
         }
 
-    @guarded
     def sources(self) -> str:
-        """Where table batches came from, one phrase per engine (``""`` when none did).
-
-        For example ``"spark: 1,204,331,000 rows, 365 buckets; polars: 2,000,000 rows, 30 buckets"``
-        (``polars`` is :meth:`observe_table`'s engine); the widget's status line shows it.
-        """
-        registry = self.__dict__.get("_tables")
+        """See :meth:`Monitor.sources`."""
+        registry = self.m.__dict__.get("_tables")
         return "" if registry is None else str(registry.describe())
 
     def _table_rows(self) -> tuple[int, int]:
@@ -254,28 +186,19 @@ class MonitorReads(MonitorState):
         Table batches keep no rows in the window (their table is their row log), so their pending
         rows are counted from their statistics.
         """
-        registry = self.__dict__.get("_tables")
+        registry = self.m.__dict__.get("_tables")
         if registry is None:
             return 0, 0
-        batches = self._stream.batches
+        batches = self.m._stream.batches
         indices = [i for source in registry.sources for i in source.batches.values()]
         pending = sum(batches[i].n_rows - batches[i].n_labelled for i in indices)
         return int(registry.rows), int(pending)
 
-    @guarded
     def notices(self) -> pl.DataFrame:
-        """What the monitor does by rule rather than by the book, one row per rule applied.
-
-        A class too rare for its own conformal threshold (``mondrian="label"`` with fewer than
-        ``⌈(1−α)/α⌉`` calibration rows, or below the calibrator's ``kappa``) gets the full set:
-        that class is in every set, as the per-class guarantee requires when nothing can be
-        learnt about it; a class too rare for a per-class coverage test gets none. Neither is an
-        error, and a user should know. Columns ``calibrator, detector`` (null for a calibrator's
-        own rule), ``classes`` (how many), ``examples`` (the first few names) and ``message``.
-        """
+        """See :meth:`Monitor.notices`."""
         rows: list[dict[str, Any]] = []
-        names = self._encoder.classes.tolist() if self._encoder is not None else []
-        for key, cal in self._calibrators.items():
+        names = self.m._encoder.classes.tolist() if self.m._encoder is not None else []
+        for key, cal in self.m._calibrators.items():
             quantiles = getattr(cal, "quantiles_", None)
             if getattr(cal, "mode_", None) != "label" or not isinstance(quantiles, dict):
                 continue
@@ -292,8 +215,8 @@ class MonitorReads(MonitorState):
                     ),
                 })  # fmt: skip
         rows.extend(self._admit_notices())
-        if self._shift is not None:
-            rows.extend(self._shift.notices())
+        if self.m._shift is not None:
+            rows.extend(self.m._shift.notices())
         schema: dict[str, Any] = {
             "calibrator": pl.String, "detector": pl.String, "classes": pl.Int64,
             "examples": pl.String, "message": pl.String,
@@ -308,12 +231,12 @@ class MonitorReads(MonitorState):
         calibrator's :meth:`~calwatch.engine.venn_admit.admit.VennAdmit.explain_rejections`.
         """
         rows: list[dict[str, Any]] = []
-        for key, cal in self._calibrators.items():
+        for key, cal in self.m._calibrators.items():
             explain = getattr(cal, "explain_rejections", None)
             diagnostics = getattr(cal, "diagnostics_", None)
             if not callable(explain) or not isinstance(diagnostics, dict):
                 continue
-            seen = [(r.stats[key], r.n_rows) for r in self._stream.batches if key in r.stats]
+            seen = [(r.stats[key], r.n_rows) for r in self.m._stream.batches if key in r.stats]
             n_rows = sum(n for _, n in seen)
             admitted = sum(int(getattr(stats, "n_admitted", 0)) for stats, _ in seen)
             share = admitted / n_rows if n_rows else float(diagnostics["calibration_admit_share"])
@@ -327,15 +250,14 @@ class MonitorReads(MonitorState):
             })  # fmt: skip
         return rows
 
-    @guarded
     def targets(self) -> dict[str, float]:
-        """Target coverage of each set calibrator (``1 − α``, or ``1 − ε`` for PAC sets)."""
-        out = {key: kind_of(cal).target(cal) for key, cal in self._calibrators.items()}
+        """See :meth:`Monitor.targets`."""
+        out = {key: kind_of(cal).target(cal) for key, cal in self.m._calibrators.items()}
         return {key: value for key, value in out.items() if value is not None}
 
-    def _records(self, batches: tuple[int, ...] | None) -> Sequence[BatchRecord]:
+    def records(self, batches: tuple[int, ...] | None) -> Sequence[BatchRecord]:
         """The records of ``batches`` (all by default), refused unless batch numbers of this stream."""
-        records = self._stream.batches
+        records = self.m._stream.batches
         if batches is None:
             return records
         picked = list(batches) if isinstance(batches, (tuple, list, range)) else None
@@ -348,72 +270,34 @@ class MonitorReads(MonitorState):
             raise ValueError(msg)
         return [records[i] for i in picked]
 
-    @guarded
     def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
-        """One row per batch and calibrator: coverage, set sizes, risk and label progress.
-
-        Columns: ``batch, name, calibrator, kind, target, n_rows, n_labelled, n_pending,
-        n_covered, coverage, coverage_lo, coverage_hi, mean_set_size, singleton_share,
-        full_share, estimated_error, observed_error, error_gap, estimated_error_labelled,
-        error_band_lo, error_band_hi, estimate_promise, alpha_level, admitted_share,
-        n_admitted_labelled, admitted_accuracy, in_window, observed_at``. ``alpha_level`` is the
-        level at which a set calibrator's sets were taken (its ``α``; for ``cw.Adaptive``, the ACI
-        level ``α_t``). The ``admitted_*`` columns are
-        Venn-ADMIT's: the share of rows whose prediction it admits, and the accuracy of the
-        admitted predictions among labelled rows (null for other calibrators). Selective
-        calibrators (``kind == "selective"``) fill ``kept_share, threshold, n_kept_labelled,
-        kept_accuracy`` (top-label accuracy of the kept labelled rows) and ``accuracy`` (of all
-        labelled rows).
-
-        ``kind`` is ``"sets"`` (coverage of prediction sets, with a 95% Clopper-Pearson
-        interval) or ``"risk"`` (a label-free estimate of the top-k error rate, known as soon
-        as the batch is observed, next to the observed error rate of its labelled rows;
-        ``error_gap`` is the estimate on the labelled rows minus the observed rate, paper 004's
-        δ: ≥ 0 means conservative; ``estimate_promise`` says what the estimate promises:
-        ``"upper estimate (conservative)"`` for InvCP, ``"calibrated estimate"`` for the
-        calibration maps, ``"calibrated estimate with a 95% band"`` for the guarded one, whose
-        ``error_band_lo, error_band_hi`` hold the batch's realised error rate (all its rows,
-        labelled or not) with probability ≥ 95% while the batch is drawn like the calibration
-        rows: an observed error outside it is evidence of a shift). Columns of the other kind
-        are null, as are labelled metrics until a row of the batch is labelled.
-
-        The whole-stream summary is kept between calls and recomputed only for the batches that
-        changed since (:mod:`calwatch.core.frame_cache`): a reader polling it while a producer
-        streams holds the monitor's lock for the new batches' rows, not the whole stream's.
-        """
+        """See :meth:`Monitor.summary`."""
         if batches is not None:
-            return self.summary_of(self._records(batches))
-        records = self._stream.batches
-        return frame_cache_of(self, "summary").frame(
+            return self.m.summary_of(self.records(batches))
+        records = self.m._stream.batches
+        return frame_cache_of(self.m, "summary").frame(
             self._read_context(),
             self._batch_tokens(),
-            lambda picked: self.summary_of([records[i] for i in picked]),
+            lambda picked: self.m.summary_of([records[i] for i in picked]),
         )
 
     def _batch_tokens(self) -> list[object]:
         """A token per batch, changed whenever its reads can (:mod:`calwatch.core.frame_cache`)."""
-        return self._stream.batches.tokens()
+        return self.m._stream.batches.tokens()
 
     def _read_context(self) -> tuple[object, ...]:
         """What every batch's summary rows depend on besides the batch: the store and the calibrators."""
-        context: list[object] = [self._stream.batches]
-        for key, cal in self._calibrators.items():
+        context: list[object] = [self.m._stream.batches]
+        for key, cal in self.m._calibrators.items():
             kind = kind_of(cal)
             context += [key, cal, repr(kind.target(cal)), repr(kind.calibrator_columns(cal))]
         return tuple(context)
 
-    @guarded
     def summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
-        """:meth:`summary` of some batch records (observed batches, or merged runs of them).
-
-        Part of the read API the views use: ``records`` come from :attr:`batch_records` or
-        :meth:`window_records`, possibly pooled by :func:`calwatch.stream.records.merge_records` (a bucket
-        of consecutive batches drawn as one point); the statistics are counts, so a pooled
-        record's summary is exactly that of all its rows.
-        """
-        targets = self.targets()
-        kinds = {key: kind_of(cal) for key, cal in self._calibrators.items()}
-        described = {key: kinds[key].calibrator_columns(cal) for key, cal in self._calibrators.items()}
+        """See :meth:`Monitor.summary_of`."""
+        targets = self.m.targets()
+        kinds = {key: kind_of(cal) for key, cal in self.m._calibrators.items()}
+        described = {key: kinds[key].calibrator_columns(cal) for key, cal in self.m._calibrators.items()}
         rows: list[dict[str, Any]] = []
         for record in records:
             for key, stats in record.stats.items():
@@ -431,7 +315,7 @@ class MonitorReads(MonitorState):
                         "observed_at": record.observed_at,
                     }
                     | kind.summary_row(stats, record.n_rows)
-                    | kind.calibrated_columns(self._calibrators[key], stats, record.n_rows)
+                    | kind.calibrated_columns(self.m._calibrators[key], stats, record.n_rows)
                     | described[key]
                 )
         schema = dict(_BASE_SUMMARY)
@@ -461,14 +345,12 @@ class MonitorReads(MonitorState):
         extra = [name for name in frame.columns if name not in SUMMARY_ORDER]
         return frame.select(*known[:-2], *extra, *known[-2:])
 
-    @guarded
     def set_size_counts(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
-        """Rows per set size: ``batch, calibrator, size, count`` (sizes with count > 0)."""
-        return self.set_size_counts_of(self._records(batches))
+        """See :meth:`Monitor.set_size_counts`."""
+        return self.m.set_size_counts_of(self.records(batches))
 
-    @guarded
     def set_size_counts_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
-        """:meth:`set_size_counts` of some batch records (see :meth:`summary_of`)."""
+        """See :meth:`Monitor.set_size_counts_of`."""
         out: dict[str, list[Any]] = {"batch": [], "calibrator": [], "size": [], "count": []}
         with_sets = self._keys_with_sets()
         for record in records:
@@ -486,38 +368,32 @@ class MonitorReads(MonitorState):
 
     def _keys_with_sets(self) -> set[str]:
         """Calibrators whose kind predicts sets (their statistics count set sizes and coverage)."""
-        return {key for key, cal in self._calibrators.items() if kind_of(cal).has_sets}
+        return {key for key, cal in self.m._calibrators.items() if kind_of(cal).has_sets}
 
-    @guarded
     def class_coverage(
         self, batches: tuple[int, ...] | None = None, *, by_batch: bool = True
     ) -> pl.DataFrame:
-        """Coverage by true class, per batch or (``by_batch=False``) over the whole stream.
-
-        Columns ``[batch,] calibrator, class, n_labelled, n_covered, coverage, coverage_lo,
-        coverage_hi, target``; only classes with labelled rows appear.
-        """
+        """See :meth:`Monitor.class_coverage`."""
         if batches is not None:
-            return self.class_coverage_of(self._records(batches), by_batch=by_batch)
-        records = self._stream.batches
-        per_batch = frame_cache_of(self, "class_coverage").frame(
-            (*self._read_context(), getattr(self, "_encoder", None)),
+            return self.m.class_coverage_of(self.records(batches), by_batch=by_batch)
+        records = self.m._stream.batches
+        per_batch = frame_cache_of(self.m, "class_coverage").frame(
+            (*self._read_context(), getattr(self.m, "_encoder", None)),
             self._batch_tokens(),
-            lambda picked: self.class_coverage_of([records[i] for i in picked]),
+            lambda picked: self.m.class_coverage_of([records[i] for i in picked]),
         )
         if by_batch:
             return per_batch
         counts = per_batch.select("batch", "calibrator", "class", "n_labelled", "n_covered")
         return self._with_class_coverage(counts, by_batch=False)
 
-    @guarded
     def class_coverage_of(self, records: Sequence[BatchRecord], *, by_batch: bool = True) -> pl.DataFrame:
-        """:meth:`class_coverage` of some batch records (see :meth:`summary_of`)."""
+        """See :meth:`Monitor.class_coverage_of`."""
         return self._with_class_coverage(self._class_counts_of(records), by_batch=by_batch)
 
     def _class_counts_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
         """Labelled and covered rows per batch, set calibrator and class (classes with labelled rows)."""
-        classes = self.classes_
+        classes = self.m.classes_
         with_sets = self._keys_with_sets()
         out: dict[str, list[Any]] = {
             "batch": [], "calibrator": [], "class": [], "n_labelled": [], "n_covered": [],
@@ -548,7 +424,7 @@ class MonitorReads(MonitorState):
                 .sort("calibrator", "class")
             )
         lo, hi = clopper_pearson(frame["n_covered"].to_numpy(), frame["n_labelled"].to_numpy())
-        targets = self.targets()
+        targets = self.m.targets()
         return frame.with_columns(
             coverage=pl.col("n_covered") / pl.col("n_labelled"),
             coverage_lo=pl.Series(lo, dtype=pl.Float64),
@@ -556,25 +432,10 @@ class MonitorReads(MonitorState):
             target=pl.col("calibrator").replace_strict(targets, return_dtype=pl.Float64),
         )
 
-    @guarded
     def rows(self, window: int | None = None, *, batch: int | None = None) -> pl.DataFrame:
-        """Raw rows still kept in the window, one per row.
-
-        Columns ``batch, id, prediction, confidence, label`` and, per calibrator, ``set_<name>``
-        (list of classes), ``size_<name>`` and ``covered_<name>`` (null until labelled); risk
-        estimators add ``risk_<name>``; Venn-ADMIT adds ``y_hat_<name>`` (the KNN prediction),
-        ``q_<name>``, ``d_<name>``, ``admitted_<name>``, ``p_lower_<name>``, ``p_upper_<name>``;
-        selective calibrators add ``score_<name>`` and ``kept_<name>``.
-
-        Parameters
-        ----------
-        window : int, optional
-            Only the most recent ``window`` rows.
-        batch : int, optional
-            Only the rows of this batch (it must still be in the window).
-        """
-        classes = self.classes_
-        records = self._stream.window_batches()
+        """See :meth:`Monitor.rows`."""
+        classes = self.m.classes_
+        records = self.m._stream.window_batches()
         if batch is not None:
             records = [r for r in records if r.index == batch]
             if not records:
@@ -597,7 +458,7 @@ class MonitorReads(MonitorState):
                 "confidence": rows.probs.max(axis=1),
                 "label": _labels_or_null(classes, rows.labels, has_label),
             }
-            for key, cal in self._calibrators.items():
+            for key, cal in self.m._calibrators.items():
                 kind = kind_of(cal)
                 columns |= kind.row_columns(key, kind.results_of(rows, key, cal), rows.labels, classes)
             frames.append(pl.DataFrame(columns))

@@ -20,14 +20,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.core.guard import guarded, guarded_urgent, guarded_yielding
-from calwatch.core.ids import check_id_kind, ids_with_kind, uniform_scalar_ids
+from calwatch.core.guard import guarded, guarded_yielding
+from calwatch.core.ids import uniform_scalar_ids
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.kinds import kind_of
 from calwatch.kinds.regression import (
@@ -37,7 +37,8 @@ from calwatch.kinds.regression import (
     RegressionOutputs,
     pct,
 )
-from calwatch.monitor.monitor import DEFAULT_WINDOW, LabelReport, Monitor
+from calwatch.monitor.monitor import DEFAULT_WINDOW, Monitor
+from calwatch.monitor.tasks import VALUE_LABELS, LabelValues, true_values
 from calwatch.stream.records import BatchRecord, BatchRows
 
 FloatArray = npt.NDArray[np.float64]
@@ -73,6 +74,9 @@ class RegressionMonitor(Monitor):
     """
 
     task = "regression"
+
+    #: Labels are true values (floats), joined by the same path as classes (:mod:`calwatch.monitor.tasks`).
+    _task_labels: ClassVar[LabelValues] = VALUE_LABELS
 
     def __init__(
         self,
@@ -262,8 +266,8 @@ class RegressionMonitor(Monitor):
         if m == 0:
             msg = "the batch is empty: a batch needs at least one row"
             raise ValueError(msg)
-        row_ids, id_kind = self._batch_ids(ids, m)
-        values = None if y is None else _true_values(y, m)
+        row_ids, id_kind = self._intake.batch_ids(ids, m)
+        values = None if y is None else true_values(y, m)
         draws = copy.deepcopy(self._draws)  # advanced only once the batch is accepted
         # One shared copy of the batch's base predictions is kept for the window.
         outputs = RegressionOutputs(base, self._kept(base), self.levels, draws)
@@ -288,7 +292,7 @@ class RegressionMonitor(Monitor):
         )
         newly = 0
         if values is not None:
-            record.stats, newly, _ = self._valued_stats(record, np.arange(m), values)
+            record.stats, newly, _ = self._labels.labelled_stats(record, np.arange(m), values)
             assert record.rows is not None
             record.rows.regression["y"][:] = values
             record.rows.labels[:] = 0  # marks the rows as labelled for the generic counters
@@ -302,70 +306,6 @@ class RegressionMonitor(Monitor):
         self._notify((index,))
         return index
 
-    # ------------------------------------------------------------------ labels
-    @guarded_urgent
-    def label(self, ids: Any, y: Any, *, outside_classes: str = "raise") -> LabelReport:
-        """Join late true values to their rows: PIT, interval coverage and CRPS of those batches.
-
-        ``outside_classes`` is for classification monitors (a regression has no classes): only
-        its default, ``"raise"``, is accepted here.
-        """
-        if outside_classes != "raise":
-            msg = (
-                "outside_classes is for classification monitors; a regression monitor takes values "
-                f"(got {outside_classes!r})"
-            )
-            raise ValueError(msg)
-        id_list, kind = ids_with_kind(ids)
-        check_id_kind(self._id_kind, kind, "ids", auto_ids=self._next_auto_id > 0)
-        values = _true_values(y, len(id_list), per="id")
-        found, where = self._locate(id_list)
-        unmatched = int((~found).sum())
-        stream = self._stream
-        if not found.any():
-            stream.labels_unmatched += unmatched
-            return LabelReport(0, unmatched, 0, ())
-        by_index = {r.index: r for r in stream.window_batches()}
-        relabelled = newly = 0
-        touched = np.unique(where[:, 0]).tolist()
-        updates = []
-        for batch in touched:
-            mask = where[:, 0] == batch
-            rows_b, values_b = where[mask, 1], values[found][mask]
-            stats, new_b, relabelled_b = self._valued_stats(by_index[batch], rows_b, values_b)
-            updates.append((by_index[batch], stats, rows_b, values_b))
-            newly, relabelled = newly + new_b, relabelled + relabelled_b
-        # Everything is computed: commit.
-        for record, stats, rows_b, values_b in updates:
-            assert record.rows is not None
-            record.stats = stats
-            record.rows.regression["y"][rows_b] = values_b
-            record.rows.labels[rows_b] = 0  # marks the rows as labelled for the generic counters
-        stream.rows_labelled += newly
-        stream.labels_unmatched += unmatched
-        self._notify(tuple(touched))
-        return LabelReport(int(found.sum()), unmatched, relabelled, tuple(touched))
-
-    def _valued_stats(
-        self, record: BatchRecord, rows: npt.NDArray[np.intp], values: FloatArray
-    ) -> tuple[dict[str, Any], int, int]:
-        """A batch's statistics once these rows carry these true values (the record is not changed).
-
-        Returns the new statistics, how many rows get their first value and how many a new one.
-        """
-        assert record.rows is not None
-        old = record.rows.regression["y"][rows]
-        had = ~np.isnan(old)
-        stats: dict[str, Any] = {}
-        for key, cal in self._regressors().items():
-            kind = kind_of(cal)
-            results = kind.results_of(record.rows, key, cal)
-            delta = kind.labelled(results.take(rows), None, values)
-            if had.any():
-                delta = delta.merge(kind.labelled(results.take(rows[had]), None, old[had], sign=-1))
-            stats[key] = _regression_stats(record)[key].merge(delta)
-        return stats, int((~had).sum()), int(had.sum())
-
     # ------------------------------------------------------------------ views
     @guarded
     def summary(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
@@ -377,7 +317,7 @@ class RegressionMonitor(Monitor):
         ``coverage_<pct>`` per level, ``crps`` (mean over labelled rows), ``in_window``,
         ``observed_at``.
         """
-        return self.summary_of(self._records(batches))
+        return self.summary_of(self._reads.records(batches))
 
     @guarded
     def summary_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
@@ -424,7 +364,7 @@ class RegressionMonitor(Monitor):
     @guarded
     def pit_histogram(self, batches: tuple[int, ...] | None = None) -> pl.DataFrame:
         """PIT values of labelled rows, binned per batch: ``batch, calibrator, bin, lo, hi, count``."""
-        return self.pit_histogram_of(self._records(batches))
+        return self.pit_histogram_of(self._reads.records(batches))
 
     @guarded
     def pit_histogram_of(self, records: Sequence[BatchRecord]) -> pl.DataFrame:
@@ -496,18 +436,6 @@ class RegressionMonitor(Monitor):
             return pl.DataFrame()
         out = pl.concat(frames, how="vertical_relaxed")
         return out if window is None else out.tail(int(window))
-
-
-def _true_values(y: Any, n: int, per: str = "row") -> FloatArray:
-    """``y`` as finite float64 values, one per row (or id), else a ValueError naming it."""
-    values = np.asarray(y, dtype=np.float64)
-    if values.ndim != 1 or values.shape[0] != n:
-        msg = f"y must hold one true value per {per} ({n}); got shape {values.shape}"
-        raise ValueError(msg)
-    if not np.isfinite(values).all():
-        msg = "y contains NaN or inf: true values must be finite numbers"
-        raise ValueError(msg)
-    return values
 
 
 def check_regressor(model: Any) -> None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
-import html
 import itertools
 import math
 import time
@@ -48,9 +47,10 @@ import polars as pl
 
 from calwatch.core.guard import guard_of, one_moment
 from calwatch.publish import svg_child
-from calwatch.publish.report import ReportParts, coverage_table, report_parts, script_json
+from calwatch.publish.report import ReportParts, coverage_table, escape_html, report_parts, script_json
 from calwatch.views import charts
 from calwatch.widget import bundle_path
+from calwatch.widget.payloads import in_kernel as in_kernel  # re-exported for Monitor.show
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
@@ -82,10 +82,6 @@ def _bundle_base64() -> str:
     return base64.b64encode(bundle_path().read_bytes()).decode("ascii")
 
 
-def _esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
 def _svg_image(spec: dict[str, Any], alt_text: str) -> str:
     """An ``<img>`` of a Vega-Lite spec drawn as SVG in the kernel ("" if it cannot be drawn).
 
@@ -100,7 +96,7 @@ def _svg_image(spec: dict[str, Any], alt_text: str) -> str:
         return ""
     data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
     src = f"data:image/svg+xml;base64,{data}"
-    return f'<img class="calwatch-static-image" alt="{_esc(alt_text)}" src="{src}">'
+    return f'<img class="calwatch-static-image" alt="{escape_html(alt_text)}" src="{src}">'
 
 
 def _headline(monitor: Monitor) -> str:
@@ -112,10 +108,11 @@ def _headline(monitor: Monitor) -> str:
     from calwatch.widget import health_rows
 
     chips = "".join(
-        f"<li><b>{_esc(row.get('calibrator'))}</b>: {_esc(row.get('promise'))}: {_esc(row.get('state'))}</li>"
+        f"<li><b>{escape_html(row.get('calibrator'))}</b>: {escape_html(row.get('promise'))}: "
+        f"{escape_html(row.get('state'))}</li>"
         for row in health_rows(monitor)
     )
-    return f"<p>{_esc(facts)}</p><ul>{chips}</ul>" if chips else f"<p>{_esc(facts)}</p>"
+    return f"<p>{escape_html(facts)}</p><ul>{chips}</ul>" if chips else f"<p>{escape_html(facts)}</p>"
 
 
 @dataclass(frozen=True)
@@ -161,12 +158,12 @@ def draw_static(read: StaticRead, uid: str) -> str:
     if read.coverage is not None:
         image = _svg_image(_coverage_spec(read.coverage), f"coverage of {read.name}")
     fallback = (
-        f"<h3>{_esc(parts.title)}</h3>{read.headline}{image}{read.table}"
-        f'<p class="calwatch-static-note">{_esc(parts.generated)}; a static copy of the live '
+        f"<h3>{escape_html(parts.title)}</h3>{read.headline}{image}{read.table}"
+        f'<p class="calwatch-static-note">{escape_html(parts.generated)}; a static copy of the live '
         "dashboard.</p>"
     )
     return _OUTPUT.format(
-        uid=_esc(uid),
+        uid=escape_html(uid),
         fallback=fallback,
         payload=script_json(parts.payload),
         bundle=script_json(_bundle_base64()),

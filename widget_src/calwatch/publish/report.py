@@ -168,9 +168,9 @@ def report_page(parts: ReportParts, *, live_version: str | None = None) -> str:
     live = live_version is not None
     return _PAGE.format(
         csp=LIVE_CSP if live else _CSP,
-        title=_esc(parts.title),
-        heading=_esc(parts.title),
-        generated=_esc(parts.generated),
+        title=escape_html(parts.title),
+        heading=escape_html(parts.title),
+        generated=escape_html(parts.generated),
         live_line='<p id="calwatch-live" class="generated" aria-live="polite"></p>' if live else "",
         sections=parts.sections,
         payload=script_json(parts.payload | ({"version": live_version} if live else {})),
@@ -179,7 +179,8 @@ def report_page(parts: ReportParts, *, live_version: str | None = None) -> str:
     )
 
 
-def _esc(value: Any) -> str:
+def escape_html(value: Any) -> str:
+    """``value`` as HTML text (quotes escaped too, so it may go in an attribute); None is ""."""
     return html.escape("" if value is None else str(value), quote=True)
 
 
@@ -194,14 +195,14 @@ def script_json(value: Any) -> str:
 
 
 def _section(title: str, body: str) -> str:
-    return f"<section><h2>{_esc(title)}</h2>\n{body}\n</section>"
+    return f"<section><h2>{escape_html(title)}</h2>\n{body}\n</section>"
 
 
 def _table(frame: pl.DataFrame, *, empty: str, columns: Sequence[str] | None = None) -> str:
     if frame.is_empty():
-        return f'<p class="empty">{_esc(empty)}</p>'
+        return f'<p class="empty">{escape_html(empty)}</p>'
     names = list(columns or frame.columns)
-    head = "".join(f"<th>{_esc(name)}</th>" for name in names)
+    head = "".join(f"<th>{escape_html(name)}</th>" for name in names)
     body = "".join(
         "<tr>" + "".join(f"<td>{_format(row[name])}</td>" for name in names) + "</tr>"
         for row in frame.select(names).iter_rows(named=True)
@@ -213,8 +214,8 @@ def _format(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return _esc(f"{value:.4g}")
-    return _esc(value)
+        return escape_html(f"{value:.4g}")
+    return escape_html(value)
 
 
 def _warnings_table(monitor: Monitor) -> str:
@@ -401,7 +402,8 @@ def _provenance(monitor: Monitor, snapshot: dict[str, Any] | None, generated: st
 
 
 def _definitions(facts: Iterable[tuple[str, Any]]) -> str:
-    rows = "".join(f"<dt>{_esc(key)}</dt><dd>{_esc(value)}</dd>" for key, value in facts if value is not None)
+    shown = [(key, value) for key, value in facts if value is not None]
+    rows = "".join(f"<dt>{escape_html(key)}</dt><dd>{escape_html(value)}</dd>" for key, value in shown)
     return f"<dl>{rows}</dl>"
 
 

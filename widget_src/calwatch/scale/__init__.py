@@ -18,7 +18,9 @@ per-batch statistics from such a table without holding it in memory, and exactly
 * :mod:`.commit` — the reduced statistics merged into a monitor, all or nothing;
 * :mod:`.table` — the embedded default: parquet, polars and pyarrow sources streamed in chunks
   (``Monitor.observe_table`` / ``Monitor.label_table``);
-* :mod:`calwatch.scale.spark` and :mod:`calwatch.scale.dask` — the same kernel on a cluster.
+* :mod:`calwatch.scale.spark` and :mod:`calwatch.scale.dask` — the same kernel on a cluster
+  (Spark's adapter also has :mod:`.spark_tasks`, :mod:`.spark_ids`, :mod:`.spark_arrow` and
+  :mod:`.spark_scan`: what its tasks run, its id check, its Arrow types, files read by the workers).
 
 Nothing here imports Spark or Dask; those adapters import them when called.
 """

@@ -79,7 +79,7 @@ def commit_labels(
     looks = [] if watch is None else watch.labelled(monitor, updates)
     # Everything is computed: commit.
     for record, merged in updates:
-        record.stats = merged
+        stream.batches.set_stats(record, merged)
     if watch is not None:
         record_looks(monitor, watch, looks)
     stream.rows_labelled += sum(d.n_new_labels for _, d in deltas)

@@ -13,7 +13,8 @@ Layout of a snapshot folder::
     rows.parquet      the raw rows still in the window: ids, and for classification probabilities,
                       packed sets and labels; for regression the true values (NaN until
                       labelled), the base predictions, each calibrator's random-interpolation
-                      draws, median and interval bounds
+                      draws, median and interval bounds (:mod:`calwatch.stream.row_codec`'s
+                      layout, the row log's too; its mapping is state.json's ``row_columns``)
 
 The folder is written next to its destination under a temporary name and renamed into place,
 so a crash leaves either the old snapshot or the new one, never half of one. Loading verifies
@@ -38,7 +39,6 @@ import math
 import os
 import shutil
 import uuid
-from collections.abc import Hashable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,8 +55,9 @@ from calwatch.kinds.regression import PIT_BINS, RegressionBatchStats, row_fields
 from calwatch.monitor.regression import check_regressor
 from calwatch.scale.registry import load_registry, save_registry
 from calwatch.snapshot.checks import check_calibrators
-from calwatch.stream.records import NO_LABEL, BatchRecord, BatchRows, BatchStats, RecordStore, StreamState
-from calwatch.stream.row_log import RowLog, encode_ids
+from calwatch.stream.records import NO_LABEL, BatchRecord, BatchStats, RecordStore, StreamState
+from calwatch.stream.row_codec import decode_rows, encode_rows
+from calwatch.stream.row_log import RowLog
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
@@ -108,7 +109,7 @@ def save_monitor(monitor: Monitor, path: str | os.PathLike[str]) -> Path:
         "stream": _stream_counters(monitor._stream),
     }
     batches = _batches_frame(monitor._stream)
-    rows, row_columns = (_regression_rows_frame if task == "regression" else _rows_frame)(monitor._stream)
+    rows, row_columns = encode_rows(monitor._stream.window_batches(), task)
     state["row_columns"] = row_columns
     row_log: RowLog | None = monitor.__dict__.get("_row_log")
     state["row_log"] = row_log is not None
@@ -247,155 +248,6 @@ def _batches_frame(stream: StreamState) -> pl.DataFrame:
             for name in schema:
                 out[name].append(values.get(name))
     return pl.DataFrame(out, schema=schema)
-
-
-def _rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """The window's raw rows, and how its columns map back (id encoding, calibrator columns)."""
-    records = stream.window_batches()
-    calibrators: list[str] = []
-    risks: list[str] = []
-    admits: list[str] = []
-    admit_fields: list[str] = []
-    selectives: list[str] = []
-    extras: list[str] = []
-    extra_fields: dict[str, list[str]] = {}
-    if records:
-        assert records[0].rows is not None
-        calibrators = list(records[0].rows.packed_sets)
-        risks = list(records[0].rows.risks)
-        admits = list(records[0].rows.admit)
-        selectives = list(records[0].rows.selective)
-        admit_fields = list(next(iter(records[0].rows.admit.values()), {}))
-        extras = list(records[0].rows.extra)
-        extra_fields = {key: list(values) for key, values in records[0].rows.extra.items()}
-    ids = [i for r in records if r.rows is not None for i in r.rows.ids]
-    id_kind, id_column = encode_ids(ids)
-    columns: dict[str, Any] = {
-        "batch": pl.Series([r.index for r in records for _ in range(r.n_rows)], dtype=pl.Int64),
-        "id": id_column,
-    }
-    present = [r.rows for r in records if r.rows is not None]
-    if present:
-        columns["probs"] = pl.Series(np.concatenate([rows.probs for rows in present]))
-        columns["label"] = pl.Series(np.concatenate([rows.labels for rows in present]).astype(np.int64))
-        categories = [rows.categories for rows in present]
-        if any(c is not None for c in categories):
-            if any(c is None for c in categories):
-                msg = "some window batches have Mondrian categories and others do not"
-                raise SnapshotError(msg)
-            columns["category"] = _category_series(np.concatenate(categories))  # type: ignore[arg-type]
-        for i, key in enumerate(calibrators):
-            columns[f"set_{i}"] = pl.Series(
-                [row.tobytes() for rows in present for row in rows.packed_sets[key]], dtype=pl.Binary
-            )
-        for i, key in enumerate(risks):
-            columns[f"risk_{i}"] = pl.Series(np.concatenate([rows.risks[key] for rows in present]))
-        for i, key in enumerate(selectives):
-            for name in ("score", "kept"):
-                columns[f"selective_{i}_{name}"] = pl.Series(
-                    np.concatenate([rows.selective[key][name] for rows in present])
-                )
-        for i, key in enumerate(admits):
-            for name in admit_fields:
-                values = np.concatenate([rows.admit[key][name] for rows in present])
-                columns[f"admit_{i}_{name}"] = pl.Series(values)
-        for i, key in enumerate(extras):
-            for name in extra_fields[key]:
-                columns[f"extra_{i}_{name}"] = pl.Series(
-                    np.concatenate([rows.extra[key][name] for rows in present])
-                )
-    mapping: dict[str, Any] = {
-        "id_kind": id_kind, "set_calibrators": calibrators, "risk_calibrators": risks,
-        "admit_calibrators": admits, "admit_fields": admit_fields, "selective_calibrators": selectives,
-    }  # fmt: skip
-    if extras:  # only snapshots with such kinds carry the keys (older readers never see them)
-        mapping |= {"extra_calibrators": extras, "extra_fields": extra_fields}
-    return pl.DataFrame(columns), mapping
-
-
-def _regression_rows_frame(stream: StreamState) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """A regression monitor's window rows: true values, base predictions, per-calibrator results.
-
-    Base predictions shared by several calibrators (all of one monitor's) are written once:
-    ``pred_<g>`` (or ``pred_<g>_<member>`` for an ensemble's members); calibrator ``i``'s draws
-    and results are ``reg_<i>_u``, ``reg_<i>_median``, ``reg_<i>_lower_<pct>``, ...
-    """
-    records = stream.window_batches()
-    present = [r.rows for r in records if r.rows is not None]
-    ids = [i for rows in present for i in rows.ids]
-    id_kind, id_column = encode_ids(ids)
-    columns: dict[str, Any] = {
-        "batch": pl.Series([r.index for r in records for _ in range(r.n_rows)], dtype=pl.Int64),
-        "id": id_column,
-    }
-    mapping: dict[str, Any] = {"id_kind": id_kind, "regression_calibrators": [], "regression_fields": []}
-    if not present:
-        return pl.DataFrame(columns), mapping
-    first = present[0].regression["per_calibrator"]
-    keys = list(first)
-    fields = [name for name in next(iter(first.values())) if name not in ("pred", "u")]
-    groups, members, has_u = _pred_layout(present[0].regression, keys)
-    for rows in present:
-        saved = rows.regression["per_calibrator"]
-        if list(saved) != keys or _pred_layout(rows.regression, keys) != (groups, members, has_u):
-            msg = "the window's batches keep different calibrators or base prediction layouts"
-            raise SnapshotError(msg)
-    columns["y"] = pl.Series(np.concatenate([rows.regression["y"] for rows in present]), dtype=pl.Float64)
-    for g, n_members in enumerate(members):
-        owner = keys[groups.index(g)]
-        preds = [rows.regression["per_calibrator"][owner]["pred"] for rows in present]
-        if n_members is None:
-            columns[f"pred_{g}"] = _float_series(preds)
-        else:
-            for j in range(n_members):
-                columns[f"pred_{g}_{j}"] = _float_series([p[j] for p in preds])
-    for i, key in enumerate(keys):
-        saved_rows = [rows.regression["per_calibrator"][key] for rows in present]
-        for name in fields + (["u"] if has_u[i] else []):
-            columns[f"reg_{i}_{name}"] = _float_series([saved[name] for saved in saved_rows])
-    mapping |= {
-        "regression_calibrators": keys, "regression_fields": fields, "regression_u": has_u,
-        "pred_group": groups, "pred_members": members,
-    }  # fmt: skip
-    return pl.DataFrame(columns), mapping
-
-
-def _pred_layout(store: dict[str, Any], keys: list[str]) -> tuple[list[int], list[int | None], list[bool]]:
-    """Which base predictions each calibrator reads (group index), each group's ensemble size, draws."""
-    distinct: list[Any] = []
-    groups = []
-    for key in keys:
-        pred = store["per_calibrator"][key]["pred"]
-        where = next((g for g, p in enumerate(distinct) if p is pred), None)
-        if where is None:
-            distinct.append(pred)
-            where = len(distinct) - 1
-        groups.append(where)
-    members = [len(p) if isinstance(p, list) else None for p in distinct]
-    has_u = [store["per_calibrator"][key]["u"] is not None for key in keys]
-    return groups, members, has_u
-
-
-def _float_series(parts: list[Any]) -> pl.Series:
-    """One float64 column from per-batch arrays of shape (m,) or (m, k) (a fixed-size array column)."""
-    for part in parts:
-        if not (isinstance(part, np.ndarray) and part.dtype.kind in "fiu"):
-            msg = (
-                f"base predictions of type {type(part).__name__} cannot be saved in a snapshot (only "
-                "numeric arrays: a CDFPrediction holds callables)"
-            )
-            raise SnapshotError(msg)
-    return pl.Series(np.concatenate(parts).astype(np.float64, copy=False))
-
-
-def _category_series(values: npt.NDArray[Any]) -> pl.Series:
-    if values.dtype.kind == "O":
-        items = values.tolist()
-        if not all(isinstance(v, (str, int, float, bool)) for v in items):
-            msg = "categories: only numbers and strings can be saved in a snapshot"
-            raise SnapshotError(msg)
-        return pl.Series(items)
-    return pl.Series(values)
 
 
 def _arrays_frame(arrays: dict[str, npt.NDArray[Any]]) -> pl.DataFrame:
@@ -668,7 +520,7 @@ def _read_stream(
         _check_labelled_agree(record)
     for index, part in rows.group_by("batch", maintain_order=True):
         record = stream.batches[int(index[0])]
-        record.rows = (_regression_batch_rows if task == "regression" else _batch_rows)(part, mapping)
+        record.rows = decode_rows(part, mapping, task)
         if task == "regression":
             record.rows.regression["levels"] = levels  # the monitor's levels score its late labels
         if len(record.rows.ids) != record.n_rows:
@@ -743,80 +595,3 @@ def _regression_stats_from_row(row: dict[str, Any]) -> RegressionBatchStats:
         msg = f"batches.parquet holds malformed regression statistics for batch {row['batch']}"
         raise SnapshotError(msg)
     return stats
-
-
-def _decode_ids(part: pl.DataFrame, mapping: dict[str, Any]) -> list[Hashable]:
-    if mapping["id_kind"] == "json":
-        decoder = StateDecoder({})
-        return [decoder.decode(json.loads(text)) for text in part["id"].to_list()]
-    return list(part["id"].to_list())
-
-
-def _regression_batch_rows(part: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
-    ids = _decode_ids(part, mapping)
-    m = len(ids)
-    y = _float_column(part, "y")
-    preds: list[Any] = []
-    for g, n_members in enumerate(mapping["pred_members"]):
-        if n_members is None:
-            preds.append(_float_column(part, f"pred_{g}"))
-        else:
-            preds.append([_float_column(part, f"pred_{g}_{j}") for j in range(int(n_members))])
-    per_calibrator: dict[str, dict[str, Any]] = {}
-    for i, key in enumerate(mapping["regression_calibrators"]):
-        saved: dict[str, Any] = {"pred": preds[mapping["pred_group"][i]]}
-        saved["u"] = _float_column(part, f"reg_{i}_u") if mapping["regression_u"][i] else None
-        for name in mapping["regression_fields"]:
-            saved[name] = _float_column(part, f"reg_{i}_{name}")
-        per_calibrator[key] = saved
-    return BatchRows(
-        ids=ids,
-        probs=np.zeros((m, 0)),
-        packed_sets={},
-        labels=np.where(np.isnan(y), NO_LABEL, 0).astype(np.intp),
-        regression={"y": y, "per_calibrator": per_calibrator},
-    )
-
-
-def _float_column(part: pl.DataFrame, name: str) -> npt.NDArray[np.float64]:
-    return np.array(part[name].to_numpy(), dtype=np.float64)  # a writable copy: labels write y
-
-
-def _batch_rows(part: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
-    ids = _decode_ids(part, mapping)
-    probs = np.asarray(part["probs"].to_numpy(), dtype=np.float64)
-    n_bytes = (probs.shape[1] + 7) // 8
-    packed = {
-        key: np.frombuffer(b"".join(part[f"set_{i}"].to_list()), dtype=np.uint8).reshape(-1, n_bytes).copy()
-        for i, key in enumerate(mapping["set_calibrators"])
-    }
-    risks = {
-        key: part[f"risk_{i}"].to_numpy().astype(np.float64)
-        for i, key in enumerate(mapping["risk_calibrators"])
-    }
-    labels = part["label"].to_numpy().astype(np.intp)
-    if labels.size and (labels.min() < NO_LABEL or labels.max() >= probs.shape[1]):
-        msg = "rows.parquet holds labels outside the classes"
-        raise SnapshotError(msg)
-    categories = part["category"].to_numpy() if "category" in part.columns else None
-    admit = {
-        key: {name: part[f"admit_{i}_{name}"].to_numpy().copy() for name in mapping.get("admit_fields", [])}
-        for i, key in enumerate(mapping.get("admit_calibrators", []))
-    }
-    return BatchRows(
-        ids=ids,
-        probs=probs,
-        packed_sets=packed,
-        labels=labels,
-        categories=categories,
-        risks=risks,
-        admit=admit,
-        selective={
-            key: {name: part[f"selective_{i}_{name}"].to_numpy().copy() for name in ("score", "kept")}
-            for i, key in enumerate(mapping.get("selective_calibrators", []))
-        },
-        extra={
-            key: {name: part[f"extra_{i}_{name}"].to_numpy().copy() for name in mapping["extra_fields"][key]}
-            for i, key in enumerate(mapping.get("extra_calibrators", []))
-        },
-    )

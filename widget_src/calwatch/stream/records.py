@@ -246,16 +246,9 @@ _MICROSECOND = timedelta(microseconds=1)
 class _SettledRecord(BatchRecord):
     """A settled batch read back from a :class:`RecordStore`'s columns.
 
-    Equal to the record that was settled. Assigning its ``stats`` (how late labels from the row
-    log and re-tuning change a batch: statistics are replaced, never changed in place) writes
-    them back to the store.
+    Equal to the record that was settled. A copy: new statistics for it go through
+    :meth:`RecordStore.set_stats`, which writes the columns.
     """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)
-        home = self.__dict__.get("_home")
-        if name == "stats" and home is not None:
-            home.put_stats(self.index, value)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, BatchRecord):
@@ -329,6 +322,17 @@ class RecordStore(Sequence[BatchRecord]):
         """Add the next batch's record."""
         self._state[1].append(record)
 
+    def set_stats(self, record: BatchRecord, stats: dict[str, Any]) -> None:
+        """Replace a batch's statistics (late labels, re-tuning): its record's, and its columns once settled.
+
+        Statistics are replaced, never changed in place. A settled batch's record is a copy read
+        from the columns, so the columns are written too; there is no write-through on assignment.
+        """
+        record.stats = stats
+        n, _ = self._state
+        if record.index < n:
+            self.put_stats(record.index, stats)
+
     def extend(self, records: Iterable[BatchRecord]) -> None:
         """Add the next batches' records."""
         self._state[1].extend(records)
@@ -389,7 +393,7 @@ class RecordStore(Sequence[BatchRecord]):
         self._stats.put(i, record.stats)
 
     def put_stats(self, i: int, stats: dict[str, Any]) -> None:
-        """Replace settled batch ``i``'s statistics (a :class:`_SettledRecord`'s ``stats = ...``)."""
+        """Replace settled batch ``i``'s statistics in the columns (see :meth:`set_stats`)."""
         self._stats.put(i, stats)
         self._generation[i] += 1
 
@@ -406,7 +410,6 @@ class RecordStore(Sequence[BatchRecord]):
             n_rows=int(self._n_rows[i]),
             stats=self._stats.get(i),
             rows=None,
-            _home=self,
         )
         return record
 

@@ -4,8 +4,9 @@ A monitor keeps raw rows only for its window (100,000 rows by default). A label 
 left it used to be counted as unmatched and dropped; a team whose labels come a day after 10⁶
 predictions lost every one. Now each batch that leaves the window is written, rows and all
 (ids, probabilities, each calibrator's per-row results, labels so far), as one parquet part of a
-:class:`RowLog`; a late label finds its row there and updates its batch's statistics exactly as
-it would have in the window. Memory stays bounded by the window; disk grows by the rows' size
+:class:`RowLog`, in the layout of a snapshot's ``rows.parquet`` (:mod:`calwatch.stream.row_codec`);
+a late label finds its row there and updates its batch's statistics exactly as it would have in
+the window. Memory stays bounded by the window; disk grows by the rows' size
 (for ``K`` classes and ``c`` set calibrators about ``8K + c·⌈K/8⌉ + 16`` bytes a row before
 parquet's compression).
 
@@ -31,10 +32,11 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from calwatch.core.codec import SnapshotError, StateDecoder, StateEncoder
+from calwatch.core.codec import SnapshotError
 from calwatch.core.heap import release_free_memory
 from calwatch.core.scratch import ScratchFolder
 from calwatch.stream.records import NO_LABEL, BatchRecord, BatchRows
+from calwatch.stream.row_codec import array_of, decode_ids, decode_rows, encode_ids, encode_rows
 
 #: Column names of the label logs (prefixed so they never clash with a table's own columns).
 ID, BUCKET, LABEL, SEQ = "__cw_id", "__cw_bucket", "__cw_label", "__cw_seq"
@@ -42,9 +44,9 @@ BATCH, ROW = "__cw_batch", "__cw_row"
 #: Rows per row group of a part: a late label reads the row groups of its rows' batches only
 #: (a 100,000-row part at K = 10: ~15 ms for 1,000 labels instead of ~50 ms for the whole part).
 PART_ROW_GROUP_ROWS = 4096
-#: Per-calibrator fields of :class:`~calwatch.stream.records.BatchRows` per row (key -> array).
+#: Per-calibrator fields of :class:`~calwatch.stream.records.BatchRows` in parts of the first
+#: layout (:func:`_generic_rows`): key -> array, and key -> name -> array.
 _KEYED = ("packed_sets", "risks")
-#: Per-calibrator fields written per row (dict of key -> dict of name -> array).
 _NESTED = ("admit", "selective", "extra")
 _ANY_BUCKET: Any = object()  # previous(): every bucket
 
@@ -218,7 +220,7 @@ class RowLog:
         if not self.buffer:
             return
         present = self.buffer
-        frame, mapping = rows_frame(present)
+        frame, mapping = encode_rows(present)
         path = self.folder / f"rows-{len(self.parts):06d}-{uuid.uuid4().hex[:8]}.parquet"
         frame.write_parquet(path, row_group_size=PART_ROW_GROUP_ROWS)
         self.parts.append({
@@ -315,7 +317,9 @@ class RowLog:
                 # an id logged twice counts in its latest batch only
                 rows_found = rows_found.sort("batch").unique("id", keep="last", maintain_order=True)
                 for (batch,), rows in rows_found.group_by(["batch"], maintain_order=True):
-                    logged = batch_rows_of(rows, mapping)
+                    logged = (
+                        _generic_rows(rows, mapping) if "fields" in mapping else decode_rows(rows, mapping)
+                    )
                     hits_by_batch[int(batch)] = logged
                     found_now.update(logged.ids)
             wanted.difference_update(found_now)
@@ -482,80 +486,14 @@ def link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-# ---------------------------------------------------------------------------- the rows' codec
-def encode_ids(ids: list[Hashable]) -> tuple[str, pl.Series]:
-    """Ids as a column: int64, string, or JSON text of the codec's form (tuples and the like).
-
-    Snapshots (``rows.parquet``) and the row log write ids this way.
-    """
-    kinds = {type(i) for i in ids}
-    if kinds <= {int}:
-        return "int", pl.Series(ids, dtype=pl.Int64)
-    if kinds <= {str}:
-        return "str", pl.Series(ids, dtype=pl.String)
-    encoder = StateEncoder()
-    encoded = []
-    for i in ids:
-        tree = encoder.encode(i, "ids")
-        if encoder.arrays:
-            msg = f"ids: {i!r} cannot be saved (ids must be numbers, strings or tuples of them)"
-            raise SnapshotError(msg)
-        encoded.append(json.dumps(tree, allow_nan=False))
-    return "json", pl.Series(encoded, dtype=pl.String)
-
-
+# ---------------------------------------------------------------------------- parts
 def _id_fits(row_id: Hashable, kind: str) -> bool:
+    """Whether a part whose ids were written as ``kind`` (:func:`encode_ids`) can hold ``row_id``."""
     if kind == "int":
         return type(row_id) is int
     if kind == "str":
         return type(row_id) is str
     return True
-
-
-def _decode_ids(values: list[Any], kind: str) -> list[Hashable]:
-    if kind == "json":
-        decoder = StateDecoder({})
-        return [decoder.decode(json.loads(text)) for text in values]
-    return values
-
-
-def rows_frame(records: Sequence[BatchRecord]) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """The raw rows of batches as one frame (2-D arrays as fixed-size array columns), and its mapping."""
-    present = [r.rows for r in records if r.rows is not None]
-    first = present[0]
-    ids = [i for rows in present for i in rows.ids]
-    id_kind, id_column = encode_ids(ids)
-    columns: dict[str, Any] = {
-        "batch": pl.Series(
-            np.repeat([r.index for r in records], [r.n_rows for r in records]), dtype=pl.Int64
-        ),
-        "id": id_column,
-        "probs": pl.Series(np.concatenate([rows.probs for rows in present])),
-        "label": pl.Series(np.concatenate([rows.labels for rows in present]).astype(np.int64)),
-    }
-    if first.categories is not None:
-        columns["category"] = pl.Series(np.concatenate([_categories(rows) for rows in present]))
-    fields: list[list[str]] = []
-    for group in _KEYED:
-        for key in getattr(first, group):
-            name = f"{group}/{len(fields)}"
-            columns[name] = pl.Series(np.concatenate([getattr(rows, group)[key] for rows in present]))
-            fields.append([group, key])
-    for group in _NESTED:
-        for key, per_row in getattr(first, group).items():
-            for field_name in per_row:
-                name = f"{group}/{len(fields)}"
-                parts = [getattr(rows, group)[key][field_name] for rows in present]
-                columns[name] = pl.Series(np.concatenate(parts))
-                fields.append([group, key, field_name])
-    return pl.DataFrame(columns), {"id_kind": id_kind, "fields": fields}
-
-
-def _categories(rows: BatchRows) -> npt.NDArray[Any]:
-    if rows.categories is None:
-        msg = "some logged batches have Mondrian categories and others do not"
-        raise SnapshotError(msg)
-    return rows.categories
 
 
 def _by_layout(parts: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
@@ -566,17 +504,23 @@ def _by_layout(parts: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], li
     return [(group[0]["mapping"], group) for group in groups.values()]
 
 
-def batch_rows_of(frame: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
-    """Raw rows read back from :func:`rows_frame`'s frame (the rows of one batch)."""
+def _generic_rows(frame: pl.DataFrame, mapping: dict[str, Any]) -> BatchRows:
+    """One batch's rows from a part of the row log's first layout, read as they were written.
+
+    Parts are written in the snapshot's layout (:mod:`calwatch.stream.row_codec`) now; those
+    written before named each per-calibrator field ``<field>/<j>`` (``mapping["fields"][j]`` is
+    ``[field, key]`` or ``[field, key, name]``; packed sets as fixed-size arrays of bytes). A
+    snapshot may still hold such parts, and late labels find their rows in them.
+    """
     rows = BatchRows(
-        ids=_decode_ids(frame["id"].to_list(), str(mapping["id_kind"])),
+        ids=decode_ids(frame["id"].to_list(), str(mapping["id_kind"])),
         probs=np.asarray(frame["probs"].to_numpy(), dtype=np.float64),
         packed_sets={},
-        labels=np.asarray(frame["label"].to_numpy(), dtype=np.intp).copy(),
+        labels=array_of(frame, "label").astype(np.intp),
         categories=frame["category"].to_numpy() if "category" in frame.columns else None,
     )
-    for i, spec in enumerate(mapping["fields"]):
-        values = np.asarray(frame[f"{spec[0]}/{i}"].to_numpy()).copy()
+    for j, spec in enumerate(mapping["fields"]):
+        values = array_of(frame, f"{spec[0]}/{j}")
         if spec[0] in _KEYED:
             getattr(rows, spec[0])[spec[1]] = values
         else:
@@ -598,11 +542,8 @@ __all__ = [
     "LoggedRows",
     "Prefetched",
     "RowLog",
-    "batch_rows_of",
     "check_file",
-    "encode_ids",
     "file_sha256",
     "link_or_copy",
-    "rows_frame",
     "take_rows",
 ]

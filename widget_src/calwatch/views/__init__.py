@@ -1,7 +1,8 @@
 """What a person sees, as data and Vega-Lite specs, independent of where it is drawn.
 
-- :mod:`~calwatch.views.charts` — chart datasets (:mod:`~calwatch.views.charts.data`) and the
-  Altair builders (:mod:`~calwatch.views.charts.specs`);
+- :mod:`~calwatch.views.charts` — chart datasets (:mod:`~calwatch.views.charts.data`), the
+  Altair builders (one module per kind of calibrator) and the chart kinds
+  (:mod:`~calwatch.views.charts.specs`);
 - :mod:`~calwatch.views.dashboard` — the dashboard's layout (sections, window panels, the row cache);
 - :mod:`~calwatch.views.cards` — the numbers on the cards (exact intervals, held rows);
 - :mod:`~calwatch.views.health` — the chip rule: is each calibrator's promise holding (:func:`health`);

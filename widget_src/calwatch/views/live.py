@@ -81,7 +81,8 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _plain(value: Any) -> Any:
+def _json_value(value: Any) -> Any:
+    """A value as JSON holds it: a numpy value as Python's, a non-finite float as None."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, np.generic | np.ndarray):
@@ -105,7 +106,7 @@ def caster(dtype: Any) -> Caster:
         return _bool
     if dtype == pl.String:
         return _str
-    return _plain
+    return _json_value
 
 
 def casters(schema: Mapping[str, Any]) -> dict[str, Caster]:

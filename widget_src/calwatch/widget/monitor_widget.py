@@ -39,10 +39,10 @@ from calwatch.widget.payloads import (
     MAX_TIMINGS,
     UPDATE_INTERVAL_S,
     WINDOW_REFRESH_S,
-    _in_kernel,
     _unindex,
     bundle_path,
     health_rows,
+    in_kernel,
     json_rows,
     json_rows_from_dicts,
     status_line,
@@ -104,6 +104,11 @@ class MonitorWidget(anywidget.AnyWidget):
     _warnings = traitlets.List(traitlets.Dict()).tag(sync=True)
     """The shift warning log (see ``Monitor.warnings``), oldest first, with acknowledgements."""
 
+    def __repr__(self) -> str:
+        """The text a notebook shows where the live view cannot be drawn (an export, a viewer)."""
+        n = self._monitor.n_batches
+        return f"calwatch dashboard: {self._monitor.name} ({n} batch{'' if n == 1 else 'es'})"
+
     def __init__(self, monitor: Monitor, **kwargs: Any) -> None:
         bundle_path()
         super().__init__(**kwargs)
@@ -120,7 +125,7 @@ class MonitorWidget(anywidget.AnyWidget):
         self._outbox = Outbox(
             lambda message: self.send(message),  # looked up at each send (tests replace ``send``)
             self._set_synced,
-            interval_s=UPDATE_INTERVAL_S if _in_kernel() else 0.0,
+            interval_s=UPDATE_INTERVAL_S if in_kernel() else 0.0,
             on_error=self._show_error,
         )
         self._kernel_ms: deque[float] = deque(maxlen=MAX_TIMINGS)
@@ -145,7 +150,7 @@ class MonitorWidget(anywidget.AnyWidget):
         self._notes_sent = 0
         #: Rows of the window datasets as last sent (what a replay repeats), per dataset by key.
         self._window_rows_sent: dict[str, dict[str, dict[str, Any]]] = {
-            n: {} for n in dashboard.WINDOW_DATASETS
+            n: {} for n in dashboard.WINDOW_PANEL_DATASETS
         }
         self._row_cache = dashboard.RowCache()
         self._window_refreshed = -math.inf
@@ -276,7 +281,7 @@ class MonitorWidget(anywidget.AnyWidget):
         """
         mon = self._monitor
         names = [
-            *charts.DATASETS,
+            *charts.CHART_DATASETS,
             *dashboard.PANEL_DATASETS,
             *bucketed_names(),
             *charts.window_dataset_names(mon),
@@ -309,7 +314,7 @@ class MonitorWidget(anywidget.AnyWidget):
             return None
         if self._detail != Resolution.whole(n) or self._timeline_width != bucket_width(n):
             return None
-        data: dict[str, list[dict[str, Any]]] = {name: [] for name in charts.DATASETS}
+        data: dict[str, list[dict[str, Any]]] = {name: [] for name in charts.CHART_DATASETS}
         data |= {name: list(rows.values()) for name, rows in self._sent.items()}
         data |= window_payload(mon)
         data["overview"] = json_rows_from_dicts(self._card_totals.cards(warning_rows(mon)))
@@ -477,7 +482,7 @@ class MonitorWidget(anywidget.AnyWidget):
         """The window datasets at the current controls, with tombstones for keys that went away."""
         mon = self._monitor
         if mon.calibration_ is None or mon.n_batches == 0:
-            fresh: dict[str, list[dict[str, Any]]] = {name: [] for name in dashboard.WINDOW_DATASETS}
+            fresh: dict[str, list[dict[str, Any]]] = {name: [] for name in dashboard.WINDOW_PANEL_DATASETS}
         else:
             n, cache = int(self._window_rows), self._row_cache
             fresh = {

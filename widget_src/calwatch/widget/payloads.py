@@ -73,7 +73,7 @@ def _unindex(index: dict[Any, set[str]], key: str, batch: Any) -> None:
             del index[batch]
 
 
-def _in_kernel() -> bool:
+def in_kernel() -> bool:
     """Whether this runs in a Jupyter kernel (where views are pages that draw what is sent)."""
     try:
         from IPython import get_ipython
@@ -164,7 +164,7 @@ def view_datasets(
     report) the dashboard's datasets come too (:func:`dashboard_datasets`).
     """
     if monitor.calibration_ is None or monitor.n_batches == 0:
-        out: dict[str, list[dict[str, Any]]] = {name: [] for name in charts.DATASETS}
+        out: dict[str, list[dict[str, Any]]] = {name: [] for name in charts.CHART_DATASETS}
     else:
         frames = charts.datasets(monitor, batches, resolution=resolution)
         out = {name: json_rows(frame) for name, frame in frames.items()}

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from calwatch.stream.records import BatchRecord
 
 
-DATASETS = (
+#: The datasets of the charts (the dashboard adds its own: :data:`calwatch.views.dashboard.PANEL_DATASETS`).
+CHART_DATASETS = (
     "batches", "set_sizes", "class_coverage", "shift", "admit_class", "admit_features", "selective_curve",
     "selective_confidence", "pit", "fan",
 )  # fmt: skip
@@ -63,7 +64,7 @@ def bucket_datasets(
     if getattr(monitor, "task", None) == "regression":
         regression: Any = monitor  # a RegressionMonitor (a view may not import it)
         pit = _spans(regression.pit_histogram_of(records), ends, resolution, "calibrator", "bin")
-        out = {name: _EMPTY for name in DATASETS if name != "fan"}
+        out = {name: _EMPTY for name in CHART_DATASETS if name != "fan"}
         return out | {"batches": _summary_rows(monitor, records, ends, resolution), "pit": pit}
     sizes = monitor.set_size_counts_of(records)
     classes = monitor.class_coverage_of(records).select(

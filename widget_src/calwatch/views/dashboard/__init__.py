@@ -6,6 +6,7 @@ reliability, set sizes by class), the timeline, the overview cards and the row t
 :mod:`calwatch.views.dashboard.row_cache` keeps what a redraw can reuse. All are exported here.
 """
 
+from calwatch.engine.metrics.calibration import MAX_BINS, ROWS_PER_BIN
 from calwatch.views.dashboard.panels import (
     keep_current,
     note_rows,
@@ -30,13 +31,11 @@ from calwatch.views.dashboard.sections import (
     CLASS_FILTER_EXPR,
     DEFAULT_SECTION,
     EMPTY_STATES,
-    MAX_BINS,
     PANEL_DATASETS,
     PANEL_SPECS,
     PANELS,
-    ROWS_PER_BIN,
     SECTIONS,
-    WINDOW_DATASETS,
+    WINDOW_PANEL_DATASETS,
     layout,
     panels_for,
     place,
@@ -60,7 +59,7 @@ __all__ = [
     "PANEL_SPECS",
     "ROWS_PER_BIN",
     "SECTIONS",
-    "WINDOW_DATASETS",
+    "WINDOW_PANEL_DATASETS",
     "RowCache",
     "Run",
     "SetCounts",

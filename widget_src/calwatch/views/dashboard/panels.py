@@ -22,6 +22,7 @@ import numpy.typing as npt
 import polars as pl
 
 from calwatch.core.guard import one_moment
+from calwatch.engine.metrics.calibration import MAX_BINS, ROWS_PER_BIN
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.kinds.sets import POPCOUNT
 from calwatch.views import charts
@@ -30,7 +31,6 @@ from calwatch.views.cards import overview_rows
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
 from calwatch.views.dashboard.row_cache import RowCache, Run, SetCounts
-from calwatch.views.dashboard.sections import MAX_BINS, ROWS_PER_BIN
 
 
 @one_moment

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import altair as alt
 
 from calwatch.core.guard import one_moment
+from calwatch.engine.metrics.calibration import ROWS_PER_BIN
 from calwatch.kinds import find_kind
 from calwatch.views import charts
 
@@ -67,10 +68,10 @@ _HINTS: tuple[tuple[str, str], ...] = (
 )
 #: Dashboard panels (specs built here, recomputed from the window by the kernel).
 PANELS = ("what_if", "reliability", "set_by_class")
-#: The datasets the dashboard adds to :data:`calwatch.views.charts.DATASETS`.
+#: The datasets the dashboard adds to :data:`calwatch.views.charts.CHART_DATASETS`.
 PANEL_DATASETS = ("overview", "health", "notes", "what_if", "reliability", "set_by_class", "timeline")
 #: Datasets recomputed from the window's raw rows (replaced wholesale, see the protocol).
-WINDOW_DATASETS = ("what_if", "reliability", "set_by_class")
+WINDOW_PANEL_DATASETS = ("what_if", "reliability", "set_by_class")
 
 BATCH_LO, BATCH_HI, CLASS_FILTER = "batch_lo", "batch_hi", "class_filter"
 #: Rows with no ``batch`` field pass; the others (a bucket from ``batch`` to ``batch_end``, or one
@@ -80,9 +81,6 @@ BATCH_FILTER = (
     f" >= {BATCH_LO} && datum.batch <= {BATCH_HI})"
 )
 CLASS_FILTER_EXPR = f"{CLASS_FILTER} == '' || datum['class'] == null || datum['class'] == {CLASS_FILTER}"
-MAX_BINS = 15
-ROWS_PER_BIN = 25
-_HEIGHT = 150
 
 #: Per chart: the dataset and field that must have a non-null value, and the empty-state text.
 EMPTY_STATES: dict[str, dict[str, str]] = {
@@ -295,7 +293,8 @@ def _cal_filter() -> str:
     return f"{param} == '{charts.ALL_CALIBRATORS}' || datum.calibrator == {param}"
 
 
-def _finish(chart: Any, title: str, height: int = _HEIGHT) -> dict[str, Any]:
+def _panel_spec(chart: Any, title: str, height: int = charts.CHART_HEIGHT) -> dict[str, Any]:
+    """A dashboard panel's Vega-Lite spec: titled and sized, with the view's parameters and filters."""
     spec: dict[str, Any] = chart.properties(width="container", height=height, title=title).to_dict()
     spec["params"] = [*spec.get("params", []), *_params()]
     return with_view_filters(spec)
@@ -323,7 +322,7 @@ def what_if_spec() -> dict[str, Any]:
     target = base.mark_rule(strokeDash=[5, 4], color="#888").encode(
         y="mean(target):Q", tooltip=[alt.Tooltip("mean(target):Q", format=".3f", title="target 1−α")]
     )
-    return _finish(alt.layer(band, line, target), "Coverage at the chosen α (recomputed on the window)")
+    return _panel_spec(alt.layer(band, line, target), "Coverage at the chosen α (recomputed on the window)")
 
 
 def reliability_spec() -> dict[str, Any]:
@@ -345,7 +344,7 @@ def reliability_spec() -> dict[str, Any]:
         x=x, y=alt.Y("lo:Q", title="accuracy", scale=alt.Scale(domain=[0, 1])), y2="hi:Q", tooltip=tooltip
     )
     points = base.mark_line(point=True).encode(x=x, y="accuracy:Q", tooltip=tooltip)
-    return _finish(
+    return _panel_spec(
         alt.layer(diagonal, band, points), "Reliability (labelled window rows, equal-mass bins)", height=200
     )
 
@@ -370,7 +369,7 @@ def set_by_class_spec() -> dict[str, Any]:
         color=alt.Color("calibrator:N", legend=alt.Legend(orient="bottom", title=None)),
         tooltip=tooltip,
     )
-    return _finish(bars, "Singleton share by predicted class (window)")
+    return _panel_spec(bars, "Singleton share by predicted class (window)")
 
 
 def timeline_spec() -> dict[str, Any]:
