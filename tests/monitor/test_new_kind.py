@@ -212,7 +212,7 @@ def test_a_kind_defined_outside_the_package_is_watched_saved_and_merged(register
     assert_frame_equal(loaded.summary(), mon.summary())
 
     # Pooled batches (as the dashboard draws long streams) give the ECE of all their rows.
-    whole = mon.summary_of([cw.stream.merge_records(list(mon.batch_records))]).filter(calibrator="ts")
+    whole = mon.summary_of([cw.stream.records.merge_records(list(mon.batch_records))]).filter(calibrator="ts")
     stats = [r.stats["ts"] for r in mon.batch_records]
     pooled = stats[0].merge(stats[1]).merge(stats[2])
     assert whole["ece"][0] == pytest.approx(ReliabilityKind().summary_row(pooled, 600)["ece"], rel=1e-12)

@@ -150,7 +150,8 @@ def test_dashboard_in_jupyterlab(lab_server: Any, page: Any, artifacts_dir: Path
     assert cards == ["lac: 1−α=0.9", "aps: 1−α=0.9", "risk: temperature, top-1, calibrated estimate"]
     lac_card = page.locator(f'{INLINE} .calwatch-card[data-calibrator="lac"]').inner_text()
     overview = kernel.eval(
-        "cw.dashboard.overview(mon).filter(__import__('polars').col('key') == 'lac').to_dicts()[0]"
+        "__import__('importlib').import_module('calwatch.views.dashboard').overview(mon)"
+        ".filter(__import__('polars').col('key') == 'lac').to_dicts()[0]"
     )
     assert f"coverage {overview['coverage']:.3f}" in lac_card and "vs target 0.900" in lac_card
 

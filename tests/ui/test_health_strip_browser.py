@@ -47,7 +47,8 @@ NOTEBOOK = "health-strip.ipynb"
 EXPECTED = (
     "[(c['key'], c['state'], c['promise']) for c in (lambda h, m: h.health(m.summary(), m.warnings(),"
     " qualifiers=h.qualifiers(m), floors=h.floors(m), classes=m.class_coverage(),"
-    " per_class=h.per_class_calibrators(m)))(__import__('calwatch.views.health').health, {mon})]"
+    " per_class=h.per_class_calibrators(m)))"
+    "(__import__('importlib').import_module('calwatch.views.health'), {mon})]"
 )
 SHIFT = """
 _shift_rng = np.random.default_rng(1)
