@@ -47,18 +47,34 @@ export function cardLines(row: KeyedRow): [string, string][] {
     const est = num(row, "estimated_error");
     const obs = num(row, "observed_error");
     // What the estimate promises: "upper estimate (conservative)" for InvCP, "calibrated estimate".
-    const promise = typeof row.estimate_promise === "string" ? `error, ${row.estimate_promise}` : "estimated error";
-    lines.push([
-      "calwatch-card-error",
-      obs === null
-        ? `${promise} ${f3(est)}; observed: no labels yet`
-        : `${promise} ${f3(est)} vs observed ${f3(obs)}`,
-    ]);
+    const promise = typeof row.estimate_promise === "string" ? row.estimate_promise : "estimate";
+    // One number per scope, each named: the whole stream's estimate against the error observed on
+    // its labelled rows (with their exact band); a guarded estimate's band is of one batch.
+    lines.push(["calwatch-card-error", `whole stream: estimate ${f3(est)} (${promise})`]);
+    if (obs === null) {
+      lines.push(["calwatch-card-observed", "observed: no labels yet"]);
+    } else {
+      const lo = num(row, "observed_error_lo");
+      const hi = num(row, "observed_error_hi");
+      lines.push([
+        "calwatch-card-observed",
+        `observed ${f3(obs)} [${f3(lo)}, ${f3(hi)}] on ${int.format(nLab)} labelled rows`,
+      ]);
+    }
+    const bandLo = num(row, "latest_error_band_lo");
+    const bandHi = num(row, "latest_error_band_hi");
+    if (bandLo !== null && bandHi !== null) {
+      const last = num(row, "last_batch");
+      lines.push(["calwatch-card-band", `batch ${last ?? "?"}: 95% band [${f3(bandLo)}, ${f3(bandHi)}]`]);
+    }
   }
   const admitted = num(row, "admitted_share");
   if (admitted !== null) lines.push(["calwatch-card-admitted", `admitted / kept ${pct(admitted)}`]);
   if (batches > 0) {
-    lines.push(["calwatch-card-counts", `${int.format(nLab)} labelled of ${int.format(nRows)} rows · ${int.format(batches)} batches`]);
+    lines.push([
+      "calwatch-card-counts",
+      `whole stream: ${int.format(nLab)} labelled of ${int.format(nRows)} rows · ${int.format(batches)} batches`,
+    ]);
   }
   const open = num(row, "open_warnings") ?? 0;
   const modelWide = num(row, "model_warnings") ?? 0;

@@ -5,6 +5,8 @@ import {
   Chart,
   calibratorSignalValue,
   datasetNames,
+  fitTextToWidth,
+  LEGEND_COLUMNS,
   prepareSpec,
   unclipBrushes,
   type XScale,
@@ -71,6 +73,16 @@ describe("datasetNames", () => {
       ],
     };
     expect(datasetNames(nested)).toEqual(new Set(["batches", "class_coverage"]));
+  });
+  it("leaves out the datasets a spec carries itself (a reliability diagonal): a reset must not empty them", () => {
+    const reliability = {
+      datasets: { "data-diagonal": [{ a: 0, b: 1 }] },
+      layer: [
+        { data: { name: "data-diagonal" }, mark: "rule" },
+        { data: { name: "reliability" }, mark: "line" },
+      ],
+    };
+    expect(datasetNames(reliability)).toEqual(new Set(["reliability"]));
   });
 });
 
@@ -432,5 +444,21 @@ describe("Chart.setBrush", () => {
     expect(chart.view).not.toBeNull();
     expect(chart.el.dataset.brush).toBeUndefined();
     expect(errorsOf(chart)).toEqual([]);
+  });
+});
+
+describe("fitTextToWidth", () => {
+  it("shortens titles to the plot's width and wraps legends into the columns that fit", () => {
+    const spec: Record<string, unknown> = { title: "A long title for a narrow side panel", mark: "line" };
+    fitTextToWidth(spec);
+    expect(spec.title).toEqual({ text: "A long title for a narrow side panel", limit: { expr: "width" } });
+    const legend = (spec.config as { legend: Record<string, unknown> }).legend;
+    expect(legend.columns).toEqual({ expr: LEGEND_COLUMNS });
+    expect(legend.labelLimit).toEqual({ expr: `max(40, width / (${LEGEND_COLUMNS}) - 50)` });
+    // a spec's own choices stay
+    const own: Record<string, unknown> = { title: { text: "t", limit: 80 }, config: { legend: { columns: 1 } } };
+    fitTextToWidth(own);
+    expect((own.title as { limit: unknown }).limit).toBe(80);
+    expect((own.config as { legend: { columns: unknown } }).legend.columns).toBe(1);
   });
 });

@@ -37,7 +37,11 @@ function isRecord(x: unknown): x is Record<string, unknown> {
 
 const CONCAT_KEYS = ["hconcat", "vconcat", "concat"] as const;
 
-/** Names of the datasets a Vega-Lite spec reads (`{"data": {"name": ...}}` anywhere in it). */
+/**
+ * Names of the streamed datasets a Vega-Lite spec reads (`{"data": {"name": ...}}` anywhere in
+ * it). Datasets the spec carries itself (top-level `datasets`: a reliability diagonal, a fixed
+ * reference line) are static: they are not streamed, and a reset must not empty them.
+ */
 export function datasetNames(spec: unknown): Set<string> {
   const names = new Set<string>();
   const walk = (node: unknown): void => {
@@ -52,6 +56,9 @@ export function datasetNames(spec: unknown): Set<string> {
     }
   };
   walk(spec);
+  if (isRecord(spec) && isRecord(spec.datasets)) {
+    for (const inline of Object.keys(spec.datasets)) names.delete(inline);
+  }
   return names;
 }
 
@@ -68,8 +75,34 @@ export function prepareSpec(spec: VegaLiteSpec): VegaLiteSpec {
   else if (isRecord(autosize)) out.autosize = { ...autosize, resize: true };
   else out.autosize = concat ? { type: "pad", resize: true } : { type: "fit-x", contains: "padding", resize: true };
   if (!concat && out.width === undefined) out.width = "container";
+  if (!concat) fitTextToWidth(out);
   hoistLayerParams(out);
   return out;
+}
+
+/** Legend entries per row at a plot width of `width` px (an expression on Vega's `width` signal). */
+export const LEGEND_COLUMNS = "max(1, floor(width / 130))";
+
+/**
+ * Titles and legends that follow the chart's width (any width, a 250 px side panel included):
+ * a title longer than the plot is shortened with an ellipsis, and legend entries wrap into as many columns as fit instead
+ * of one row running off the side, each label shortened to its column. Both are expressions on
+ * Vega's `width` signal, so they follow a resize without re-embedding.
+ */
+export function fitTextToWidth(spec: VegaLiteSpec): void {
+  const title = spec.title;
+  if (typeof title === "string" || Array.isArray(title)) spec.title = { text: title, limit: { expr: "width" } };
+  else if (isRecord(title) && title.limit === undefined) title.limit = { expr: "width" };
+  const config = isRecord(spec.config) ? spec.config : {};
+  const legend = isRecord(config.legend) ? config.legend : {};
+  config.legend = {
+    columns: { expr: LEGEND_COLUMNS },
+    // A column holds a symbol, its offsets and the column padding (~50 px) besides the label.
+    labelLimit: { expr: `max(40, width / (${LEGEND_COLUMNS}) - 50)` },
+    titleLimit: { expr: "width" },
+    ...legend,
+  };
+  spec.config = config;
 }
 
 /**

@@ -79,7 +79,7 @@ describe("escaping and formatting", () => {
     expect(cardLines(row).map(([, t]) => t)).toEqual([
       "coverage 0.800 [0.750, 0.850] vs target 0.900",
       "mean set size 1.50",
-      "300 labelled of 400 rows · 4 batches",
+      "whole stream: 300 labelled of 400 rows · 4 batches",
       "1 open warning",
     ]);
     expect(cardStatus(row)).toBe("below");
@@ -89,15 +89,23 @@ describe("escaping and formatting", () => {
     expect(last({ ...row, model_warnings: 1, acknowledged_warnings: 1 })).toBe(
       "1 open warning · 1 on the model · 1 acknowledged",
     );
-    expect(cardLines({ key: "r", kind: "risk", n_batches: 1, n_rows: 10, n_labelled: 0, estimated_error: 0.2 })[0]).toEqual([
-      "calwatch-card-error",
-      "estimated error 0.200; observed: no labels yet",
+    // Risk: one number per scope, each named; the observed error with its exact band.
+    const unlabelled = cardLines({ key: "r", kind: "risk", n_batches: 1, n_rows: 10, n_labelled: 0, estimated_error: 0.2 });
+    expect(unlabelled.slice(0, 2)).toEqual([
+      ["calwatch-card-error", "whole stream: estimate 0.200 (estimate)"],
+      ["calwatch-card-observed", "observed: no labels yet"],
     ]);
-    const invcp = { key: "r", kind: "risk", n_batches: 1, n_rows: 10, n_labelled: 5, estimated_error: 0.2, observed_error: 0.1 };
-    expect(cardLines({ ...invcp, estimate_promise: "upper estimate (conservative)" })[0]).toEqual([
-      "calwatch-card-error",
-      "error, upper estimate (conservative) 0.200 vs observed 0.100",
+    const invcp = {
+      key: "r", kind: "risk", n_batches: 3, n_rows: 10, n_labelled: 5, estimated_error: 0.2, observed_error: 0.1,
+      observed_error_lo: 0.005, observed_error_hi: 0.716, last_batch: 2,
+    };
+    expect(cardLines({ ...invcp, estimate_promise: "upper estimate (conservative)" }).slice(0, 2)).toEqual([
+      ["calwatch-card-error", "whole stream: estimate 0.200 (upper estimate (conservative))"],
+      ["calwatch-card-observed", "observed 0.100 [0.005, 0.716] on 5 labelled rows"],
     ]);
+    // A guarded estimate states a band: of the latest batch, and the card says so.
+    const guarded = { ...invcp, latest_error_band_lo: 0.15, latest_error_band_hi: 0.25 };
+    expect(cardLines(guarded)[2]).toEqual(["calwatch-card-band", "batch 2: 95% band [0.150, 0.250]"]);
   });
 });
 

@@ -78,3 +78,56 @@ def test_report_of_a_monitor_without_batches(tmp_path):
     path = mon.report(tmp_path / "empty.html")
     page = path.read_text()
     assert "No batches observed." in page and "(not calibrated)" in page
+
+
+def test_the_first_screen_says_what_holds_and_what_broke_by_the_strip_rule(monitor):
+    from calwatch.widget.payloads import health_rows
+
+    page = render_report(monitor)
+    head = page.split('<div id="calwatch-headline">', 1)[1].split('<div id="calwatch-view">', 1)[0]
+    chips = health_rows(monitor)
+    states = re.findall(r'<li class="chip-line" data-state="([^"]+)">', head)
+    assert states == [c["state"] for c in chips]  # one line per calibrator, the strip's state
+    counts = {s: states.count(s) for s in set(states)}
+    verdict = re.search(r'<p class="verdict">(.*?)</p>', head).group(1)
+    assert verdict.startswith(f"{len(chips)} promises: ")
+    for state, n in counts.items():
+        assert f"{n} {state}" in verdict
+    warnings = monitor.warnings()
+    n_ack = int(warnings["acknowledged"].sum())
+    assert f"{len(warnings)} warning" in verdict and f"{n_ack} acknowledged" in verdict
+    first = int(warnings["first_batch"][0])
+    assert f"open since batch {first} (acknowledged); evidence from batches {first}–" in head
+
+
+def test_warnings_are_cards_with_the_fine_print_behind_details(monitor):
+    page = render_report(monitor)
+    sections = page.split('<div id="calwatch-sections">', 1)[1]
+    cards = re.findall(r'<details class="warning-card" data-state="(\w+)"', sections)
+    assert len(cards) == len(monitor.warnings()) > 0
+    assert cards[0] == "acknowledged"  # the fixture acknowledged episode 0
+    assert '<details class="fine-print"><summary>details</summary>' in sections
+    assert "<th>false_alarm_control</th>" not in page  # no 12-column table of paragraphs
+    assert "P(any false alarm" in sections  # the bound is still there, behind the toggle
+
+
+def test_the_first_screen_names_batches_and_states_promises_before_any_batch():
+    from calwatch.publish.headline import batch_label, headline_html, warning_line
+
+    from ..synthetic import softmax_data
+
+    probs, y = softmax_data(400, seed=1)
+    mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)})
+    assert "Not calibrated yet" in headline_html(mon)
+    mon.calibrate(probs=probs[:200], y=y[:200])
+    waiting = headline_html(mon)
+    assert "Waiting for the first batch" in waiting and "90% coverage" in waiting
+    mon.observe(probs=probs[200:300])
+    mon.observe(probs=probs[300:], name="2009 #12")
+    assert batch_label(mon, 0) == "batch 0"
+    assert batch_label(mon, 1) == "batch 1 (2009 #12)"
+    row = {"name": "coverage drop", "first_batch": 1, "last_batch": 1, "first_row": 100, "last_row": 199,
+           "open": True, "acknowledged": False, "threatens": "lac"}  # fmt: skip
+    assert warning_line(mon, row) == (
+        "coverage drop: open since batch 1 (2009 #12); evidence from batch 1, rows 100–199; threatens lac"
+    )

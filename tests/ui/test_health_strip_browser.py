@@ -132,7 +132,9 @@ def test_health_strip_matches_summary_and_warnings(lab_server: Any, page: Any, a
     # ---- the states of summary() and warnings(): one holding, one broken
     expected = _expected(kernel)
     assert [(k, s) for k, s, _ in expected] == [("lac", "holding"), ("softmax-risk", "broken")], expected
-    assert expected[0][2] == "90% coverage" and re.fullmatch(r"risk [≤≈] 0\.\d{3} \(top-1\)", expected[1][2])
+    assert expected[0][2] == "90% coverage" and re.fullmatch(
+        r"risk [≤≈] 0\.\d{3} \(top-1, last \d+ batch(es)?\)", expected[1][2]
+    )
     for root in (INLINE, SIDEBAR):
         _wait_chips(page, root, expected)
 

@@ -40,6 +40,7 @@ def test_report_renders_every_panel_offline_and_escapes_user_text(page, tmp_path
     assert page.locator(".calwatch-warning").count() > 0
     # hostile class names, notes and authors are text, never markup
     assert page.locator("img").count() == 0 and dialogs == []
+    page.locator("details.setup > summary").click()  # configuration and provenance: compact, at the end
     assert PET_CLASSES[2] in page.locator("section", has_text="Configuration").inner_text()
     notes = page.locator("section", has_text="Notes").inner_text()
     assert "<script>alert('note')</script> checked with the owners" in notes and "<b>bo</b>" in notes
@@ -53,3 +54,58 @@ def test_report_renders_every_panel_offline_and_escapes_user_text(page, tmp_path
         timeout=TIMEOUT_MS,
     )
     page.screenshot(path=str(artifacts_dir / "report.png"), full_page=True)
+
+
+#: Every visible chart of the open tab: its container, its SVG, and its title and legend boxes.
+CHART_BOXES = """() => [...document.querySelectorAll('.calwatch-chart, .calwatch-panel')]
+  .filter((el) => el.offsetParent !== null)
+  .map((el) => {
+    const box = el.getBoundingClientRect();
+    const svg = el.querySelector('svg');
+    const s = svg === null ? null : svg.getBoundingClientRect();
+    const inner = (sel) => [...el.querySelectorAll(sel)].map((t) => t.getBoundingClientRect())
+      .filter((r) => r.width > 0).map((r) => [r.left, r.right]);
+    return {chart: el.dataset.chart ?? el.dataset.panel, box: [box.left, box.right],
+            svg: s === null ? null : [s.left, s.right, s.width],
+            titles: inner('.role-title-text'), legends: inner('.role-legend-label text, .role-legend-title')};
+  })"""
+
+
+@pytest.mark.parametrize("width", [250, 400, 1200])
+def test_every_tab_draws_its_charts_inside_the_page_at_any_width(page, tmp_path, artifacts_dir, width):
+    # A side panel is ~250 px wide: no chart may collapse to zero width, and no title or legend
+    # may run out of its chart's box (they wrap, or are shortened with the full text in a tooltip).
+    mon = pets_monitor()
+    report = mon.report(tmp_path / "pets.html")
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(report.resolve().as_uri())
+    page.wait_for_selector("body[data-rendered=true]", timeout=TIMEOUT_MS)
+    tabs = page.locator("button.calwatch-tab")
+    names = tabs.all_inner_texts()
+    assert len(names) >= 4, names
+    problems = []
+    for i, name in enumerate(names):
+        tabs.nth(i).click()
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.calwatch-chart, .calwatch-panel')].filter((e) => e.offsetParent !== null)"
+            ".every((e) => e.querySelector('svg') !== null)",
+            timeout=TIMEOUT_MS,
+        )
+        page.wait_for_timeout(300)  # a resize settles within a frame or two
+        charts_ = page.evaluate(CHART_BOXES)
+        assert charts_, f"{name}: no chart drawn"
+        for c in charts_:
+            left, right = c["box"]
+            if c["svg"] is None or c["svg"][2] <= 0:
+                problems.append(f"{name}/{c['chart']}: zero width")
+                continue
+            if c["svg"][0] < left - 1 or c["svg"][1] > right + 1:
+                problems.append(f"{name}/{c['chart']}: svg {c['svg'][:2]} outside {c['box']}")
+            for kind in ("titles", "legends"):
+                for lo, hi in c[kind]:
+                    if lo < left - 1 or hi > right + 1:
+                        problems.append(
+                            f"{name}/{c['chart']}: {kind[:-1]} [{lo:.0f}, {hi:.0f}] outside {c['box']}"
+                        )
+        page.screenshot(path=str(artifacts_dir / f"report-{width}px-{name.lower()}.png"), full_page=False)
+    assert not problems, "\n".join(problems)

@@ -138,3 +138,24 @@ def test_exact_intervals_survive_the_cache_filling_up():
     want_lo, want_hi = clopper_pearson([p[0] for p in pairs], [p[1] for p in pairs])
     assert lo == pytest.approx(want_lo.tolist()) and hi == pytest.approx(want_hi.tolist())
     assert len(bands._known) <= 8
+
+
+def test_a_risk_card_names_its_scopes_and_gives_the_observed_error_its_exact_band():
+    from calwatch.engine.metrics.intervals import clopper_pearson
+
+    totals = CardTotals(["r"], {"r": "R"})
+    rows = {
+        f"{b}|r": {"batch": b, "calibrator": "r", "kind": "risk", "n_rows": 100, "n_labelled": 40,
+                   "estimated_error": 0.2, "observed_error": 0.25, "error_band_lo": 0.1 + b / 100,
+                   "error_band_hi": 0.3 + b / 100, "estimate_promise": "calibrated estimate with a 95% band"}
+        for b in range(3)
+    }  # fmt: skip
+    totals.update(rows)
+    (card,) = totals.cards()
+    lo, hi = clopper_pearson(np.array([30]), np.array([120]))  # 0.25 x 40 errors per batch, 3 batches
+    assert card["observed_error"] == pytest.approx(0.25)
+    assert (card["observed_error_lo"], card["observed_error_hi"]) == pytest.approx((lo[0], hi[0]))
+    assert card["coverage_lo"] is None  # a risk card has no coverage band
+    # the guarded band is one batch's: the latest batch's, as the card says
+    assert (card["latest_error_band_lo"], card["latest_error_band_hi"]) == pytest.approx((0.12, 0.32))
+    assert card["last_batch"] == 2

@@ -261,13 +261,17 @@ def test_risk_and_other_kinds_by_hand() -> None:
     # observed 0.40 on 500 rows ([0.357, 0.444]) vs an estimate of 0.30: broken
     assert _state([_risk(b, 100, 0.40, 0.30) for b in range(5)]) == "broken"
     chip = health.health([_risk(b, 100, 0.28, 0.30) for b in range(5)], [], qualifiers={"risk": "top-1"})[0]
-    assert (chip["state"], chip["promise"], chip["reference"]) == ("holding", "risk ≤ 0.300 (top-1)", 0.30)
+    assert (chip["state"], chip["promise"], chip["reference"]) == (
+        "holding",
+        "risk ≤ 0.300 (top-1, last 5 batches)",
+        0.30,
+    )
     assert _state([_risk(b, 0, None, 0.30) for b in range(5)]) == "waiting"
     # an upper estimate breaks one way only; an estimate of the error itself both ways
     low = [_risk(b, 100, 0.10, 0.30) for b in range(5)]
     assert _state([r | {"estimate_promise": "upper estimate (conservative)"} for r in low]) == "holding"
     chip = health.health([r | {"estimate_promise": "calibrated estimate"} for r in low], [])[0]
-    assert (chip["state"], chip["promise"]) == ("broken", "risk ≈ 0.300")
+    assert (chip["state"], chip["promise"]) == ("broken", "risk ≈ 0.300 (last 5 batches)")
     assert "error 0.100 [0.075, 0.130] below its estimate 0.300" in chip["reason"]
     # a kind that states no number: the warnings alone
     selective = [{"batch": 0, "calibrator": "sel", "kind": "selective", "n_rows": 10, "n_labelled": 5}]
@@ -317,7 +321,9 @@ def test_against_summary_and_warnings_of_a_real_monitor() -> None:
     # the report's dataset is the same rule on the same summary
     report = view_datasets(mon, dashboard_data=True)["health"]
     assert [(r["key"], r["state"]) for r in report] == [("lac", "holding"), ("softmax-risk", "broken")]
-    assert re.fullmatch(r"risk [≤≈] 0\.\d{3} \(top-1\)", report[1]["promise"]), report[1]["promise"]
+    assert re.fullmatch(r"risk [≤≈] 0\.\d{3} \(top-1, last \d+ batch(es)?\)", report[1]["promise"]), report[
+        1
+    ]["promise"]
 
 
 def test_pets_states_follow_its_warnings() -> None:
@@ -423,3 +429,14 @@ def test_widget_follows_per_class_chips() -> None:
     chips = health_rows(mon)
     assert {c["key"]: c["state"] for c in chips} == dict.fromkeys(REGION_STATES, "holding")
     assert [c["class_n_labelled"] for c in chips if c["key"].startswith("class")] == [200, 200, 200]
+
+
+def test_a_calibrated_monitor_states_its_promises_before_the_first_batch() -> None:
+    # Before the first batch the chips said "no stated promise" while the cards said 1−α=0.9.
+    stated = {"lac": {"kind": "sets", "target": 0.9}, "risk": {"kind": "risk", "target": None}}
+    chips = health.health([], [], calibrators=["lac", "risk"], qualifiers={"risk": "top-1"}, stated=stated)
+    assert [(c["state"], c["promise"], c["reason"]) for c in chips] == [
+        ("waiting", "90% coverage", "no batches yet"),
+        ("waiting", "risk ≤ estimate (top-1)", "no batches yet"),
+    ]
+    assert [c["promise"] for c in health.health([], [], calibrators=["lac"])] == ["no stated promise"]

@@ -47,7 +47,8 @@ import polars as pl
 
 from calwatch.core.guard import guard_of, one_moment
 from calwatch.publish import svg_child
-from calwatch.publish.report import ReportParts, coverage_table, escape_html, report_parts, script_json
+from calwatch.publish.escape import escape_html, script_json
+from calwatch.publish.report import ReportParts, coverage_table, report_parts
 from calwatch.views import charts
 from calwatch.widget import bundle_path
 from calwatch.widget.payloads import in_kernel as in_kernel  # re-exported for Monitor.show

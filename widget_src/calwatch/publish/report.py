@@ -14,8 +14,6 @@ names is escaped — in the HTML tables by :func:`html.escape`, in the embedded 
 from __future__ import annotations
 
 import base64
-import html
-import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from calwatch.core.guard import one_moment
+from calwatch.publish.escape import escape_html, script_json
+from calwatch.publish.headline import headline_html, warning_cards
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
@@ -82,20 +82,25 @@ class ReportParts:
     generated : str
         The "generated ... by calwatch ..." line (plain text).
     sections : str
-        The HTML of the warning log, notes, coverage, configuration and provenance sections;
+        The HTML of the warning cards, notes, coverage, configuration and provenance sections;
         every value in it is escaped.
     payload : dict
         The dashboard's saved state: ``{"model": traits, "datasets": rows per dataset}``.
+    headline : str
+        The first screen above the dashboard (:func:`calwatch.publish.headline.headline_html`):
+        which promises hold and what broke, since when; escaped HTML.
     """
 
     title: str
     generated: str
     sections: str
     payload: dict[str, Any]
+    headline: str = ""
 
     def as_json(self, **extra: Any) -> str:
         """The parts (and ``extra`` fields) as JSON, safe inside a ``<script>`` element too."""
         fields = {"title": self.title, "generated": self.generated, "sections": self.sections}
+        fields["headline"] = self.headline
         return script_json(fields | self.payload | extra)
 
 
@@ -133,11 +138,13 @@ def report_parts(
     generated = datetime.now(UTC).isoformat(timespec="seconds")
     parts = (
         [
-            _section("Warnings", _warnings_table(monitor)),
+            _section("Warnings", warning_cards(monitor)),
             _section("Notes", _table(monitor.notes(), empty="No notes.")),
             _section("Coverage by calibrator", coverage_table(monitor)),
+            '<details class="setup"><summary>Configuration and provenance</summary>',
             _section("Configuration", _configuration(monitor)),
             _section("Provenance", _provenance(monitor, snapshot, generated, __version__)),
+            "</details>",
         ]
         if sections
         else []
@@ -147,6 +154,7 @@ def report_parts(
         generated=f"generated {generated} by calwatch {__version__}",
         sections="\n".join(parts),
         payload=payload,
+        headline=headline_html(monitor) if sections else "",
     )
 
 
@@ -172,26 +180,12 @@ def report_page(parts: ReportParts, *, live_version: str | None = None) -> str:
         heading=escape_html(parts.title),
         generated=escape_html(parts.generated),
         live_line='<p id="calwatch-live" class="generated" aria-live="polite"></p>' if live else "",
+        headline=parts.headline,
         sections=parts.sections,
         payload=script_json(parts.payload | ({"version": live_version} if live else {})),
         bundle=script_json(bundle),
         script=_LIVE_SCRIPT if live else _STATIC_SCRIPT,
     )
-
-
-def escape_html(value: Any) -> str:
-    """``value`` as HTML text (quotes escaped too, so it may go in an attribute); None is ""."""
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def script_json(value: Any) -> str:
-    """JSON that cannot end its <script> element early (``<``, ``>``, ``&`` escaped).
-
-    Used wherever saved state is embedded in a page: the report, the served view, a notebook's
-    static dashboard.
-    """
-    text = json.dumps(value, allow_nan=False, default=str)
-    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
 def _section(title: str, body: str) -> str:
@@ -216,14 +210,6 @@ def _format(value: Any) -> str:
     if isinstance(value, float):
         return escape_html(f"{value:.4g}")
     return escape_html(value)
-
-
-def _warnings_table(monitor: Monitor) -> str:
-    columns = [
-        "episode", "name", "threatens", "first_batch", "last_batch", "open", "explanation", "action",
-        "false_alarm_control", "acknowledged", "ack_by", "ack_at", "ack_note",
-    ]  # fmt: skip
-    return _table(monitor.warnings(), empty="No shift warnings.", columns=columns)
 
 
 @one_moment
@@ -432,12 +418,29 @@ table {{ border-collapse: collapse; font-size: 13px; margin: 6px 0 12px; }}
 th, td {{ border: 1px solid #d1d9e0; padding: 3px 8px; text-align: left; vertical-align: top; }}
 th {{ background: #f6f8fa; }} dl {{ display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; }}
 dt {{ color: #59636e; }} dd {{ margin: 0; }} #calwatch-error {{ color: #b42318; white-space: pre-wrap; }}
+.verdict {{ font-size: 16px; font-weight: 600; margin: 4px 0 6px; }}
+ul.promises, ul.warning-lines {{ list-style: none; padding: 0; margin: 4px 0 12px; }}
+ul.promises li, ul.warning-lines li {{ margin: 3px 0; }}
+.state {{ display: inline-block; min-width: 62px; padding: 0 6px; border-radius: 9px; font-size: 12px;
+  text-align: center; color: #fff; background: #59636e; }}
+.state-holding {{ background: #1a7f37; }} .state-at-risk {{ background: #9a6700; }}
+.state-broken {{ background: #b42318; }} .state-waiting {{ background: #818b98; }}
+ul.warning-lines li::before {{ content: "⚠ "; color: #9a6700; }}
+ul.warning-lines li[data-state="closed"] {{ color: #59636e; }}
+ul.warning-lines li[data-state="closed"]::before {{ content: "✓ "; color: #1a7f37; }}
+details.warning-card {{ border: 1px solid #d1d9e0; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }}
+details.warning-card[data-state="open"] {{ border-left: 4px solid #b42318; }}
+details.warning-card[data-state="acknowledged"] {{ border-left: 4px solid #9a6700; }}
+details.warning-card > summary {{ cursor: pointer; font-weight: 600; }}
+details.fine-print > summary, details.setup > summary {{ cursor: pointer; color: #59636e; }}
+details.setup {{ margin-top: 28px; }}
 </style>
 </head>
 <body>
 <h1>{heading}</h1>
 <p id="calwatch-generated" class="generated">{generated}</p>
 {live_line}
+<div id="calwatch-headline">{headline}</div>
 <div id="calwatch-view"></div>
 <div id="calwatch-error" role="alert"></div>
 <div id="calwatch-sections">
@@ -485,6 +488,7 @@ const show = (widget, data) => {
   else view.update(data.model, data.datasets);
   if (data.sections !== undefined) {
     document.getElementById("calwatch-sections").innerHTML = data.sections;
+    document.getElementById("calwatch-headline").innerHTML = data.headline ?? "";
     document.getElementById("calwatch-generated").textContent = data.generated;
   }
   version = data.version;

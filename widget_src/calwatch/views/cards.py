@@ -81,7 +81,7 @@ def _finite(value: float) -> float | None:
 
 #: The fields of a per-batch row that the cards read (:func:`_contribution` and ``CardTotals._add``).
 CARD_FIELDS = ("n_rows", "n_labelled", "n_covered", "mean_set_size", "estimated_error", "observed_error",
-               "admitted_share", "target")  # fmt: skip
+               "admitted_share", "target", "error_band_lo", "error_band_hi")  # fmt: skip
 #: The text fields the cards read, kept as codes into one list of the texts seen.
 TEXT_FIELDS = ("kind", "estimate_promise")
 _INT_FIELDS = frozenset({"n_rows", "n_labelled", "n_covered"})
@@ -344,6 +344,9 @@ class CardTotals:
                 card["target"] = row["target"]
             if row.get("estimate_promise") is not None:  # what a risk estimate promises
                 card["promise"] = row["estimate_promise"]
+            # A guarded risk estimate's band is of one batch's realised error: the card shows the
+            # latest batch's, named as such (the whole stream's rows are not one batch).
+            card["latest_band"] = (row.get("error_band_lo"), row.get("error_band_hi"))
 
     def cards(self, warnings: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
         """One card per calibrator that has rows of a known kind, or no rows yet."""
@@ -364,8 +367,15 @@ class CardTotals:
             else:
                 model_wide += 1
         cards = [c for c in self._cards.values() if c["kind"] is not None or c["n_batches"] == 0]
-        keys = [c["key"] for c in cards if c["kind"] == "sets" and c["n_labelled"] > 0]
-        pairs = [(int(self._cards[k]["n_covered"]), int(self._cards[k]["n_labelled"])) for k in keys]
+        keys = [c["key"] for c in cards if c["kind"] in ("sets", "risk") and c["n_labelled"] > 0]
+        # Sets: covered rows of the labelled ones; risk: the labelled rows whose top-k output missed
+        # (observed error x labelled rows, a count up to float rounding), each with its exact band.
+        pairs = [
+            (int(self._cards[k]["n_covered"]), int(self._cards[k]["n_labelled"]))
+            if self._cards[k]["kind"] == "sets"
+            else (round(self._cards[k]["_obs"]), int(self._cards[k]["n_labelled"]))
+            for k in keys
+        ]
         intervals = self._intervals or ExactIntervals()
         bands = dict(zip(keys, zip(*intervals.of(pairs), strict=True), strict=True)) if keys else {}
         return [
@@ -385,12 +395,16 @@ def _card(
         "target": c["target"], "n_batches": c["n_batches"], "n_rows": n_rows, "n_labelled": n_lab,
         "n_covered": c["n_covered"] if sets else None,
         "coverage": c["n_covered"] / n_lab if sets and n_lab else None,
-        "coverage_lo": band[0] if band is not None else None,
-        "coverage_hi": band[1] if band is not None else None,
+        "coverage_lo": band[0] if sets and band is not None else None,
+        "coverage_hi": band[1] if sets and band is not None else None,
         "mean_set_size": c["_size"] / n_rows if sets and n_rows else None,
         "estimated_error": c["_est"] / n_rows if risk and n_rows else None,
         "estimate_promise": c["promise"] if risk else None,
         "observed_error": c["_obs"] / n_lab if risk and n_lab else None,
+        "observed_error_lo": band[0] if risk and band is not None else None,
+        "observed_error_hi": band[1] if risk and band is not None else None,
+        "latest_error_band_lo": (c.get("latest_band") or (None, None))[0] if risk else None,
+        "latest_error_band_hi": (c.get("latest_band") or (None, None))[1] if risk else None,
         "admitted_share": c["_adm"] / c["_adm_rows"] if c["_adm_rows"] else None,
         "open_warnings": open_warnings,
         "model_warnings": model_warnings,

@@ -351,6 +351,7 @@ def health(
     per_class: Collection[str] = (),
     recent: int = RECENT_BATCHES,
     spark: int = SPARK_BATCHES,
+    stated: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Each calibrator's promise and state: holding, at risk, broken (or waiting for labels).
 
@@ -408,6 +409,10 @@ def health(
         Labelled batches pooled into the recent band.
     spark : int
         Batches the sparkline shows and the state looks back over.
+    stated : mapping of str to mapping, optional
+        Each calibrator's promise before any batch (``{"kind": ..., "target": ...}``, what a
+        summary row would say): a calibrated monitor states its promises while it waits for the
+        first batch, instead of "no stated promise".
 
     Returns
     -------
@@ -454,12 +459,13 @@ def health(
     by_class = _class_counts(classes, [key for key in order if key in per_class])
     quals = qualifiers or {}
     lows = floors or {}
+    promised = stated or {}  # before any batch: what a first summary row would say
     return [
         _chip(
             key,
             by_cal[key],
             _Warnings(named[key], model_wide),
-            _Judge.of(by_cal[key], lows.get(key), per_class=key in per_class),
+            _Judge.of(by_cal[key] or [promised.get(key, {})], lows.get(key), per_class=key in per_class),
             by_class.get(key, {}),
             quals.get(key, ""),
             recent,
@@ -789,6 +795,9 @@ def _promise(
         est = sum((_num(r, "estimated_error") or 0.0) * _count(r, "n_rows") for r in part) / n if n else None
         sign = "≤" if upper else "≈"
         text = f"risk {sign} estimate" if est is None else f"risk {sign} {est:.3f}"
+        if est is not None:  # the scope of that number, apart from the card's whole stream
+            scope = f"last {len(part)} batch{'es' if len(part) != 1 else ''}"
+            qualifier = f"{qualifier}, {scope}" if qualifier else scope
     elif kind == "selective":
         text = "calibrated kept rows"
     else:

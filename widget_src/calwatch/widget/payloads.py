@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from calwatch.core.guard import one_moment
+from calwatch.kinds import kind_of
 from calwatch.views import charts, dashboard, health
 from calwatch.views.resolution import Resolution
 
@@ -221,6 +222,11 @@ def health_rows(
         rows = monitor.summary(recent) if n else []
     quals, lows = promises if promises is not None else (health.qualifiers(monitor), health.floors(monitor))
     per_class = health.per_class_calibrators(monitor)
+    targets = monitor.targets()
+    stated = {
+        key: {"kind": kind_of(cal).name, "target": targets.get(key)}
+        for key, cal in monitor.calibrators.items()
+    }
     out = health.health(
         rows,
         warning_rows(monitor),
@@ -228,6 +234,7 @@ def health_rows(
         qualifiers=quals,
         floors=lows,
         classes=monitor.class_coverage(recent) if per_class and n else None,
+        stated=stated,
         per_class=per_class,
     )
     return json_rows_from_dicts(out)

@@ -105,10 +105,12 @@ HOVER: dict[str, Any] = {
 
 
 def series_color(field: str = "calibrator") -> alt.Color:
-    """One colour per value of ``field`` (a calibrator by default), its legend under the chart."""
-    return alt.Color(
-        f"{field}:N", legend=alt.Legend(orient="bottom", title=None, symbolOpacity=1, labelLimit=220)
-    )
+    """One colour per value of ``field`` (a calibrator by default), its legend under the chart.
+
+    Its entries wrap into the columns that fit the chart's width, each label shortened to its
+    column (the views' ``fitTextToWidth``, ``js/charts.ts``): no label limit is fixed here.
+    """
+    return alt.Color(f"{field}:N", legend=alt.Legend(orient="bottom", title=None, symbolOpacity=1))
 
 
 #: Half-width of the coverage range a coverage chart's y axis always shows around its target.

@@ -313,8 +313,9 @@ def what_if_spec() -> dict[str, Any]:
         ("mean_set_size:Q", "mean set size", ".3f"), ("singleton_share:Q", "singletons", ".1%"),
     )  # fmt: skip
     labelled = base.transform_filter("datum.n_labelled > 0")
+    # The legend is the lines' (solid symbols); the faint bands would give it faded ones.
     band = labelled.mark_area(opacity=0.15).encode(
-        x=x, y=alt.Y("coverage_lo:Q", title="coverage"), y2="coverage_hi:Q", color=color
+        x=x, y=alt.Y("coverage_lo:Q", title="coverage"), y2="coverage_hi:Q", color=color.legend(None)
     )
     line = labelled.mark_line(point=True).encode(
         x=x, y=alt.Y("coverage:Q", scale=alt.Scale(zero=False)), color=color, tooltip=tooltip
