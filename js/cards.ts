@@ -26,7 +26,7 @@ export function cardLines(row: KeyedRow): [string, string][] {
   const nLab = num(row, "n_labelled") ?? 0;
   const batches = num(row, "n_batches") ?? 0;
   if (batches === 0) {
-    lines.push(["calwatch-card-empty", "No batches yet: observe a batch to start."]);
+    lines.push(["calwatch-card-empty", "Waiting for the first batch: its promise is stated above."]);
   } else if (kind === "sets") {
     const target = num(row, "target");
     const cov = num(row, "coverage");

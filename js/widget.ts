@@ -275,7 +275,13 @@ export function renderView(
       item.empty.textContent = text;
       item.empty.hidden = text === "";
       item.el.classList.toggle("calwatch-is-empty", text !== "");
+      // No rows at all (before the first batch): no axes of nothing (a NaN tick, "0.000000"),
+      // only the sentence; with rows but no value yet (no labels), the faded chart stays.
+      const blank = text !== "" && rule !== undefined && store.rows(rule.dataset).length === 0;
+      item.el.classList.toggle("calwatch-is-blank", blank);
     }
+    // The timeline brushes batches: before the first one it has nothing to show.
+    timelineEl.hidden = timeline === null || store.rows(TIMELINE).length === 0;
   };
 
   const setSection = (name: string) => {

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+import calwatch as cw
 from calwatch.views import charts
 
-from ..synthetic import PET_CLASSES, pets_monitor
+from ..synthetic import PET_CLASSES, pets_monitor, softmax_data
 from .helpers import MARKS, TIMEOUT_MS, route_offline
 
 pytestmark = pytest.mark.ui
@@ -87,8 +88,8 @@ def test_every_tab_draws_its_charts_inside_the_page_at_any_width(page, tmp_path,
     for i, name in enumerate(names):
         tabs.nth(i).click()
         page.wait_for_function(
-            "() => [...document.querySelectorAll('.calwatch-chart, .calwatch-panel')].filter((e) => e.offsetParent !== null)"
-            ".every((e) => e.querySelector('svg') !== null)",
+            "() => [...document.querySelectorAll('.calwatch-chart, .calwatch-panel')]"
+            ".filter((e) => e.offsetParent !== null).every((e) => e.querySelector('svg') !== null)",
             timeout=TIMEOUT_MS,
         )
         page.wait_for_timeout(300)  # a resize settles within a frame or two
@@ -109,3 +110,34 @@ def test_every_tab_draws_its_charts_inside_the_page_at_any_width(page, tmp_path,
                         )
         page.screenshot(path=str(artifacts_dir / f"report-{width}px-{name.lower()}.png"), full_page=False)
     assert not problems, "\n".join(problems)
+
+
+def test_before_the_first_batch_the_page_states_promises_and_draws_no_empty_axes(
+    page, tmp_path, artifacts_dir
+):
+    # The empty state read as broken: "no stated promise" chips beside cards saying 1−α=0.9, a
+    # timeline axis reading "NaN" and a y-axis "0.000000".
+    probs, y = softmax_data(200, seed=1)
+    mon = cw.Monitor(
+        calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1), "risk": cw.RiskEstimator()}
+    )
+    mon.calibrate(probs=probs, y=y)
+    report = mon.report(tmp_path / "empty.html")
+    page.goto(report.resolve().as_uri())
+    page.wait_for_selector("body[data-rendered=true]", timeout=TIMEOUT_MS)
+    chips = page.eval_on_selector_all(
+        "#calwatch-view .calwatch-health .calwatch-chip", "els => els.map((e) => e.textContent)"
+    )
+    assert any("90% coverage" in c for c in chips), chips
+    assert not any("no stated promise" in c for c in chips), chips
+    assert "Waiting for the first batch" in page.locator("#calwatch-headline").inner_text()
+    assert page.locator(".calwatch-timeline").is_hidden()
+    texts = " ".join(  # what is drawn on screen (hidden charts keep their empty axes off it)
+        page.eval_on_selector_all(
+            "svg text",
+            "els => els.filter((e) => e.getBoundingClientRect().width > 0).map((e) => e.textContent)",
+        )
+    )
+    assert "NaN" not in texts and "0.000000" not in texts
+    assert "Waiting for the first batch" in page.locator('[data-chart="labels"] .calwatch-empty').inner_text()
+    page.screenshot(path=str(artifacts_dir / "report-before-first-batch.png"), full_page=True)

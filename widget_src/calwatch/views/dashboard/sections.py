@@ -154,7 +154,7 @@ EMPTY_STATES: dict[str, dict[str, str]] = {
     "labels": {
         "dataset": "batches",
         "field": "n_rows",
-        "message": "No batches yet: observe a batch to start.",
+        "message": "Waiting for the first batch: call observe() to send one.",
     },
 }
 
