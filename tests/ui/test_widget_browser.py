@@ -120,7 +120,7 @@ def test_widget_in_jupyterlab(
     wait_seq(page, INLINE, latest)
     assert count(page, INLINE) == 1
     assert attr(page, INLINE, "data-rows-batches") == str(expected_rows)
-    kinds = kernel.eval("__import__('calwatch').charts.chart_kinds(mon)")
+    kinds = kernel.eval("__import__('importlib').import_module('calwatch.views.charts').chart_kinds(mon)")
     inline_charts = assert_charts(page, INLINE, kinds)
     no_widget_error(page, INLINE)
     inline_view = attr(page, INLINE, "data-view-id")
