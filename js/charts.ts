@@ -220,6 +220,8 @@ export interface ChartOptions {
   snapshot?: () => ChartUpdate | null;
   /** A click on a mark of a batch (its datum has a numeric `batch`), or on the x axis of `batch`. */
   onBatchClick?: (batch: number) => void;
+  /** A click on a mark of a shift detector (its datum has a string `detector`): the Shift view's lanes. */
+  onPick?: (detector: string) => void;
   /** Clicks anywhere on the plot pick the batch under the pointer (x scale = batch: the timeline). */
   clickByX?: boolean;
   /**
@@ -501,6 +503,13 @@ export class Chart {
         last = text;
         this.el.dataset.brush = text; // the batches the brush covers, for tests
         if (!this.brushQuiet) onBrush?.(brushRange(value));
+      });
+    }
+    const { onPick } = options;
+    if (onPick !== undefined) {
+      view.addEventListener("click", (_event, item) => {
+        const datum = (item as { datum?: Record<string, unknown> } | null | undefined)?.datum;
+        if (typeof datum?.detector === "string") onPick(datum.detector);
       });
     }
     if (onBatchClick === undefined) return;

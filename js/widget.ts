@@ -134,12 +134,15 @@ export function itemOrder(order: readonly string[], sections: readonly Section[]
     for (const name of s.charts) {
       if (kinds.has(name) || name === TIMELINE || out.some((o) => o.name === name)) continue;
       const item = { name, section: s.name, panel: true };
-      const first = out.findIndex((o) => o.section === s.name);
-      if (first < 0) out.push(item);
+      // Before the first chart the section lists after it (the Shift lanes above the evidence),
+      // else after the section's last item.
+      const later = new Set(s.charts.slice(s.charts.indexOf(name) + 1));
+      const before = out.findIndex((o) => o.section === s.name && later.has(o.name));
+      if (before >= 0) out.splice(before, 0, item);
       else {
-        let at = first + 1;
-        while (at < out.length && out[at]?.panel && out[at]?.section === s.name) at++;
-        out.splice(at, 0, item);
+        const last = out.map((o) => o.section).lastIndexOf(s.name);
+        if (last < 0) out.push(item);
+        else out.splice(last + 1, 0, item);
       }
     }
   }
@@ -156,6 +159,8 @@ function hasValue(rows: Iterable<KeyedRow>, field: string): boolean {
 }
 
 const TIMELINE = "timeline";
+/** The Shift view's lanes panel (calwatch.views.dashboard.shift_lanes_spec). */
+const SHIFT_LANES = "shift_lanes";
 
 /** Renders one view of the widget into `el`; returns its cleanup. */
 export function renderView(
@@ -220,11 +225,20 @@ export function renderView(
     return lo === undefined || hi === undefined ? null : [lo, hi];
   };
   const allCharts = () => [...(timeline === null ? [] : [timeline]), ...items.map((i) => i.chart)];
+  /** The detector whose evidence the Shift view shows alone ("": every detector), picked on its lane. */
+  let detectorPick = "";
   const filterSignals = (): Record<string, unknown> => ({
     batch_lo: range.length === 2 ? range[0] : null,
     batch_hi: range.length === 2 ? range[1] : null,
     class_filter: model.get("_class_filter") ?? "",
+    detector_pick: detectorPick,
   });
+  /** A click on a lane picks its detector; a second click on it shows every detector again. */
+  const pickDetector = (detector: string) => {
+    detectorPick = detectorPick === detector ? "" : detector;
+    root.dataset.detectorPick = detectorPick;
+    for (const item of items) void item.chart.setSignals(filterSignals());
+  };
   const snapshot = () => (storeSeq === null ? null : store.snapshot(storeSeq));
 
   const markApplied = (update: ChartUpdate, replaySeq: number | null) => {
@@ -334,7 +348,8 @@ export function renderView(
       signals: filterSignals(),
       active,
       snapshot,
-      onBatchClick: openRows,
+      // The lanes pick a detector; elsewhere a click on a batch opens its rows.
+      ...(name === SHIFT_LANES ? { onPick: pickDetector } : { onBatchClick: openRows }),
       onError: reportError(`chart ${name}`, `Chart "${name}": `),
     });
     const names = new Set(sections.map((s) => s.name));

@@ -112,7 +112,8 @@ def test_warnings_are_cards_with_the_fine_print_behind_details(monitor):
 
 
 def test_the_first_screen_names_batches_and_states_promises_before_any_batch():
-    from calwatch.publish.headline import batch_label, headline_html, warning_line
+    from calwatch.publish.headline import headline_html
+    from calwatch.views.shift_lanes import batch_label, warning_line
 
     from ..synthetic import softmax_data
 

@@ -141,3 +141,49 @@ def test_before_the_first_batch_the_page_states_promises_and_draws_no_empty_axes
     assert "NaN" not in texts and "0.000000" not in texts
     assert "Waiting for the first batch" in page.locator('[data-chart="labels"] .calwatch-empty').inner_text()
     page.screenshot(path=str(artifacts_dir / "report-before-first-batch.png"), full_page=True)
+
+
+LEGEND = "(sel) => [...document.querySelectorAll(sel + ' .role-legend-label text')].map((t) => t.textContent)"
+
+
+def test_the_shift_view_has_a_lane_per_detector_and_shows_one_detector_s_evidence_on_a_click(
+    page, tmp_path, artifacts_dir
+):
+    # The Shift tab was six statistics overplotted around one threshold: which detector is in
+    # alarm, since when, and why, could not be read. Now each detector has a lane with its alarm
+    # episodes and its state in words; a click on a lane shows that detector's evidence alone.
+    mon = pets_monitor()
+    mon.acknowledge(0, note="seen", by="bo")
+    report = mon.report(tmp_path / "pets.html")
+    page.set_viewport_size({"width": 900, "height": 1000})
+    page.goto(report.resolve().as_uri())
+    page.wait_for_selector("body[data-rendered=true]", timeout=TIMEOUT_MS)
+    page.locator("button.calwatch-tab", has_text="Shift").click()
+    lanes = '[data-panel="shift_lanes"]'
+    page.wait_for_selector(f"{lanes} svg .role-mark text", timeout=TIMEOUT_MS)
+    words = page.eval_on_selector_all(f"{lanes} svg .role-mark text", "els => els.map((e) => e.textContent)")
+    detectors = [d.name for d in mon.shift_watch.detectors]
+    assert len(words) == len(detectors)  # a lane per detector, its state in words
+    assert "alarm acknowledged since batch 3 (acknowledged by bo)" in words
+    # the acknowledged episode is drawn in its colour over batches 3-5
+    fills = page.eval_on_selector_all(
+        f"{lanes} svg .role-mark path", "els => els.map((e) => e.getAttribute('fill'))"
+    )
+    assert "#9a6700" in fills
+    # the lanes come first in the Shift view, then the evidence
+    order = page.eval_on_selector_all(
+        ".calwatch-chart:not([hidden]), .calwatch-panel:not([hidden])",
+        "els => els.filter((e) => e.offsetParent !== null).map((e) => e.dataset.chart ?? e.dataset.panel)",
+    )
+    assert order[:2] == ["shift_lanes", "shift"], order
+    evidence = '[data-chart="shift"]'
+    assert len(page.evaluate(LEGEND, evidence)) == len(detectors)
+    lane = page.locator(f"{lanes} svg .role-mark text", has_text="alarm acknowledged")
+    lane.click()
+    page.wait_for_function(f"(sel) => ({LEGEND})(sel).length === 1", arg=evidence, timeout=TIMEOUT_MS)
+    assert page.evaluate(LEGEND, evidence)[0].startswith("confidence mart")
+    page.screenshot(path=str(artifacts_dir / "shift-lanes-picked.png"), full_page=False)
+    lane.click()  # a second click shows every detector again
+    page.wait_for_function(
+        f"([sel, n]) => ({LEGEND})(sel).length === n", arg=[evidence, len(detectors)], timeout=TIMEOUT_MS
+    )

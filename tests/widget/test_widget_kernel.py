@@ -100,7 +100,9 @@ def test_replay_before_any_batch_is_empty(mon, sent):
     widget._on_custom_message(widget, {"kind": "replay-request", "view": "v1"}, [])
     data = messages[-1]["data"]
     assert set(data) == {*charts.CHART_DATASETS, *dashboard.PANEL_DATASETS}
-    assert all(rows == [] for name, rows in data.items() if name not in ("overview", "health"))
+    assert all(rows == [] for name, rows in data.items() if name not in ("overview", "health", "shift_lanes"))
+    # the Shift view's lanes name their detectors from the start, each waiting for its first look
+    assert {r["state"] for r in data["shift_lanes"]} == {"waiting"}
     # one card per calibrator, saying there is nothing yet; one health chip each, waiting
     cards = [(c["key"], c["n_batches"], c["coverage"]) for c in data["overview"]]
     assert cards == [("aps", 0, None), ("lac", 0, None)]

@@ -19,28 +19,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from calwatch.publish.escape import escape_html
+from calwatch.views.shift_lanes import warning_line, warning_state
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
 
 #: The health strip's states, in the order the verdict counts them.
 STATES = ("broken", "at risk", "holding", "waiting")
-
-
-def batch_label(monitor: Monitor, index: int) -> str:
-    """``"batch 3"``, or ``"batch 3 (2009 #12)"`` when the batch was observed under a name."""
-    records = monitor.batch_records
-    if not 0 <= index < len(records):
-        return f"batch {index}"
-    name = records[index].name
-    return f"batch {index}" if name == str(index) else f"batch {index} ({name})"
-
-
-def warning_state(row: Mapping[str, Any]) -> str:
-    """``"open"``, ``"acknowledged"`` (open, a person has seen it) or ``"closed"``."""
-    if row.get("open"):
-        return "acknowledged" if row.get("acknowledged") else "open"
-    return "closed"
 
 
 def _number(value: Any) -> str:
@@ -75,23 +60,6 @@ def verdict(health_rows: Sequence[Mapping[str, Any]], warnings: Sequence[Mapping
             f"({opened} open, {seen} acknowledged, {closed} closed)"
         )
     return f"{len(health_rows)} promise{'s' if len(health_rows) != 1 else ''}: {promises}; {told}."
-
-
-def warning_line(monitor: Monitor, row: Mapping[str, Any]) -> str:
-    """One warning in one line of plain text: name, state since when, evidence stretch, what it threatens."""
-    state = warning_state(row)
-    first, last = int(row["first_batch"]), int(row["last_batch"])
-    since = batch_label(monitor, first)
-    stretch = f"batches {first}–{last}" if last != first else f"batch {first}"
-    rows = ""
-    if row.get("first_row") is not None and row.get("last_row") is not None:
-        rows = f", rows {int(row['first_row']):,}–{int(row['last_row']):,}"
-    when = {
-        "open": f"open since {since}",
-        "acknowledged": f"open since {since} (acknowledged)",
-        "closed": f"closed (began at {since})",
-    }[state]
-    return f"{row['name']}: {when}; evidence from {stretch}{rows}; threatens {row['threatens']}"
 
 
 def headline_html(monitor: Monitor) -> str:
@@ -166,12 +134,4 @@ def warning_cards(monitor: Monitor) -> str:
     return "\n".join(cards)
 
 
-__all__ = [
-    "STATES",
-    "batch_label",
-    "headline_html",
-    "verdict",
-    "warning_cards",
-    "warning_line",
-    "warning_state",
-]
+__all__ = ["STATES", "headline_html", "verdict", "warning_cards"]

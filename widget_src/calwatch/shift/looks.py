@@ -161,6 +161,13 @@ class LookStore(Mapping[Key, Look]):
         for _, look in self.items():
             yield look
 
+    def latest(self, detector: str) -> Look | None:
+        """The detector's look at its latest batch (None before its first look); O(1)."""
+        columns = self._columns.get(detector)
+        if columns is None or not columns.n:
+            return None
+        return self._look(detector, columns, columns.n - 1)
+
     def detectors(self) -> list[str]:
         """The detectors with at least one look, in the order of their first look."""
         names = [name for name, columns in self._columns.items() if columns.n]

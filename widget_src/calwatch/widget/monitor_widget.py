@@ -29,6 +29,7 @@ from calwatch.views import charts, dashboard, health
 from calwatch.views.cards import CardTotals, ExactIntervals
 from calwatch.views.live import LiveDatasets, bucketed_names
 from calwatch.views.resolution import Resolution, bucket_width
+from calwatch.views.shift_lanes import lane_rows
 from calwatch.widget.outbox import Outbox
 
 if TYPE_CHECKING:
@@ -528,6 +529,10 @@ class MonitorWidget(anywidget.AnyWidget):
         """
         cards = self._diff("overview", self._overview(), whole=True)
         data: dict[str, list[dict[str, Any]]] = {"overview": cards, "health": self._health()}
+        # The Shift view's lanes: a row per detector and per episode, sent when one changed.
+        data["shift_lanes"] = self._diff(
+            "shift_lanes", json_rows_from_dicts(lane_rows(self._monitor)), whole=True
+        )
         if notes:
             added = dashboard.note_rows(self._monitor, self._notes_sent)
             if added:

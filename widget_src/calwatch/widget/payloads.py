@@ -15,6 +15,7 @@ from calwatch.core.guard import one_moment
 from calwatch.kinds import kind_of
 from calwatch.views import charts, dashboard, health
 from calwatch.views.resolution import Resolution
+from calwatch.views.shift_lanes import lane_rows
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
@@ -188,14 +189,16 @@ def dashboard_datasets(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
 def window_payload(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
     """The dashboard's datasets whose cost does not grow with the stream, at the monitor's settings.
 
-    ``health`` (the strip), ``notes``, and the window panels ``reliability`` and ``set_by_class``
-    (whole window, no brush); ``what_if`` is empty (it needs the α slider of a live widget).
-    Not ``overview`` and ``timeline``: they read every batch (:func:`dashboard_datasets`).
+    ``health`` (the strip), ``notes``, ``shift_lanes`` (the Shift view's lanes), and the window panels
+    ``reliability`` and ``set_by_class`` (whole window, no brush); ``what_if`` is empty (it needs
+    the α slider of a live widget). Not ``overview`` and ``timeline``: they read every batch
+    (:func:`dashboard_datasets`).
     """
     bounded = [name for name in dashboard.PANEL_DATASETS if name not in ("overview", "timeline")]
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in bounded}
     out["notes"] = json_rows_from_dicts(dashboard.note_rows(monitor))
     out["health"] = health_rows(monitor)
+    out["shift_lanes"] = json_rows_from_dicts(lane_rows(monitor))
     if monitor.calibration_ is not None and monitor.n_batches > 0:
         out["reliability"] = json_rows(dashboard.reliability(monitor))
         out["set_by_class"] = json_rows(dashboard.set_by_class(monitor))

@@ -13,6 +13,7 @@ import altair as alt
 from calwatch.views.charts.parts import (
     ALL_CALIBRATORS,
     CALIBRATOR_PARAM,
+    DETECTOR_PICK,
     HOVER,
     ChartSpec,
     Source,
@@ -73,6 +74,8 @@ def shift_chart(shift: Source = None) -> ChartSpec:
     base = alt.Chart(data).transform_filter(
         f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || {model_wide} || datum.calibrator == {CALIBRATOR_PARAM}"
     )
+    # A lane clicked in the Shift view shows that detector's evidence alone ("": every detector).
+    base = base.transform_filter(f"{DETECTOR_PICK} == '' || datum.detector == {DETECTOR_PICK}")
     x = batch_axis("batch_mid")
     tooltip = [
         alt.Tooltip("detector:N"),
@@ -94,8 +97,9 @@ def shift_chart(shift: Source = None) -> ChartSpec:
         .mark_point(shape="triangle-up", size=90, filled=True, color="#d62728")
         .encode(x=x, y="log10_statistic:Q", tooltip=tooltip)
     )
+    chart = alt.layer(line, threshold, alarms).add_params(alt.param(name=DETECTOR_PICK, value=""))
     return titled_chart(
-        alt.layer(line, threshold, alarms), "Shift detectors (alarm at dashed line)", span=x_span(base)
+        chart, "Evidence: log10 statistic per batch (alarm at the dashed line)", span=x_span(base)
     )
 
 

@@ -18,6 +18,8 @@ import polars as pl
 
 #: The charts' top-level parameter: the calibrator shown, or :data:`ALL_CALIBRATORS`.
 CALIBRATOR_PARAM = "calibrator"
+#: The Vega signal naming the one detector whose evidence the shift chart shows ("": every detector).
+DETECTOR_PICK = "detector_pick"
 ALL_CALIBRATORS = "(all)"
 #: The Vega expression that keeps the rows of the picked calibrator (every row under "(all)").
 CALIBRATOR_FILTER = f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || datum.calibrator == {CALIBRATOR_PARAM}"

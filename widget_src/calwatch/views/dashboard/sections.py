@@ -42,7 +42,7 @@ SECTIONS: dict[str, list[str]] = {
     "Risk": ["risk", "risk_gap", "kept_share", "selective_curve"],
     "Calibration": ["reliability"],
     "Sets": ["set_size", "set_by_class", "set_shares", "set_sizes"],
-    "Shift": ["shift", "aci"],
+    "Shift": ["shift_lanes", "shift", "aci"],
     "Regression": ["interval_width", "fan", "pit", "interval_coverage"],
 }
 #: Where a kind goes that neither :data:`SECTIONS` nor the name hints place.
@@ -67,9 +67,11 @@ _HINTS: tuple[tuple[str, str], ...] = (
     ("cover", "Coverage"),
 )
 #: Dashboard panels (specs built here, recomputed from the window by the kernel).
-PANELS = ("what_if", "reliability", "set_by_class")
+PANELS = ("what_if", "reliability", "set_by_class", "shift_lanes")
 #: The datasets the dashboard adds to :data:`calwatch.views.charts.CHART_DATASETS`.
-PANEL_DATASETS = ("overview", "health", "notes", "what_if", "reliability", "set_by_class", "timeline")
+PANEL_DATASETS = (
+    "overview", "health", "notes", "what_if", "reliability", "set_by_class", "timeline", "shift_lanes",
+)  # fmt: skip
 #: Datasets recomputed from the window's raw rows (replaced wholesale, see the protocol).
 WINDOW_PANEL_DATASETS = ("what_if", "reliability", "set_by_class")
 
@@ -137,6 +139,11 @@ EMPTY_STATES: dict[str, dict[str, str]] = {
         "dataset": "set_sizes",
         "field": "count",
         "message": "No batches yet.",
+    },
+    "shift_lanes": {
+        "dataset": "shift_lanes",
+        "field": "detector",
+        "message": "No shift detectors yet: they start with calibrate().",
     },
     "shift": {
         "dataset": "shift",
@@ -228,6 +235,8 @@ def panels_for(monitor: Monitor) -> list[str]:
     out.append("reliability")
     if any(getattr(find_kind(c), "has_sets", False) for c in monitor.calibrators.values()):
         out.append("set_by_class")
+    if monitor.shift_watch is not None:
+        out.append("shift_lanes")
     return out
 
 
@@ -350,6 +359,77 @@ def reliability_spec() -> dict[str, Any]:
     )
 
 
+#: The Vega signal naming the detector whose evidence the ``shift`` chart shows ("": all of them).
+DETECTOR_PICK = charts.DETECTOR_PICK
+#: Episode states and their colours (as the warning cards and the health strip use them).
+LANE_STATES = {"open": "#b42318", "acknowledged": "#9a6700", "closed": "#818b98"}
+
+
+def shift_lanes_spec() -> dict[str, Any]:
+    """A lane per shift detector: its alarm episodes over the batches, its state in words.
+
+    Click a lane to see that detector's evidence alone in the ``shift`` chart below (the
+    ``detector_pick`` signal; click it again for every detector). Hover says what the statistic
+    means and what the detector promises.
+    """
+    base = alt.Chart(alt.NamedData("shift_lanes")).transform_filter(
+        f"{charts.CALIBRATOR_PARAM} == '{charts.ALL_CALIBRATORS}' || !datum.calibrator"
+        f" || datum.calibrator == {charts.CALIBRATOR_PARAM}"
+    )
+    # Detector names take at most a third of the width (a 250 px side panel keeps its plot).
+    names = alt.Axis(labelLimit={"expr": "max(60, min(170, containerSize()[0] / 3))"})
+    y = alt.Y("detector:N", sort=alt.EncodingSortField("order"), title=None, axis=names)
+    x = alt.X("lo:Q", title="batch", scale=alt.Scale(nice=False), axis=alt.Axis(format="d", tickMinStep=1))
+    spans = base.transform_calculate(lo="datum.batch - 0.5", hi="datum.batch_end + 0.5")
+    picked = f"{DETECTOR_PICK} == '' || datum.detector == {DETECTOR_PICK}"
+    dimmed = alt.condition(picked, alt.value(1.0), alt.value(0.4))  # the lanes not picked
+    lane_tip = _tooltip(
+        ("detector:N", "detector", None), ("words:N", "now", None), ("meaning:N", "what it measures", None)
+    )
+    lanes = (
+        spans.transform_filter("datum.row == 'lane'")
+        .mark_bar(color="#e7ebef", height={"band": 0.7}, cursor="pointer")
+        .encode(
+            x=x,
+            x2="hi:Q",
+            y=y,
+            tooltip=lane_tip,
+            opacity=dimmed,
+        )
+    )
+    episode_tip = _tooltip(
+        ("detector:N", "detector", None), ("state:N", "state", None), ("words:N", "warning", None),
+        ("episode:Q", "episode", "d"),
+    )  # fmt: skip
+    episodes = (
+        spans.transform_filter("datum.row == 'episode'")
+        .mark_bar(height={"band": 0.7}, cursor="pointer")
+        .encode(
+            x=x,
+            x2="hi:Q",
+            y=y,
+            color=alt.Color(
+                "state:N",
+                scale=alt.Scale(domain=list(LANE_STATES), range=list(LANE_STATES.values())),
+                legend=alt.Legend(orient="bottom", title="alarm episodes"),
+            ),
+            tooltip=episode_tip,
+            opacity=dimmed,
+        )
+    )
+    words = (
+        spans.transform_filter("datum.row == 'lane'")
+        .mark_text(
+            align="left", baseline="middle", fontSize=10, dx=2, color="#1f2328", limit={"expr": "width - 4"}
+        )
+        .encode(x=alt.X("lo:Q"), y=y, text="words:N", tooltip=lane_tip)
+    )
+    chart = alt.layer(lanes, episodes, words).add_params(alt.param(name=DETECTOR_PICK, value=""))
+    spec = _panel_spec(chart, "Shift detectors: alarm episodes (click a lane for its evidence)")
+    spec["height"] = {"step": 26}
+    return spec
+
+
 def set_by_class_spec() -> dict[str, Any]:
     """Singleton share by predicted class and calibrator over the window's rows."""
     base = alt.Chart(alt.NamedData("set_by_class")).transform_filter(_cal_filter())
@@ -418,7 +498,10 @@ def timeline_spec() -> dict[str, Any]:
     return spec
 
 
-PANEL_SPECS = {"what_if": what_if_spec, "reliability": reliability_spec, "set_by_class": set_by_class_spec}
+PANEL_SPECS = {
+    "what_if": what_if_spec, "reliability": reliability_spec, "set_by_class": set_by_class_spec,
+    "shift_lanes": shift_lanes_spec,
+}  # fmt: skip
 
 
 def specs(kinds: Sequence[str], panels: Sequence[str]) -> dict[str, dict[str, Any]]:
