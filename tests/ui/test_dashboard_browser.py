@@ -203,6 +203,23 @@ def test_dashboard_in_jupyterlab(lab_server: Any, page: Any, artifacts_dir: Path
         (int(p["batch"]), p["calibrator"]): round(float(p["coverage"]), 4) for p in _aria(page, points)
     } == expected
     page.locator(INLINE).screenshot(path=str(artifacts_dir / "dashboard-what-if.png"))
+    # the side panel (α changed from the inline view while it showed another tab) draws the same
+    # what-if chart once its Coverage tab opens: never at zero width, always inside the panel
+    _tab(page, SIDEBAR, "Coverage")
+    side_panel = f'{SIDEBAR} div.calwatch-panel[data-panel="what_if"]'
+    page.wait_for_function(
+        "([s, n]) => document.querySelectorAll(s).length === n",
+        arg=[f"{side_panel} g.mark-symbol.role-mark path", len(expected)],
+        timeout=TIMEOUT_MS,
+    )
+    boxes = page.evaluate(
+        "(s) => [document.querySelector(s), document.querySelector(s + ' svg')]"
+        ".map((e) => { const r = e.getBoundingClientRect(); return [r.left, r.right, r.width]; })",
+        side_panel,
+    )
+    (panel_lo, panel_hi, _), (svg_lo, svg_hi, svg_width) = boxes
+    assert svg_width > 0 and panel_lo - 1 <= svg_lo and svg_hi <= panel_hi + 1, boxes
+    page.locator(".jupyterlab-sidecar").screenshot(path=str(artifacts_dir / "dashboard-sidebar-what-if.png"))
 
     # ---- brush the timeline: the other panels filter, the kernel knows the range
     coverage_points = f'{INLINE} div.calwatch-chart[data-chart="coverage"] g.mark-symbol.role-mark path'
