@@ -377,7 +377,7 @@ def shift_lanes_spec() -> dict[str, Any]:
         f" || datum.calibrator == {charts.CALIBRATOR_PARAM}"
     )
     # Detector names take at most a third of the width (a 250 px side panel keeps its plot).
-    names = alt.Axis(labelLimit={"expr": "max(60, min(170, containerSize()[0] / 3))"})
+    names = alt.Axis(labelLimit={"expr": "max(60, min(170, width / 2))"})
     y = alt.Y("detector:N", sort=alt.EncodingSortField("order"), title=None, axis=names)
     x = alt.X("lo:Q", title="batch", scale=alt.Scale(nice=False), axis=alt.Axis(format="d", tickMinStep=1))
     spans = base.transform_calculate(lo="datum.batch - 0.5", hi="datum.batch_end + 0.5")
