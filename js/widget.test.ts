@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import type { VegaLiteSpec } from "./model";
 import { Chart } from "./charts";
 import { FakeModel } from "./test-utils";
-import widget, { MAX_IDLE_GAP_MS, epochNow, idleGapMs, latencySink, renderView } from "./widget";
+import widget, { MAX_IDLE_GAP_MS, epochNow, idleGapMs, latencySink, namedBatches, renderView } from "./widget";
 
 const batchesSpec: VegaLiteSpec = {
   params: [{ name: "calibrator", value: "(all)" }],
@@ -546,5 +546,21 @@ describe("default export", () => {
     expect(typeof cleanup).toBe("function");
     if (typeof cleanup === "function") await cleanup();
     expect(el.querySelector(".calwatch-widget")).toBeNull();
+  });
+});
+
+describe("namedBatches", () => {
+  it("names batches observed under a name, by index; null when none has a name", () => {
+    const row = (batch: number, name: string, extra: Record<string, unknown> = {}) => ({
+      key: `${batch}|lac`, batch, name, calibrator: "lac", ...extra,
+    });
+    expect(namedBatches([row(0, "0"), row(1, "1")])).toBeNull();
+    expect(namedBatches([row(0, "0"), row(2, "2013-07"), row(1, "1"), { ...row(2, "2013-07"), key: "2|aps" }])).toEqual([
+      null,
+      null,
+      "2013-07",
+    ]);
+    // a pooled bucket of several batches is not one batch's name
+    expect(namedBatches([row(4, "4–7", { n_batches: 4 })])).toBeNull();
   });
 });

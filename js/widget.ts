@@ -149,6 +149,25 @@ export function itemOrder(order: readonly string[], sections: readonly Section[]
   return out;
 }
 
+/**
+ * Each batch's name by index, from the `batches` rows (a pooled bucket is not one batch: skipped);
+ * null where a batch has no name but its index, and null overall when no batch has a name.
+ * Batch axes label a named batch by its name (the `batch_names` signal).
+ */
+export function namedBatches(rows: Iterable<KeyedRow>): (string | null)[] | null {
+  const names: (string | null)[] = [];
+  let any = false;
+  for (const row of rows) {
+    const { batch, name } = row;
+    if (typeof batch !== "number" || typeof name !== "string" || name === String(batch)) continue;
+    if (typeof row.n_batches === "number" && row.n_batches !== 1) continue;
+    while (names.length < batch) names.push(null);
+    names[batch] = name;
+    any = true;
+  }
+  return any ? names.map((n) => n ?? null) : null;
+}
+
 /** Whether a dataset has a row whose `field` is set (an empty state's condition). */
 function hasValue(rows: Iterable<KeyedRow>, field: string): boolean {
   for (const row of rows) {
@@ -227,11 +246,15 @@ export function renderView(
   const allCharts = () => [...(timeline === null ? [] : [timeline]), ...items.map((i) => i.chart)];
   /** The detector whose evidence the Shift view shows alone ("": every detector), picked on its lane. */
   let detectorPick = "";
+  /** Batch names for the batch axes (`namedBatches`), and their text, to set them only on a change. */
+  let batchNames: (string | null)[] | null = null;
+  let batchNamesText = "null";
   const filterSignals = (): Record<string, unknown> => ({
     batch_lo: range.length === 2 ? range[0] : null,
     batch_hi: range.length === 2 ? range[1] : null,
     class_filter: model.get("_class_filter") ?? "",
     detector_pick: detectorPick,
+    batch_names: batchNames,
   });
   /** A click on a lane picks its detector; a second click on it shows every detector again. */
   const pickDetector = (detector: string) => {
@@ -296,6 +319,14 @@ export function renderView(
     }
     // The timeline brushes batches: before the first one it has nothing to show.
     timelineEl.hidden = timeline === null || store.rows(TIMELINE).length === 0;
+    const names = namedBatches(store.values("batches"));
+    const namesText = JSON.stringify(names);
+    if (namesText !== batchNamesText) {
+      batchNames = names;
+      batchNamesText = namesText;
+      for (const item of items) void item.chart.setSignals({ batch_names: names });
+      if (timeline !== null) void timeline.setSignals({ batch_names: names });
+    }
   };
 
   const setSection = (name: string) => {

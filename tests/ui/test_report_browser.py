@@ -187,3 +187,32 @@ def test_the_shift_view_has_a_lane_per_detector_and_shows_one_detector_s_evidenc
     page.wait_for_function(
         f"([sel, n]) => ({LEGEND})(sel).length === n", arg=[evidence, len(detectors)], timeout=TIMEOUT_MS
     )
+
+
+def test_batch_axes_label_named_batches_by_their_names(page, tmp_path, artifacts_dir):
+    # Batch names given to observe(name=...) appeared nowhere on the axes ("Batch 12").
+    probs, y = softmax_data(1400, seed=2)
+    mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)})
+    mon.calibrate(probs=probs[:200], y=y[:200])
+    months = ["May", "Jun", "Jul", "Aug", "Sep", "Oct"]
+    for i, month in enumerate(months):
+        rows = slice(200 + 200 * i, 400 + 200 * i)
+        mon.observe(probs=probs[rows], y=y[rows], name=month)
+    report = mon.report(tmp_path / "named.html")
+    page.set_viewport_size({"width": 1200, "height": 900})
+    page.goto(report.resolve().as_uri())
+    page.wait_for_selector("body[data-rendered=true]", timeout=TIMEOUT_MS)
+    page.locator("button.calwatch-tab", has_text="Coverage").click()
+    ticks = '[data-chart="coverage"] svg .role-axis-label text'
+    page.wait_for_function(
+        "(s) => [...document.querySelectorAll(s)].some((t) => t.textContent === 'May')",
+        arg=ticks,
+        timeout=TIMEOUT_MS,
+    )
+    labels = page.eval_on_selector_all(ticks, "els => els.map((e) => e.textContent)")
+    assert set(months) & set(labels) and not {str(i) for i in range(6)} & set(labels), labels
+    timeline = page.eval_on_selector_all(
+        ".calwatch-timeline svg .role-axis-label text", "els => els.map((e) => e.textContent)"
+    )
+    assert "Jun" in timeline, timeline
+    page.locator('[data-chart="coverage"]').screenshot(path=str(artifacts_dir / "named-batch-axis.png"))

@@ -33,6 +33,7 @@ from calwatch.views.charts.data import (
 from calwatch.views.charts.labels_shift import labels_chart, shift_chart
 from calwatch.views.charts.parts import (
     ALL_CALIBRATORS,
+    BATCH_NAMES,
     CALIBRATOR_PARAM,
     CHART_HEIGHT,
     DETECTOR_PICK,
@@ -40,6 +41,7 @@ from calwatch.views.charts.parts import (
     ChartSpec,
     Source,
     batch_axis,
+    batch_ticks,
     x_span,
 )
 from calwatch.views.charts.regression import (
@@ -73,6 +75,7 @@ from calwatch.views.charts.specs import (
 __all__ = [
     "ADMIT_CHARTS",
     "ALL_CALIBRATORS",
+    "BATCH_NAMES",
     "CALIBRATOR_PARAM",
     "CHARTS",
     "CHART_DATASETS",
@@ -93,6 +96,7 @@ __all__ = [
     "admitted_chart",
     "batch_axis",
     "batch_summary",
+    "batch_ticks",
     "bucket_datasets",
     "build",
     "calibrator_labels",

@@ -20,6 +20,11 @@ import polars as pl
 CALIBRATOR_PARAM = "calibrator"
 #: The Vega signal naming the one detector whose evidence the shift chart shows ("": every detector).
 DETECTOR_PICK = "detector_pick"
+#: The Vega signal holding each batch's name by index (null where a batch has none but its index),
+#: set by the front end from the ``batches`` rows: batch axes label a named batch by its name.
+BATCH_NAMES = "batch_names"
+#: A batch axis's label: the batch's name when it was observed under one, else its index.
+BATCH_LABEL_EXPR = f"isArray({BATCH_NAMES}) && isString({BATCH_NAMES}[datum.value]) ? {BATCH_NAMES}[datum.value] : datum.label"
 ALL_CALIBRATORS = "(all)"
 #: The Vega expression that keeps the rows of the picked calibrator (every row under "(all)").
 CALIBRATOR_FILTER = f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || datum.calibrator == {CALIBRATOR_PARAM}"
@@ -43,7 +48,8 @@ def titled_chart(chart: Any, title: str, *, span: alt.Chart | None = None) -> Ch
     if span is not None:
         chart = alt.layer(span, chart)
     param = alt.param(name=CALIBRATOR_PARAM, value=ALL_CALIBRATORS)
-    finished: ChartSpec = chart.add_params(param).properties(
+    names = alt.param(name=BATCH_NAMES, value=None)
+    finished: ChartSpec = chart.add_params(param, names).properties(
         width="container", height=CHART_HEIGHT, title=title
     )
     return finished
@@ -58,8 +64,13 @@ def batch_axis(field: str, *, title: str | None = "batch") -> alt.X:
         f"{field}:Q",
         title=title,
         scale=alt.Scale(nice=False, zero=False),
-        axis=alt.Axis(format="d", tickMinStep=1),
+        axis=batch_ticks(),
     )
+
+
+def batch_ticks() -> alt.Axis:
+    """Integer ticks on a batch axis, each labelled by its batch's name when it has one."""
+    return alt.Axis(format="d", tickMinStep=1, labelExpr=BATCH_LABEL_EXPR, labelOverlap=True)
 
 
 def x_span(base: alt.Chart, *, title: str | None = "batch") -> alt.Chart:

@@ -247,6 +247,7 @@ def _params() -> list[dict[str, Any]]:
         {"name": BATCH_LO, "value": None},
         {"name": BATCH_HI, "value": None},
         {"name": CLASS_FILTER, "value": ""},
+        {"name": charts.BATCH_NAMES, "value": None},
     ]
 
 
@@ -261,7 +262,7 @@ def with_view_filters(spec: dict[str, Any], *, batch: bool = True) -> dict[str, 
     --------
     >>> out = with_view_filters({"data": {"name": "batches"}, "mark": "point"})
     >>> [p["name"] for p in out["params"]], len(out["transform"])
-    (['calibrator', 'batch_lo', 'batch_hi', 'class_filter'], 2)
+    (['calibrator', 'batch_lo', 'batch_hi', 'class_filter', 'batch_names'], 2)
     """
     import copy
 
@@ -283,7 +284,8 @@ def with_view_filters(spec: dict[str, Any], *, batch: bool = True) -> dict[str, 
                 visit(node[key])
 
     visit(out)
-    params = [p for p in out.get("params", []) if p.get("name") not in (BATCH_LO, BATCH_HI, CLASS_FILTER)]
+    own = (BATCH_LO, BATCH_HI, CLASS_FILTER, charts.BATCH_NAMES)
+    params = [p for p in out.get("params", []) if p.get("name") not in own]
     out["params"] = [*params, *(p for p in _params() if p["name"] != charts.CALIBRATOR_PARAM)]
     if not any(p.get("name") == charts.CALIBRATOR_PARAM for p in out["params"]):
         out["params"].insert(0, _params()[0])
@@ -312,7 +314,7 @@ def _panel_spec(chart: Any, title: str, height: int = charts.CHART_HEIGHT) -> di
 def what_if_spec() -> dict[str, Any]:
     """Coverage per window batch recomputed at the chosen α, its 95% band and the target."""
     base = alt.Chart(alt.NamedData("what_if")).transform_filter(_cal_filter())
-    x = alt.X("batch:Q", title="batch", scale=alt.Scale(nice=False), axis=alt.Axis(format="d", tickMinStep=1))
+    x = alt.X("batch:Q", title="batch", scale=alt.Scale(nice=False), axis=charts.batch_ticks())
     color = alt.Color("calibrator:N", legend=alt.Legend(orient="bottom", title=None))
     tooltip = _tooltip(
         ("batch:Q", "batch", "d"), ("calibrator:N", "calibrator", None), ("alpha:Q", "α", ".3f"),
@@ -379,7 +381,7 @@ def shift_lanes_spec() -> dict[str, Any]:
     # Detector names take at most a third of the width (a 250 px side panel keeps its plot).
     names = alt.Axis(labelLimit={"expr": "max(60, min(170, width / 2))"})
     y = alt.Y("detector:N", sort=alt.EncodingSortField("order"), title=None, axis=names)
-    x = alt.X("lo:Q", title="batch", scale=alt.Scale(nice=False), axis=alt.Axis(format="d", tickMinStep=1))
+    x = alt.X("lo:Q", title="batch", scale=alt.Scale(nice=False), axis=charts.batch_ticks())
     spans = base.transform_calculate(lo="datum.batch - 0.5", hi="datum.batch_end + 0.5")
     picked = f"{DETECTOR_PICK} == '' || datum.detector == {DETECTOR_PICK}"
     dimmed = alt.condition(picked, alt.value(1.0), alt.value(0.4))  # the lanes not picked
