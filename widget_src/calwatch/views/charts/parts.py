@@ -24,7 +24,8 @@ DETECTOR_PICK = "detector_pick"
 #: set by the front end from the ``batches`` rows: batch axes label a named batch by its name.
 BATCH_NAMES = "batch_names"
 #: A batch axis's label: the batch's name when it was observed under one, else its index.
-BATCH_LABEL_EXPR = f"isArray({BATCH_NAMES}) && isString({BATCH_NAMES}[datum.value]) ? {BATCH_NAMES}[datum.value] : datum.label"
+_NAMED = f"isArray({BATCH_NAMES}) && isString({BATCH_NAMES}[datum.value])"
+BATCH_LABEL_EXPR = f"{_NAMED} ? {BATCH_NAMES}[datum.value] : datum.label"
 ALL_CALIBRATORS = "(all)"
 #: The Vega expression that keeps the rows of the picked calibrator (every row under "(all)").
 CALIBRATOR_FILTER = f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || datum.calibrator == {CALIBRATOR_PARAM}"
