@@ -465,6 +465,7 @@ SNAPSHOT_MODULES: frozenset[str] = frozenset(
         "calwatch.monitor.labels", "calwatch.monitor.reads", "calwatch.monitor.share",
         "calwatch.monitor.tables", "calwatch.monitor.regression",
         "calwatch.stream.row_log", "calwatch.stream.columns", "calwatch.stream.records",
+        "calwatch.stream.slices",
     }
 )  # fmt: skip
 

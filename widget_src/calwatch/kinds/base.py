@@ -186,6 +186,10 @@ class CalibratorKind(ABC, Generic[R, S]):
         """Whether each labelled row's set holds its label (None for kinds without sets)."""
         return None
 
+    def set_sizes(self, results: R) -> npt.NDArray[np.int64] | None:
+        """Each row's set size (None for kinds without sets); slices sum them per cell."""
+        return None
+
     def levels(self, calibrator: Any) -> Any:
         """The calibrator's sets at any level (``ConformalLevels``), when it has them, for ``what_if``."""
         return None

@@ -298,6 +298,10 @@ class SetsKind(CalibratorKind[SetRows, CalibratorBatchStats]):
         """Whether each row's set holds its label."""
         return results.contains(labels)
 
+    def set_sizes(self, results: SetRows) -> npt.NDArray[np.int64]:
+        """Each row's set size (from the packed bits)."""
+        return results.sizes()
+
     def keep(self, rows: BatchRows, key: str, results: SetRows) -> None:
         """The packed sets go to ``rows.packed_sets``."""
         rows.packed_sets[key] = results.packed

@@ -98,6 +98,7 @@ def compare(
     merged.__dict__.pop("_guard_state", None)  # its own lock, not the run's
     merged.__dict__.pop("_autosave", None)  # the run's autosaver saves the run, not the overlay
     merged.__dict__.pop(CACHES_ATTRIBUTE, None)  # the run's kept reads, not the overlay's
+    merged.__dict__.pop("_slices", None)  # one run's slice counts, under its calibrators' names
     merged.name = f"{names[0]}: {runs[0].name} vs {names[1]}: {runs[1].name}"
     merged._calibrators = {
         f"{name}: {key}": cal

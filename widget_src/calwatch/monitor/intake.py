@@ -11,7 +11,7 @@ back, so the next call draws what it would have drawn.
 from __future__ import annotations
 
 import copy
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -99,6 +99,8 @@ class Intake:
         categories: Any = None,
         reference: Any = None,
         blocks: Any = None,
+        meta: Any = None,
+        slice_bins: Mapping[str, Sequence[Any]] | None = None,
     ) -> Monitor:
         """See :meth:`Monitor.calibrate`."""
         if y is None:
@@ -108,6 +110,7 @@ class Intake:
         encoder = self.make_encoder(outputs.n_classes)
         y_idx = encoder.encode(y, "y", n_rows=len(outputs))
         block_keys_ = self.calibration_blocks(blocks, len(outputs))
+        slices = self.m._slicing.fixed(meta, slice_bins, len(outputs))
         kinds = {key: kind_of(cal) for key, cal in self.m._calibrators.items()}
         admit_keys = [key for key, kind in kinds.items() if kind.reference == "full"]
         uses_reference = admit_keys or any(kind.reference for kind in kinds.values())
@@ -164,6 +167,7 @@ class Intake:
         for key, candidate in fitted.items():
             self.m._calibrators[key] = candidate
         self.m._encoder = encoder
+        self.m._slices = slices
         counts = np.bincount(y_idx, minlength=len(encoder))
         self.m.calibration_ = {
             "n_rows": len(outputs),
@@ -217,6 +221,7 @@ class Intake:
         categories: Any = None,
         name: str | None = None,
         blocks: Any = None,
+        meta: Any = None,
     ) -> int:
         """See :meth:`Monitor.observe`."""
         encoder = self.m._require_encoder()
@@ -234,6 +239,7 @@ class Intake:
             msg = "categories must be None: no calibrator was built with mondrian='category'"
             raise ValueError(msg)
         row_blocks = self.stream_blocks(blocks, m)
+        codes = self.m._slicing.codes(meta, m)
         # Randomised calibrators draw from their own seeded streams while computing: a call that
         # fails puts the streams back, so the next call draws what it would have drawn.
         streams = random_streams(self.m._calibrators.values())
@@ -251,7 +257,7 @@ class Intake:
             index = len(self.m._stream.batches)
             rows = BatchRows(
                 ids=row_ids, probs=outputs.probs, packed_sets={}, labels=np.full(m, NO_LABEL, dtype=np.intp),
-                categories=cats,
+                categories=cats, slice_codes=codes,
             )  # fmt: skip
             for key, cal in self.m._calibrators.items():
                 kind_of(cal).keep(rows, key, results[key])
@@ -265,8 +271,12 @@ class Intake:
             )
             every_row = np.arange(m)
             newly_labelled = 0
+            slice_counts = None if codes is None else self.m._slicing.observed(codes, results)
             if labels is not None:
                 record.stats, newly_labelled, _ = self.m._labels.labelled_stats(record, every_row, labels)
+                slice_labels = self.m._slicing.labelled(rows, every_row, labels)
+                if slice_counts is not None and slice_labels is not None:
+                    slice_counts = slice_counts.merge(slice_labels)
                 rows.labels[:] = labels
             # Detectors and ACI last (their state changes as they are fed; undone if anything
             # raises), then the stream.
@@ -283,6 +293,9 @@ class Intake:
             if ids is None:
                 self.m._next_auto_id += m
             self.m._id_kind = self.m._id_kind or id_kind
+            if slice_counts is not None:
+                assert self.m._slices is not None
+                self.m._slices.append(index, slice_counts)  # the next batch: checked by codes()
             self.m._stream.append(record)
             self.m._stream.rows_labelled += newly_labelled
             self.m._notify((index,))

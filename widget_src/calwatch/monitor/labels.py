@@ -3,7 +3,8 @@
 :class:`LabelJoin` is a collaborator of :class:`~calwatch.monitor.Monitor`, one path for classification
 and regression (the task says how a label is checked and stored: :mod:`calwatch.monitor.tasks`). A
 call finds each id's batch and row, has each calibrator's kind compute the labelled rows' statistics (merged
-into the batch's, a relabel's old labels merged with the sign reversed), feeds the detectors and
+into the batch's, a relabel's old labels merged with the sign reversed; the rows' slice counts
+likewise, :mod:`calwatch.monitor.slicing`), feeds the detectors and
 the calibrators that learn from labels (ACI also takes the relabels' corrections), and only then
 changes the batches: all or nothing.
 """
@@ -135,7 +136,9 @@ class LabelJoin:
         for record, rows, rows_b, labels_b in parts:
             view = record if rows is record.rows else _with_rows(record, rows)
             stats, new_b, relabelled_b = self.labelled_stats(view, rows_b, labels_b)
-            updates.append((record, stats, rows, rows_b, labels_b))
+            # the rows' slices take the labels too (a relabel takes the old label's counts away)
+            slices = m._slicing.labelled(rows, rows_b, labels_b)
+            updates.append((record, stats, rows, rows_b, labels_b, slices))
             # A relabel replaces the row's label in every count. The detectors' tests took the row in
             # when its first label came: it is not a new observation for them, and counting it
             # again would bias their bounds. ACI's level is a sum of per-row steps: a changed label
@@ -159,7 +162,7 @@ class LabelJoin:
                     rows_seen=m._stream.rows_seen,
                     corrections=corrections,
                 )
-            for record, _, rows, _, labels_b in updates:
+            for record, _, rows, _, labels_b, _ in updates:
                 if rows is not record.rows:
                     assert row_log is not None
                     row_log.stage_labels(record.index, rows.ids, labels_b)
@@ -167,8 +170,11 @@ class LabelJoin:
             if row_log is not None:
                 row_log.discard_labels()
             raise
-        for record, stats, rows, rows_b, labels_b in updates:
+        for record, stats, rows, rows_b, labels_b, slices in updates:
             m._stream.batches.set_stats(record, stats)
+            if slices is not None:
+                assert m._slices is not None
+                m._slices.add(record.index, slices)
             if rows is record.rows:
                 task.write(rows, rows_b, labels_b)
         if row_log is not None and logged:

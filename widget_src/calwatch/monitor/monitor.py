@@ -27,6 +27,7 @@ from calwatch.monitor.intake import Intake
 from calwatch.monitor.labels import LabelJoin, LabelReport
 from calwatch.monitor.reads import Reads
 from calwatch.monitor.share import Sharing
+from calwatch.monitor.slicing import By, Slicing
 from calwatch.monitor.tables import Tables
 from calwatch.monitor.tasks import CLASS_LABELS, LabelValues
 from calwatch.shift.base import Detector
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     import altair as alt
 
     from calwatch.publish.server import DashboardServer
+    from calwatch.stream.slices import SliceStore
     from calwatch.widget import MonitorWidget
 
 IntArray = npt.NDArray[np.intp]
@@ -182,6 +184,9 @@ class Monitor:
     #: The calibration rows' confidence scores, sorted (set by ``calibrate``): a table's buckets are
     #: tested against them (:mod:`calwatch.engine.shift.bucket_tests`).
     _reference_confidence: npt.NDArray[np.float64]
+    #: The slice columns' encoding and counts (:mod:`calwatch.stream.slices`), fixed by the first
+    #: ``calibrate(meta=)``; None without slices, and in snapshots saved before them.
+    _slices: SliceStore | None = None
 
     def __init__(
         self,
@@ -265,6 +270,7 @@ class Monitor:
         self._shift_spec = None
         self._shift: ShiftWatch | None = None
         self._notes: list[Note] = []
+        self._slices = None
         self.calibration_: dict[str, Any] | None = None
         self.model_description = without_model if model is None else _describe(model)
         self.provenance: dict[str, str] = {str(k): str(v) for k, v in (provenance or {}).items()}
@@ -298,6 +304,10 @@ class Monitor:
     @property
     def _tables(self) -> Tables:
         return Tables(self)
+
+    @property
+    def _slicing(self) -> Slicing:
+        return Slicing(self)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -354,6 +364,8 @@ class Monitor:
         categories: Any = None,
         reference: Any = None,
         blocks: Any = None,
+        meta: Any = None,
+        slice_bins: Mapping[str, Sequence[Any]] | None = None,
     ) -> Monitor:
         """Fit every calibrator on labelled calibration data.
 
@@ -381,11 +393,23 @@ class Monitor:
             (:mod:`calwatch.engine.shift.blocks`): their promise holds when the stream's
             blocks are exchangeable with the calibration blocks, however correlated the rows
             within a block. Every later :meth:`observe` must then pass ``blocks=`` too.
+        meta : polars, pandas or pyarrow table (or dict of columns), optional
+            Columns to slice the stream by (:meth:`slices`), one row per calibration row:
+            numbers, text, categories, booleans, dates. Their encoding is fixed here, from
+            these rows (:mod:`calwatch.stream.slices`): a number is cut at its quantiles into 5
+            bins (``hour ≥ 18``) unless it has at most 10 distinct values (each kept); text
+            keeps its 20 most frequent values, the rest is "other"; every column has a
+            "missing" code. Every later :meth:`observe` must then pass ``meta=`` with the same
+            columns. Only before the first batch; a later ``calibrate`` keeps the encoding.
+        slice_bins : dict of str to sequence, optional
+            Your own cut points for numeric (or date) columns of ``meta``, instead of quantiles:
+            ``{"hour": [6, 12, 18]}`` gives ``hour < 6``, ``6 ≤ hour < 12``, …, ``hour ≥ 18``.
 
         Returns
         -------
         Monitor
-            ``self``. If any calibrator fails to fit, nothing changes.
+            ``self``. If any calibrator fails to fit, or ``meta`` is refused (the message names
+            the column), nothing changes.
         """
         return self._intake.calibrate(
             X,
@@ -396,6 +420,8 @@ class Monitor:
             categories=categories,
             reference=reference,
             blocks=blocks,
+            meta=meta,
+            slice_bins=slice_bins,
         )
 
     # ------------------------------------------------------------------ observe
@@ -412,6 +438,7 @@ class Monitor:
         categories: Any = None,
         name: str | None = None,
         blocks: Any = None,
+        meta: Any = None,
     ) -> int:
         """Run a batch through the model and every calibrator, and record it.
 
@@ -434,11 +461,18 @@ class Monitor:
             ``blocks=``. The rows of a block arrive together, possibly over several batches: a
             block is tested once a row with another key arrives, and a complete block's key may
             not come back.
+        meta : polars, pandas or pyarrow table (or dict of columns), optional
+            The batch's slice columns, one row per row, required when :meth:`calibrate` was
+            given ``meta=`` (and refused when it was not): the same columns, each holding the
+            same kind of values as then. Each row's codes are kept with the row, so a late
+            label counts in its row's slices.
 
         Returns
         -------
         int
-            The batch index. A rejected batch raises and leaves the monitor unchanged.
+            The batch index. A rejected batch raises and leaves the monitor unchanged (a bad
+            ``meta`` names its column: a wrong length, nested or unhashable values, another type
+            than at calibration).
         """
         return self._intake.observe(
             X,
@@ -450,6 +484,7 @@ class Monitor:
             categories=categories,
             name=name,
             blocks=blocks,
+            meta=meta,
         )
 
     # ------------------------------------------------------------------ labels
@@ -867,6 +902,103 @@ class Monitor:
     def class_coverage_of(self, records: Sequence[BatchRecord], *, by_batch: bool = True) -> pl.DataFrame:
         """:meth:`class_coverage` of some batch records (see :meth:`summary_of`)."""
         return self._reads.class_coverage_of(records, by_batch=by_batch)
+
+    @guarded
+    def slices(
+        self,
+        calibrator: str | None = None,
+        *,
+        by: By = None,
+        since: int | None = None,
+        min_rows: int = 30,
+        level: float = 0.1,
+        method: str = "bh",
+    ) -> pl.DataFrame:
+        """Where coverage falls short: every slice of the data tested, with a stated false discovery rate.
+
+        A *slice* is one value of one slice column (``carrier = B6``, ``hour ≥ 18``) or one pair
+        of values of two (``carrier = B6 & hour ≥ 18``), as fixed by ``calibrate(meta=)``
+        (:meth:`slice_columns`). For every set calibrator and slice with at least ``min_rows``
+        labelled rows, the slice's ``k`` covered of ``n`` labelled rows are tested against the
+        null "its coverage is at least the target ``t = 1 − α``" by the exact one-sided
+        binomial test, ``p = P(Bin(n, t) ≤ k)`` (valid at every ``n``: no approximation); the
+        slices whose p-values a Benjamini–Hochberg step-up rejects at ``level`` are ``flagged``.
+
+        What is controlled: the false discovery rate, the expected share of flagged (calibrator,
+        slice) pairs whose coverage is in fact at least their target, at most ``level``, over the
+        family of the tests this call makes (the ``n_tested`` slices it returns). The coverage
+        tested is that of the rows the stream sent, with the calibrators as fitted (a calibrator
+        that falls short overall makes every large slice short, and those flags are true).
+
+        Dependence: slices overlap (a row lies in one slice of each column and each pair). Given
+        which rows are labelled and in which slices, the covered indicators of the rows are
+        independent and every p-value falls as any of them rises, so the p-values are positively
+        associated, the case BH is used for; its proof needs positive regression dependence
+        (PRDS), which association does not imply in general. ``method="by"`` (Benjamini–Yekutieli)
+        controls the FDR under any dependence, at about ``ln(n_tested) + 0.58`` times the
+        p-value threshold. The Monte Carlo check on real data is
+        ``tests/validity/test_slice_discovery.py``.
+
+        One look: the p-values are fixed-sample. Reading the frame again as the stream grows,
+        and acting on any flag seen on the way, is several looks, which this control does not
+        cover (narrow the family with ``since=`` instead, or act on one planned look).
+
+        Parameters
+        ----------
+        calibrator : str, optional
+            One set calibrator (default: every one; kinds without sets, risk estimators and
+            selective calibrators, keep no slice counts and are refused by name).
+        by : str, tuple of two str, or list of them, optional
+            The slices looked at: a column's name (its values), a pair of columns as a tuple
+            (the pairs of values; a pair is counted only within the memory budget of
+            :mod:`calwatch.stream.slices`), or a list of those. Default: every column and every
+            counted pair. The family, and so the correction, is what is looked at.
+        since : int, optional
+            Count batches from this one on. Counts are kept per epoch of batches (the newest
+            one by one, older ones pooled in epochs of 2, 4, 8… batches), so ``since`` inside an
+            epoch counts from that epoch's start: ``first_batch`` says where counting began.
+        min_rows : int
+            Slices with fewer labelled rows are not tested (nor counted in the family).
+        level : float
+            The FDR level ``q`` (default 0.1).
+        method : {"bh", "by"}
+            Benjamini–Hochberg (default) or Benjamini–Yekutieli.
+
+        Returns
+        -------
+        polars.DataFrame
+            One row per (calibrator, slice) tested, smallest p-value first: ``calibrator``,
+            ``slice`` (in words), ``by`` (its column or pair), ``n_rows``, ``n_labelled``,
+            ``n_covered``, ``coverage`` with its exact 95% Clopper–Pearson interval
+            ``coverage_lo``/``coverage_hi``, ``target``, ``mean_set_size``, ``p_value``,
+            ``q_value`` (the BH-adjusted p-value: the smallest level that flags it), ``flagged``;
+            and the family the control is stated over, the same in every row: ``fdr_method``,
+            ``fdr_level``, ``n_tested``, ``first_batch``, ``last_batch`` and ``family`` (in words).
+
+        Raises
+        ------
+        ValueError
+            If the monitor keeps no slices (calibrated without ``meta=``), or an argument names
+            no set calibrator or slice column, or is out of range.
+        """
+        return self._slicing.slices(
+            calibrator, by=by, since=since, min_rows=min_rows, level=level, method=method
+        )
+
+    @guarded
+    def slice_columns(self) -> pl.DataFrame:
+        """The slice columns' codes in words, as fixed by ``calibrate(meta=)``.
+
+        Columns ``column``, ``family`` (number, bool, text, date, datetime), ``code``, ``slice``
+        (``"hour ≥ 18"``, ``"carrier = B6"``, ``"carrier: other"``, ``"carrier: missing"``) and
+        ``paired_with`` (the columns it is counted in pairs with).
+
+        Raises
+        ------
+        ValueError
+            If the monitor keeps no slices.
+        """
+        return self._slicing.slice_columns()
 
     @guarded
     def rows(self, window: int | None = None, *, batch: int | None = None) -> pl.DataFrame:

@@ -32,6 +32,7 @@ def commit_observed(
     if not buckets or not any(b.n_rows for b in buckets):
         msg = "the table has no rows: nothing to observe"
         raise ValueError(msg)
+    refuse_slices(monitor)
     stream = monitor._stream
     first = len(stream.batches)
     now = datetime.now(UTC)
@@ -89,6 +90,24 @@ def commit_labels(
     return touched
 
 
+def refuse_slices(monitor: Any) -> None:
+    """Refuse a table for a monitor that slices its batches (``calibrate(meta=)``): not counted yet.
+
+    Raises
+    ------
+    ValueError
+        If the monitor keeps slice counts, which table batches (observe_table, Spark, Dask) would
+        leave out.
+    """
+    if getattr(monitor, "_slices", None) is not None:
+        msg = (
+            "this monitor slices its batches by meta columns, which tables (observe_table, Spark, Dask) "
+            "do not carry yet: observe the table's rows with observe(meta=...), or use a monitor "
+            "without slices"
+        )
+        raise ValueError(msg)
+
+
 def _check(record: BatchRecord, what: str) -> None:
     for key, stats in record.stats.items():
         problems = stats.check(record.n_rows)
@@ -101,4 +120,4 @@ def _check(record: BatchRecord, what: str) -> None:
         raise ValueError(msg)
 
 
-__all__ = ["commit_labels", "commit_observed"]
+__all__ = ["commit_labels", "commit_observed", "refuse_slices"]

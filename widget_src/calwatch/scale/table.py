@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from calwatch.core.ids import arrow_id_kind, check_id_kind
 from calwatch.monitor.labels import LabelReport
 from calwatch.scale.columns import LogColumns
-from calwatch.scale.commit import commit_labels, commit_observed
+from calwatch.scale.commit import commit_labels, commit_observed, refuse_slices
 from calwatch.scale.duplicates import DuplicateCheck, confirm, grouped_hashes, repeated_id
 from calwatch.scale.fold import FoldedPartials
 from calwatch.scale.frozen import FrozenMonitor, freeze
@@ -171,6 +171,7 @@ def observe_table(
         raise ValueError(msg)
     columns = LogColumns.of(id=id, bucket=bucket, probs=probs, label=label, category=category)
     with monitor.lock:
+        refuse_slices(monitor)  # before the table is read (commit_observed refuses it again)
         frozen = freeze(monitor)
         calibrators = dict(monitor._calibrators)
         fixed_kind = monitor._id_kind

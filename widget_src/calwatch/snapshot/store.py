@@ -58,6 +58,7 @@ from calwatch.snapshot.checks import check_calibrators
 from calwatch.stream.records import NO_LABEL, BatchRecord, BatchStats, RecordStore, StreamState
 from calwatch.stream.row_codec import decode_rows, encode_rows
 from calwatch.stream.row_log import RowLog
+from calwatch.stream.slices import SliceStore
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
@@ -358,6 +359,7 @@ def load_monitor(
         )
         if task == "regression":
             _check_regression_state(attrs, state["row_columns"])
+        _check_slices(attrs, stream)
         row_log = None
         if task == "classification" and state.get("row_log", True):
             has_index = ROW_LOG_INDEX in manifest["files"]
@@ -441,6 +443,40 @@ def _check_monitor_attrs(attrs: Any, task: str) -> None:
         if kind is None or kind.task != task:
             msg = f"state.json: calibrator {key!r} ({type(calibrator).__name__}) is not a {task} calibrator"
             raise SnapshotError(msg)
+
+
+def _check_slices(attrs: dict[str, Any], stream: StreamState) -> None:
+    """The slice store (absent before slices, or None) is sound and counts every batch and window row.
+
+    Raises
+    ------
+    SnapshotError
+        Naming what disagrees: the store's own invariants (:meth:`SliceStore.problems`), its
+        calibrators, its batches against ``batches.parquet``, the window rows' codes.
+    """
+    store = attrs.get("_slices")
+    if store is None:
+        return
+    if not isinstance(store, SliceStore):
+        msg = f"state.json: monitor._slices must be None or the slice counts; got {_short(store)}"
+        raise SnapshotError(msg)
+    problems = store.problems()
+    unknown = [key for key in store.calibrators if key not in attrs["_calibrators"]]
+    if unknown:
+        problems.append(f"counts calibrator {unknown[0]!r}, which the monitor does not have")
+    if store.n_batches != len(stream.batches):
+        problems.append(f"counts {store.n_batches} batches, but batches.parquet holds {len(stream.batches)}")
+    width = len(store.encoding.columns)
+    for record in stream.window_batches():
+        codes = None if record.rows is None else record.rows.slice_codes
+        if codes is None or codes.shape[1] != width:
+            problems.append(f"the rows of batch {record.index} lack their {width} slice codes")
+            break
+        if codes.size and np.any(codes.max(axis=0) >= [c.n_codes for c in store.encoding.columns]):
+            problems.append(f"the rows of batch {record.index} hold a slice code out of range")
+            break
+    if problems:
+        raise SnapshotError(problem_message("state.json: monitor._slices", problems))
 
 
 def _check_views(monitor: Monitor, folder: Path) -> None:

@@ -5,7 +5,9 @@
 - :mod:`~calwatch.stream.columns` — the settled columns: statistics of batches whose labels are
   all in, stored column-wise so a long stream costs arrays, not objects;
 - :mod:`~calwatch.stream.row_log` — the rows of each batch on disk (parquet), which late labels
-  join by id and the dashboard's row table pages through.
+  join by id and the dashboard's row table pages through;
+- :mod:`~calwatch.stream.slices` — the slice columns a user passes as ``meta=``: their fixed
+  encoding, each row's codes, and mergeable counts per slice, kept per epoch of batches.
 """
 
 from calwatch.stream.columns import StatsColumns

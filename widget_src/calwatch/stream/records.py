@@ -146,6 +146,9 @@ class BatchRows:
     # any other kind's per-row results: calibrator -> {name: one value per row}; snapshots keep
     # them without knowing the kind (rows.parquet columns ``extra_<i>_<name>``)
     extra: dict[str, dict[str, npt.NDArray[Any]]] = field(default_factory=dict)
+    # each row's code in each slice column, (m, columns) int16 (:mod:`calwatch.stream.slices`), for
+    # monitors calibrated with ``meta=``: a late label counts its row in the row's slices
+    slice_codes: npt.NDArray[np.int16] | None = None
 
 
 class StreamState:

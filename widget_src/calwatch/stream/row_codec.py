@@ -12,6 +12,9 @@ The columns:
   :mod:`calwatch.core.codec` for tuples and the like: ``mapping["id_kind"]``);
 * rows with classes: ``probs`` (a fixed-size array column), ``label`` (``-1`` until
   labelled) and, with Mondrian categories, ``category``;
+* rows of a monitor calibrated with slice columns (:mod:`calwatch.stream.slices`):
+  ``slice_codes``, each row's code per slice column (a fixed-size int16 array column;
+  ``mapping["slice_columns"]`` says how many);
 * the calibrators' per-row results, which each kind of calibrator writes and reads itself
   (:meth:`~calwatch.kinds.base.CalibratorKind.write_rows` and ``read_rows``): ``set_<i>``
   (packed sets), ``risk_<i>``, ``selective_<i>_<field>``, ``admit_<i>_<field>``, a regression
@@ -119,6 +122,14 @@ def encode_rows(
                 raise SnapshotError(msg)
             columns["category"] = _category_series(np.concatenate(categories))  # type: ignore[arg-type]
     mapping: dict[str, Any] = {"id_kind": id_kind}
+    codes = [rows.slice_codes for rows in present]
+    if any(c is not None for c in codes):
+        if any(c is None for c in codes) or len({c.shape[1] for c in codes if c is not None}) != 1:
+            msg = "some batches have slice codes and others do not (or other slice columns)"
+            raise SnapshotError(msg)
+        stacked = np.concatenate(codes).astype(np.int16, copy=False)  # type: ignore[arg-type]
+        columns["slice_codes"] = pl.Series(stacked)
+        mapping["slice_columns"] = int(stacked.shape[1])
     writers = _writers(task)
     for kind in writers:
         kind_columns, kind_mapping = kind.write_rows(present)
@@ -160,9 +171,29 @@ def decode_rows(part: pl.DataFrame, mapping: Mapping[str, Any], task: str = "cla
         raise SnapshotError(msg)
     categories = part["category"].to_numpy() if "category" in part.columns else None
     rows = BatchRows(ids=ids, probs=probs, packed_sets={}, labels=labels, categories=categories)
+    if "slice_columns" in mapping:
+        rows.slice_codes = slice_codes_of(part, int(mapping["slice_columns"]))
     for kind in _writers(task):
         kind.read_rows(part, mapping, rows)
     return rows
+
+
+def slice_codes_of(part: pl.DataFrame, n_columns: int) -> npt.NDArray[np.int16]:
+    """The ``(m, n_columns)`` slice codes of one batch's rows (:mod:`calwatch.stream.slices`), a copy.
+
+    Raises
+    ------
+    SnapshotError
+        If the column is missing, of another width, or holds negative codes.
+    """
+    if "slice_codes" not in part.columns:
+        msg = "the rows lack their slice codes (column 'slice_codes')"
+        raise SnapshotError(msg)
+    codes = np.array(part["slice_codes"].to_numpy(), dtype=np.int16).reshape(part.height, -1)
+    if codes.shape[1] != n_columns or (codes.size and codes.min() < 0):
+        msg = f"the rows' slice codes are malformed (shape {codes.shape}, {n_columns} columns expected)"
+        raise SnapshotError(msg)
+    return codes
 
 
 # ---------------------------------------------------------------------------- ids
@@ -304,5 +335,6 @@ __all__ = [
     "nested_series",
     "packed_of",
     "series_of",
+    "slice_codes_of",
     "use_kinds",
 ]

@@ -425,6 +425,7 @@ def take_rows(rows: BatchRows, index: npt.NDArray[np.intp]) -> BatchRows:
         admit={k: {n: a[index] for n, a in d.items()} for k, d in rows.admit.items()},
         selective={k: {n: a[index] for n, a in d.items()} for k, d in rows.selective.items()},
         extra={k: {n: a[index] for n, a in d.items()} for k, d in rows.extra.items()},
+        slice_codes=None if rows.slice_codes is None else rows.slice_codes[index],
     )  # fmt: skip
 
 
