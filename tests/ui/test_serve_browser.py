@@ -76,6 +76,9 @@ def test_two_pages_follow_the_saves_live_and_the_snapshot_outlives_the_server(
         coverage_svg = page.inner_html('[data-chart="coverage"] svg')
         timeline_before = int(page.locator(".calwatch-widget").get_attribute("data-rows-timeline") or 0)
         assert page.locator(TIMELINE_MARKS).count() > 0 and page.evaluate(PROVENANCE_BATCHES) == "6"
+        # the report's first screen, served: which promises hold, what broke
+        headline = page.locator("#calwatch-headline").inner_text()
+        assert "promises:" in headline and "labelled batches" in headline, headline
 
         P, y = softmax_data(400, seed=77)
         labels = np.array(PET_CLASSES)[y]  # known at once: the coverage panel gets a new point
@@ -94,6 +97,7 @@ def test_two_pages_follow_the_saves_live_and_the_snapshot_outlives_the_server(
             assert p.evaluate("() => document.body.dataset.updates") == "1"
             assert _marks(p, "coverage") > 0  # the panels are drawn from the new data
             assert p.evaluate(PROVENANCE_BATCHES) == "7"  # the sections follow too
+            assert p.locator("#calwatch-headline").inner_text() != headline  # and the first screen
             assert p.locator("#calwatch-error").inner_text() == ""
             assert p.locator("img").count() == 0  # the hostile class name stays text
         rows_after = int(page.locator(".calwatch-widget").get_attribute("data-rows-batches") or 0)
