@@ -220,8 +220,8 @@ export interface ChartOptions {
   snapshot?: () => ChartUpdate | null;
   /** A click on a mark of a batch (its datum has a numeric `batch`), or on the x axis of `batch`. */
   onBatchClick?: (batch: number) => void;
-  /** A click on a mark of a shift detector (its datum has a string `detector`): the Shift view's lanes. */
-  onPick?: (detector: string) => void;
+  /** A click on a mark picks what its datum names (a lane's detector, a slice's column). */
+  onPick?: (datum: Record<string, unknown>) => void;
   /** Clicks anywhere on the plot pick the batch under the pointer (x scale = batch: the timeline). */
   clickByX?: boolean;
   /**
@@ -509,7 +509,7 @@ export class Chart {
     if (onPick !== undefined) {
       view.addEventListener("click", (_event, item) => {
         const datum = (item as { datum?: Record<string, unknown> } | null | undefined)?.datum;
-        if (typeof datum?.detector === "string") onPick(datum.detector);
+        if (datum !== undefined && datum !== null) onPick(datum);
       });
     }
     if (onBatchClick === undefined) return;

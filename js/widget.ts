@@ -180,6 +180,8 @@ function hasValue(rows: Iterable<KeyedRow>, field: string): boolean {
 const TIMELINE = "timeline";
 /** The Shift view's lanes panel (calwatch.views.dashboard.shift_lanes_spec). */
 const SHIFT_LANES = "shift_lanes";
+/** The Slices view's ranking panel (calwatch.views.where_it_fails). */
+const WHERE_IT_FAILS = "where_it_fails";
 
 /** Renders one view of the widget into `el`; returns its cleanup. */
 export function renderView(
@@ -254,12 +256,23 @@ export function renderView(
     batch_hi: range.length === 2 ? range[1] : null,
     class_filter: model.get("_class_filter") ?? "",
     detector_pick: detectorPick,
+    slice_column: sliceColumn,
     batch_names: batchNames,
   });
+  /** The slice column whose values the Slices view shows ("": the column of the weakest slice). */
+  let sliceColumn = "";
   /** A click on a lane picks its detector; a second click on it shows every detector again. */
-  const pickDetector = (detector: string) => {
-    detectorPick = detectorPick === detector ? "" : detector;
+  const pickDetector = (datum: Record<string, unknown>) => {
+    if (typeof datum.detector !== "string") return;
+    detectorPick = detectorPick === datum.detector ? "" : datum.detector;
     root.dataset.detectorPick = detectorPick;
+    for (const item of items) void item.chart.setSignals(filterSignals());
+  };
+  /** A click on a slice picks its column (a pair's first one) for the coverage-by-value panel. */
+  const pickSliceColumn = (datum: Record<string, unknown>) => {
+    if (typeof datum.by !== "string") return;
+    sliceColumn = datum.by.split(" & ")[0] ?? "";
+    root.dataset.sliceColumn = sliceColumn;
     for (const item of items) void item.chart.setSignals(filterSignals());
   };
   const snapshot = () => (storeSeq === null ? null : store.snapshot(storeSeq));
@@ -380,7 +393,11 @@ export function renderView(
       active,
       snapshot,
       // The lanes pick a detector; elsewhere a click on a batch opens its rows.
-      ...(name === SHIFT_LANES ? { onPick: pickDetector } : { onBatchClick: openRows }),
+      ...(name === SHIFT_LANES
+        ? { onPick: pickDetector }
+        : name === WHERE_IT_FAILS
+          ? { onPick: pickSliceColumn }
+          : { onBatchClick: openRows }),
       onError: reportError(`chart ${name}`, `Chart "${name}": `),
     });
     const names = new Set(sections.map((s) => s.name));

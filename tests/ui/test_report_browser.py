@@ -216,3 +216,56 @@ def test_batch_axes_label_named_batches_by_their_names(page, tmp_path, artifacts
     )
     assert "Jun" in timeline, timeline
     page.locator('[data-chart="coverage"]').screenshot(path=str(artifacts_dir / "named-batch-axis.png"))
+
+
+def test_where_it_fails_ranks_slices_and_a_click_shows_that_column_s_values(page, tmp_path, artifacts_dir):
+    # "For whom does it fail?": the Slices tab ranks the slices tested by mon.slices() (flagged in
+    # red at the stated FDR) and shows one column's values; a click on a slice picks its column.
+    import numpy as np
+    import polars as pl
+
+    rng = np.random.default_rng(3)
+    n = 5000
+    probs, y = softmax_data(n, seed=3)
+    meta = pl.DataFrame({"carrier": rng.choice(list("ABCD"), n), "origin": rng.choice(["EWR", "JFK"], n)})
+    late = (np.arange(n) >= 1000) & (meta["carrier"].to_numpy() == "B")
+    y[late] = rng.integers(0, probs.shape[1], late.sum())
+    mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)}, shift=None)
+    mon.calibrate(probs=probs[:1000], y=y[:1000], meta=meta[:1000])
+    for b in range(8):
+        rows = slice(1000 + 500 * b, 1500 + 500 * b)
+        mon.observe(probs=probs[rows], y=y[rows], meta=meta[rows])
+    report = mon.report(tmp_path / "slices.html")
+    for width in (1000, 250):
+        page.set_viewport_size({"width": width, "height": 1000})
+        page.goto(report.resolve().as_uri())
+        page.wait_for_selector("body[data-rendered=true]", timeout=TIMEOUT_MS)
+        page.locator("button.calwatch-tab", has_text="Slices").click()
+        ranked = '[data-panel="where_it_fails"] svg .role-axis-label text'
+        values = '[data-panel="slice_values"] svg .role-axis-label text'
+        page.wait_for_selector(ranked, timeout=TIMEOUT_MS)
+        names = page.eval_on_selector_all(ranked, "els => els.map((e) => e.textContent)")
+        first = next(name for name in names if " = " in name)  # the y axis: slices, strongest first
+        assert first.startswith("carrier = B"), names
+        page.wait_for_function(
+            "(s) => [...document.querySelectorAll(s)].some((t) => t.textContent.startsWith('carrier = A'))",
+            arg=values,
+            timeout=TIMEOUT_MS,
+        )
+        page.screenshot(path=str(artifacts_dir / f"where-it-fails-{width}px.png"), full_page=False)
+    # a click on an origin slice shows origin's values
+    page.set_viewport_size({"width": 1000, "height": 1000})
+    page.wait_for_timeout(300)
+    point = page.locator('[data-panel="where_it_fails"] svg g.mark-symbol.role-mark path')
+    labels = page.eval_on_selector_all(
+        '[data-panel="where_it_fails"] svg g.mark-symbol.role-mark path',
+        "els => els.map((e) => e.getAttribute('aria-label') || '')",
+    )
+    picks = [i for i, label in enumerate(labels) if "origin =" in label and "&" not in label]
+    assert picks, labels[:5]
+    point.nth(picks[0]).click(force=True)
+    page.wait_for_function(
+        "(s) => [...document.querySelectorAll(s)].some((t) => t.textContent.startsWith('origin ='))",
+        arg=values,
+        timeout=TIMEOUT_MS,
+    )

@@ -43,6 +43,14 @@ def _measured(row: Mapping[str, Any]) -> str:
     )
 
 
+def _said(row: Mapping[str, Any]) -> str:
+    """The measured band, then the strip's reason, without saying the band twice."""
+    measured, reason = _measured(row), str(row.get("reason") or "")
+    if reason and row.get("value") is not None and f"{_number(row['value'])} [" in reason:
+        return reason  # the reason already gives the band (a verdict on coverage)
+    return f"{measured} — {reason}" if reason else measured
+
+
 def verdict(health_rows: Sequence[Mapping[str, Any]], warnings: Sequence[Mapping[str, Any]]) -> str:
     """One sentence: how many promises hold, are at risk or broken, and the warnings by state."""
     if not health_rows:
@@ -83,9 +91,7 @@ def headline_html(monitor: Monitor) -> str:
             f'<li class="chip-line" data-state="{escape_html(state)}">'
             f'<span class="state state-{escape_html(state.replace(" ", "-"))}">{escape_html(state)}</span> '
             f"<b>{escape_html(row['calibrator'])}</b> · {escape_html(row.get('promise', ''))} · "
-            f"{escape_html(_measured(row))}"
-            + (f" — {escape_html(row['reason'])}" if row.get("reason") else "")
-            + "</li>"
+            f"{escape_html(_said(row))}</li>"
         )
     parts.append(f'<ul class="promises">{"".join(items)}</ul>')
     if warnings:

@@ -30,6 +30,7 @@ from calwatch.views.cards import CardTotals, ExactIntervals
 from calwatch.views.live import LiveDatasets, bucketed_names
 from calwatch.views.resolution import Resolution, bucket_width
 from calwatch.views.shift_lanes import lane_rows
+from calwatch.views.where_it_fails import slice_rows
 from calwatch.widget.outbox import Outbox
 
 if TYPE_CHECKING:
@@ -533,6 +534,8 @@ class MonitorWidget(anywidget.AnyWidget):
         data["shift_lanes"] = self._diff(
             "shift_lanes", json_rows_from_dicts(lane_rows(self._monitor)), whole=True
         )
+        # Where it fails: the slices tested at the stated FDR (the ranking and one column's values).
+        data["slices"] = self._diff("slices", json_rows_from_dicts(slice_rows(self._monitor)), whole=True)
         if notes:
             added = dashboard.note_rows(self._monitor, self._notes_sent)
             if added:

@@ -16,6 +16,7 @@ from calwatch.kinds import kind_of
 from calwatch.views import charts, dashboard, health
 from calwatch.views.resolution import Resolution
 from calwatch.views.shift_lanes import lane_rows
+from calwatch.views.where_it_fails import slice_rows
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
@@ -199,6 +200,7 @@ def window_payload(monitor: Monitor) -> dict[str, list[dict[str, Any]]]:
     out["notes"] = json_rows_from_dicts(dashboard.note_rows(monitor))
     out["health"] = health_rows(monitor)
     out["shift_lanes"] = json_rows_from_dicts(lane_rows(monitor))
+    out["slices"] = json_rows_from_dicts(slice_rows(monitor))
     if monitor.calibration_ is not None and monitor.n_batches > 0:
         out["reliability"] = json_rows(dashboard.reliability(monitor))
         out["set_by_class"] = json_rows(dashboard.set_by_class(monitor))

@@ -29,7 +29,7 @@ import altair as alt
 from calwatch.core.guard import one_moment
 from calwatch.engine.metrics.calibration import ROWS_PER_BIN
 from calwatch.kinds import find_kind
-from calwatch.views import charts
+from calwatch.views import charts, where_it_fails
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
@@ -43,6 +43,7 @@ SECTIONS: dict[str, list[str]] = {
     "Calibration": ["reliability"],
     "Sets": ["set_size", "set_by_class", "set_shares", "set_sizes"],
     "Shift": ["shift_lanes", "shift", "aci"],
+    "Slices": ["where_it_fails", "slice_values"],
     "Regression": ["interval_width", "fan", "pit", "interval_coverage"],
 }
 #: Where a kind goes that neither :data:`SECTIONS` nor the name hints place.
@@ -67,10 +68,11 @@ _HINTS: tuple[tuple[str, str], ...] = (
     ("cover", "Coverage"),
 )
 #: Dashboard panels (specs built here, recomputed from the window by the kernel).
-PANELS = ("what_if", "reliability", "set_by_class", "shift_lanes")
+PANELS = ("what_if", "reliability", "set_by_class", "shift_lanes", "where_it_fails", "slice_values")
 #: The datasets the dashboard adds to :data:`calwatch.views.charts.CHART_DATASETS`.
 PANEL_DATASETS = (
     "overview", "health", "notes", "what_if", "reliability", "set_by_class", "timeline", "shift_lanes",
+    "slices",
 )  # fmt: skip
 #: Datasets recomputed from the window's raw rows (replaced wholesale, see the protocol).
 WINDOW_PANEL_DATASETS = ("what_if", "reliability", "set_by_class")
@@ -139,6 +141,16 @@ EMPTY_STATES: dict[str, dict[str, str]] = {
         "dataset": "set_sizes",
         "field": "count",
         "message": "No batches yet.",
+    },
+    "where_it_fails": {
+        "dataset": "slices",
+        "field": "slice",
+        "message": f"No slice has {where_it_fails.MIN_ROWS} labelled rows yet: slices are tested then.",
+    },
+    "slice_values": {
+        "dataset": "slices",
+        "field": "slice",
+        "message": "Coverage by value appears once a slice column's values have labelled rows.",
     },
     "shift_lanes": {
         "dataset": "shift_lanes",
@@ -237,6 +249,8 @@ def panels_for(monitor: Monitor) -> list[str]:
         out.append("set_by_class")
     if monitor.shift_watch is not None:
         out.append("shift_lanes")
+    if getattr(monitor, "_slices", None) is not None:  # calibrated with meta=: where it fails
+        out += ["where_it_fails", "slice_values"]
     return out
 
 
@@ -432,6 +446,23 @@ def shift_lanes_spec() -> dict[str, Any]:
     return spec
 
 
+def where_it_fails_spec() -> dict[str, Any]:
+    """Slices ranked by evidence of a shortfall, flagged at the stated FDR (:mod:`.where_it_fails`)."""
+    title = "Where it fails: slices by evidence of a shortfall"
+    spec = _panel_spec(where_it_fails.ranking_chart(), title)
+    spec["height"] = {"step": 18}
+    return spec
+
+
+def slice_values_spec() -> dict[str, Any]:
+    """Coverage by value of one slice column: the one clicked above, at first the weakest one's."""
+    spec = _panel_spec(
+        where_it_fails.values_chart(), "Coverage by value (click a slice above for its column)"
+    )
+    spec["height"] = {"step": 18}
+    return spec
+
+
 def set_by_class_spec() -> dict[str, Any]:
     """Singleton share by predicted class and calibrator over the window's rows."""
     base = alt.Chart(alt.NamedData("set_by_class")).transform_filter(_cal_filter())
@@ -502,7 +533,7 @@ def timeline_spec() -> dict[str, Any]:
 
 PANEL_SPECS = {
     "what_if": what_if_spec, "reliability": reliability_spec, "set_by_class": set_by_class_spec,
-    "shift_lanes": shift_lanes_spec,
+    "shift_lanes": shift_lanes_spec, "where_it_fails": where_it_fails_spec, "slice_values": slice_values_spec,
 }  # fmt: skip
 
 
