@@ -10,6 +10,7 @@ from typing import Any
 
 from calwatch.engine.conformal.adaptive import Adaptive, ConformalLevels
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
+from calwatch.engine.conformal.group_conditional import GroupConditionalConformal
 from calwatch.engine.errors import NotFittedError
 
 _LAZY = {
@@ -28,6 +29,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Adaptive",
     "ConformalLevels",
+    "GroupConditionalConformal",
     "NotFittedError",
     "SplitConformalClassifier",
     "SplitConformalRegressor",
