@@ -1,16 +1,23 @@
-"""PAC confidence sets (ALGORITHMS.md §4; paper 003, Park et al., ICLR 2020).
+"""PAC confidence sets: the calibrators (ALGORITHMS.md §4; paper 003, Park et al., ICLR 2020).
 
-A confidence set predictor ``C_T(x) = {y : f(y | x) ≥ e^{−T}}`` is fitted on ``n`` calibration
-rows so that, over the draw of those rows, ``P[L(C) > ε] < δ`` with ``L(C) = P(y ∉ C(x))``
-(paper 003 Eq. 2). ``f`` is the model's (optionally temperature-scaled) probability or density.
+This module fits and applies the PAC calibrators. A confidence set predictor
+``C_T(x) = {y : f(y | x) ≥ e^{−T}}`` is fitted on ``n`` calibration rows so that, over the
+draw of those rows, ``P[L(C) > ε] < δ`` with ``L(C) = P(y ∉ C(x))`` (paper 003 Eq. 2). ``f`` is
+the model's (optionally temperature-scaled) probability or density.
 
-- :func:`binomial_k_star`: the largest number ``k*`` of calibration rows that may fall outside
-  their sets (Theorem 1 / Eq. 8); :func:`vc_k_star` the looser VC alternative (Eq. 7).
 - :class:`PACConfidenceSets`: classification from logits (Algorithm 1, ties as §3.5).
 - :class:`PACGaussianRegression`: Gaussian forecasts ``N(μ(x), Σ(x))``; intervals in 1-D,
   ellipsoids (:class:`Ellipsoids`) in d-D (Appendix C).
-- :func:`accumulate_variance` and :func:`trajectory_gaussian`: horizon forecasts with
-  accumulated variance ``Σ̃_t = Σ_{s<t} Σ(x̄_s)`` (§3.6, Appendix C).
+
+Their parts live next door, and their public names are importable from here too:
+
+- :mod:`calwatch.engine.pac.bounds`: :func:`binomial_k_star`, the largest number ``k*`` of
+  calibration rows that may fall outside their sets (Theorem 1 / Eq. 8), :func:`vc_k_star` the
+  looser VC alternative (Eq. 7), and :class:`PACInfeasibleError`.
+- :mod:`calwatch.engine.pac.gaussian`: the checks and Mahalanobis terms of Gaussian forecasts.
+- :mod:`calwatch.engine.pac.horizons`: :func:`accumulate_variance` and
+  :func:`trajectory_gaussian`, horizon forecasts with accumulated variance
+  ``Σ̃_t = Σ_{s<t} Σ(x̄_s)`` (§3.6, Appendix C).
 
 Why ties need no special threshold (our note on §3.5 and Appendix B.1). Write
 ``φ = −log f(y | x)`` and let ``T̂`` be the ``(k*+1)``-th largest calibration ``φ`` (Alg. 1). The
@@ -28,7 +35,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
@@ -37,66 +43,44 @@ import numpy.typing as npt
 from calwatch.engine._validation import check_labels
 from calwatch.engine.calibration.maps import TemperatureScaling, check_logits
 from calwatch.engine.errors import NotFittedError
+from calwatch.engine.pac.bounds import (
+    BOUND_NAMES,
+    EXACT_CHECK_MAX_N,
+    BoundName,
+    PACInfeasibleError,
+    _check_bound,
+    _check_level,
+    binomial_k_star,
+    binomial_min_n,
+    pac_k_star,
+    pac_min_n,
+    vc_alpha,
+    vc_k_star,
+    vc_min_n,
+)
+from calwatch.engine.pac.gaussian import (
+    _check_gaussian,
+    _check_matrix,
+    _gaussian_temperature,
+    _GaussianBatch,
+    _mahalanobis,
+    _take,
+)
+from calwatch.engine.pac.horizons import accumulate_variance, trajectory_gaussian
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.intp]
-BoundName = Literal["binomial", "vc"]
 SizeMeasure = Literal["volume", "frobenius"]
 
-#: The bounds :class:`PACConfidenceSets` and :class:`PACGaussianRegression` accept.
-BOUND_NAMES: tuple[BoundName, ...] = ("binomial", "vc")
 #: Share of the calibration rows split off to fit the temperature when no
 #: ``temperature_data`` is given (paper 003's ``Z'_train``).
 TEMPERATURE_FRACTION = 0.2
-#: Up to this ``n``, a binomial CDF within :data:`_BORDERLINE_RTOL` of ``δ`` is re-decided in
-#: exact integer arithmetic (scipy's CDF is accurate to ~1e-13 relative).
-EXACT_CHECK_MAX_N = 2_000
-_BORDERLINE_RTOL = 1e-9
 _LOG_2PI = math.log(2.0 * math.pi)
 _TINY = float(np.finfo(np.float64).tiny)
 
 
-class PACInfeasibleError(ValueError):
-    """No PAC set exists for these ``ε``, ``δ`` and ``n``: even ``k* = 0`` violates the bound.
-
-    Attributes
-    ----------
-    n : int
-        The number of calibration rows the bound was asked for.
-    n_required : int
-        The smallest number of rows for which the bound is feasible (``k* = 0`` works).
-    """
-
-    def __init__(self, message: str, *, n: int, n_required: int) -> None:
-        super().__init__(message)
-        self.n = n
-        self.n_required = n_required
-
-
 # ----------------------------------------------------------------------------- validation
-def _check_level(value: Any, name: str) -> float:
-    """``ε`` or ``δ``: a real number in the open interval (0, 1)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        msg = f"{name} must be a number in (0, 1); got {value!r}"
-        raise TypeError(msg)
-    out = float(value)
-    if not 0.0 < out < 1.0:
-        msg = f"{name} must be in (0, 1); got {value!r}"
-        raise ValueError(msg)
-    return out
-
-
-def _check_n(n: Any) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        msg = f"n must be a positive integer (number of calibration rows); got {n!r}"
-        raise TypeError(msg)
-    if n < 1:
-        msg = f"n must be a positive integer (number of calibration rows); got {n!r}"
-        raise ValueError(msg)
-    return int(n)
-
-
 def _check_flag(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         msg = f"{name} must be True or False; got {value!r}"
@@ -104,194 +88,7 @@ def _check_flag(value: Any, name: str) -> bool:
     return bool(value)
 
 
-def _check_bound(bound: Any) -> BoundName:
-    if bound not in BOUND_NAMES:
-        msg = f"bound must be one of {BOUND_NAMES}; got {bound!r}"
-        raise ValueError(msg)
-    out: BoundName = bound
-    return out
-
-
-# --------------------------------------------------------------------------------- bounds
-def _exact_cdf_below(k: int, n: int, epsilon: float, delta: float) -> bool:
-    """``Σ_{i≤k} C(n,i) ε^i (1−ε)^{n−i} < δ`` in exact integer arithmetic (the floats as given)."""
-    eps, dlt = Fraction(epsilon), Fraction(delta)
-    a, b = eps.numerator, eps.denominator  # ε = a / b
-    c = b - a
-    # Σ C(n,i) a^i c^(n−i) over b^n, accumulated term by term from i = 0.
-    term = c**n
-    total = term
-    for i in range(1, k + 1):
-        term = term * (n - i + 1) * a // (i * c) if c else 0
-        total += term
-    return bool(total * dlt.denominator < dlt.numerator * b**n)
-
-
-def _binomial_feasible(k: int, n: int, epsilon: float, delta: float) -> bool:
-    """Whether ``P[Binomial(n, ε) ≤ k] < δ``."""
-    from scipy.stats import binom  # on first use: `import calwatch` stays fast
-
-    cdf = float(binom.cdf(k, n, epsilon))
-    if n <= EXACT_CHECK_MAX_N and abs(cdf - delta) <= _BORDERLINE_RTOL * delta:
-        return _exact_cdf_below(k, n, epsilon, delta)
-    return cdf < delta
-
-
-def binomial_min_n(epsilon: float, delta: float) -> int:
-    """Smallest ``n`` for which the binomial bound is feasible: ``(1 − ε)^n < δ``.
-
-    That is ``n > log δ / log(1 − ε)`` (``k* = 0``; paper 003 App. A.2 gives the simpler
-    sufficient ``n ≥ log(1/δ)/ε``).
-
-    Examples
-    --------
-    >>> binomial_min_n(0.01, 1e-5)  # log(1e-5) / log(0.99) = 1145.5
-    1146
-    """
-    eps, dlt = _check_level(epsilon, "epsilon"), _check_level(delta, "delta")
-    n = max(1, math.floor(math.log(dlt) / math.log1p(-eps)) + 1)
-    # Settle the floating-point edge with the same CDF the bound uses.
-    while n > 1 and _binomial_feasible(0, n - 1, eps, dlt):
-        n -= 1
-    while not _binomial_feasible(0, n, eps, dlt):
-        n += 1
-    return n
-
-
-def binomial_k_star(n: int, epsilon: float, delta: float) -> int:
-    """``k* = max{k ∈ {0..n} : Σ_{i=0}^{k} C(n,i) ε^i (1−ε)^{n−i} < δ}`` (paper 003 Eq. 8).
-
-    With ``T̂`` chosen so that at most ``k*`` of ``n`` calibration rows fall outside their sets,
-    ``P[L(C) > ε] < δ`` (Theorem 1). The binomial CDF is scipy's (Boost's incomplete beta,
-    relative error ~1e-13 even for ``n = 10^7``); it is monotone in ``k``, so ``k*`` is found by
-    binary search in ``O(log n)`` CDF evaluations. For ``n ≤ 2,000`` a CDF within 1e-9 of ``δ``
-    is re-decided exactly (integer arithmetic on the given floats).
-
-    Parameters
-    ----------
-    n : int
-        Number of calibration rows, ``≥ 1``.
-    epsilon, delta : float
-        Error level ``ε`` and failure probability ``δ``, each in (0, 1).
-
-    Returns
-    -------
-    int
-        ``k*`` in ``0..n−1``.
-
-    Raises
-    ------
-    PACInfeasibleError
-        Even ``k = 0`` fails (``(1 − ε)^n ≥ δ``); the message and ``n_required`` give the
-        smallest ``n`` that works.
-
-    Examples
-    --------
-    >>> binomial_k_star(20_000, 0.01, 1e-5)  # P[Bin ≤ 142] = 8.7e-6 < 1e-5 ≤ P[Bin ≤ 143] = 1.2e-5
-    142
-    """
-    n = _check_n(n)
-    eps, dlt = _check_level(epsilon, "epsilon"), _check_level(delta, "delta")
-    if not _binomial_feasible(0, n, eps, dlt):
-        needed = binomial_min_n(eps, dlt)
-        msg = (
-            f"infeasible: no PAC confidence set for ε={eps:g}, δ={dlt:g} with n={n:,} calibration "
-            f"rows (even k*=0 needs (1−ε)^n < δ); the binomial bound needs n ≥ {needed:,}"
-        )
-        raise PACInfeasibleError(msg, n=n, n_required=needed)
-    lo, hi = 0, n  # invariant: lo feasible, hi infeasible (the CDF at k = n is 1 ≥ δ)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if _binomial_feasible(mid, n, eps, dlt):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def vc_alpha(n: int, epsilon: float, delta: float) -> float:
-    """``α = ε − sqrt((log 2n + 1 − log(δ/4)) / n)`` (paper 003 §3.3 after Eq. 7; natural log).
-
-    Examples
-    --------
-    >>> round(vc_alpha(2_000, 0.1, 0.1), 6)
-    0.01943
-    """
-    n = _check_n(n)
-    eps, dlt = _check_level(epsilon, "epsilon"), _check_level(delta, "delta")
-    return eps - math.sqrt((math.log(2 * n) + 1.0 - math.log(dlt / 4.0)) / n)
-
-
-def vc_min_n(epsilon: float, delta: float) -> int:
-    """Smallest ``n`` with ``vc_alpha(n, ε, δ) ≥ 0``, i.e. ``n ε² ≥ log 2n + 1 + log(4/δ)``.
-
-    Examples
-    --------
-    >>> vc_min_n(0.1, 0.1)  # 12.52 ≥ log 2504 + 1 + log 40 = 12.515; n = 1251 misses
-    1252
-    """
-    eps, dlt = _check_level(epsilon, "epsilon"), _check_level(delta, "delta")
-
-    def ok(n: int) -> bool:
-        return vc_alpha(n, eps, dlt) >= 0.0
-
-    # g(n) = n ε² − log 2n − 1 − log(4/δ) is negative for n ≤ 1/ε² and increasing after it.
-    lo = max(1, math.floor(1.0 / eps**2))
-    hi = lo
-    while not ok(hi):
-        lo, hi = hi, 2 * hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi if not ok(lo) else lo
-
-
-def vc_k_star(n: int, epsilon: float, delta: float) -> int:
-    """``k* = ⌊α n⌋`` with :func:`vc_alpha`'s ``α`` (the VC alternative, paper 003 Eq. 7).
-
-    The constraint of problem (3), ``L̂(C_T) ≤ α``, allows at most ``⌊α n⌋`` calibration rows
-    outside their sets; the VC bound (VC dimension 1) then gives ``P[L(C) > ε] < δ``.
-
-    Raises
-    ------
-    PACInfeasibleError
-        ``α < 0``; the message and ``n_required`` give the smallest ``n`` with ``α ≥ 0``.
-
-    Examples
-    --------
-    >>> vc_k_star(2_000, 0.1, 0.1)  # α n = 0.019430 · 2000 = 38.86
-    38
-    """
-    n = _check_n(n)
-    alpha = vc_alpha(n, epsilon, delta)
-    if alpha < 0.0:
-        needed = vc_min_n(epsilon, delta)
-        msg = (
-            f"infeasible: the VC bound gives α = {alpha:.4g} < 0 for ε={float(epsilon):g}, "
-            f"δ={float(delta):g} and n={n:,} calibration rows; it needs n ≥ {needed:,} "
-            f"(the binomial bound needs only n ≥ {binomial_min_n(epsilon, delta):,})"
-        )
-        raise PACInfeasibleError(msg, n=n, n_required=needed)
-    return min(math.floor(alpha * n), n - 1)
-
-
-def pac_k_star(n: int, epsilon: float, delta: float, bound: BoundName = "binomial") -> int:
-    """``k*`` from the chosen bound: :func:`binomial_k_star` or :func:`vc_k_star`."""
-    if _check_bound(bound) == "vc":
-        return vc_k_star(n, epsilon, delta)
-    return binomial_k_star(n, epsilon, delta)
-
-
-def pac_min_n(epsilon: float, delta: float, bound: BoundName = "binomial") -> int:
-    """Smallest number of calibration rows for which ``bound`` is feasible."""
-    if _check_bound(bound) == "vc":
-        return vc_min_n(epsilon, delta)
-    return binomial_min_n(epsilon, delta)
-
-
+# ------------------------------------------------------------------- k* and T̂ for fit
 def _rows_before_split(n_bound: int) -> int:
     """Smallest total ``N`` whose rows left after the temperature split are at least ``n_bound``."""
     total = math.ceil(n_bound / (1.0 - TEMPERATURE_FRACTION))
@@ -641,115 +438,6 @@ class Ellipsoids:
         )
 
 
-def _check_matrix(a: Any, name: str, shape: tuple[int, ...]) -> FloatArray:
-    arr = np.asarray(a, dtype=np.float64)
-    if arr.shape != shape:
-        msg = f"{name} must have shape {shape}; got {arr.shape}"
-        raise ValueError(msg)
-    if not np.isfinite(arr).all():
-        msg = f"{name} contains NaN or inf"
-        raise ValueError(msg)
-    return arr
-
-
-def _mahalanobis(diff: FloatArray, cov: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """``(r², log det Σ)`` per row for ``diff`` (m, d) and ``cov`` (m, d, d) or (d, d).
-
-    Raises ``ValueError`` naming the first row whose covariance is not positive definite.
-    """
-    try:
-        L = np.linalg.cholesky(cov)
-    except np.linalg.LinAlgError:
-        covs = cov if cov.ndim == 3 else cov[None]
-        bad = np.flatnonzero(np.linalg.eigvalsh(covs).min(axis=1) <= 0)
-        row = int(bad[0]) if bad.size else 0
-        msg = f"covariance must be symmetric positive definite; row {row} is not"
-        raise ValueError(msg) from None
-    logdet = 2.0 * np.log(np.diagonal(L, axis1=-2, axis2=-1)).sum(axis=-1)
-    if cov.ndim == 2:
-        solved = np.linalg.solve(L, diff.T).T
-        logdet = np.full(diff.shape[0], float(logdet))
-    else:
-        solved = np.linalg.solve(L, diff[:, :, None])[:, :, 0]
-    r2: FloatArray = np.einsum("ij,ij->i", solved, solved)
-    return r2, np.asarray(logdet, dtype=np.float64)
-
-
-@dataclass(frozen=True)
-class _GaussianBatch:
-    """Validated Gaussian forecasts: mean (m, d); scale: sd (m,) in 1-D, cov (m|·, d, d) in d-D."""
-
-    mean: FloatArray
-    scale: FloatArray
-    one_d: bool
-
-    @property
-    def m(self) -> int:
-        return int(self.mean.shape[0])
-
-    @property
-    def d(self) -> int:
-        return 1 if self.one_d else int(self.mean.shape[1])
-
-    def terms(self, y: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """``(r², log det Σ)`` of each row's ``y``."""
-        if self.one_d:
-            r = (y - self.mean) / self.scale
-            return r * r, 2.0 * np.log(self.scale)
-        return _mahalanobis(y - self.mean, self.scale)
-
-    def logdet(self) -> FloatArray:
-        if self.one_d:
-            out: FloatArray = 2.0 * np.log(self.scale)
-            return out
-        sign, logdet = np.linalg.slogdet(self.scale)
-        if (sign <= 0).any():
-            row = int(np.flatnonzero(np.atleast_1d(sign) <= 0)[0])
-            msg = f"covariance must be symmetric positive definite; row {row} is not"
-            raise ValueError(msg)
-        return np.broadcast_to(np.asarray(logdet, dtype=np.float64), (self.m,))
-
-
-def _check_gaussian(mean: Any, scale: Any, *, name: str, d: int | None) -> _GaussianBatch:
-    """Validate ``(mean, sd)`` in 1-D or ``(mean, cov)`` in d-D; ``d`` is the fitted dimension."""
-    mu = np.asarray(mean, dtype=np.float64)
-    sc = np.asarray(scale, dtype=np.float64)
-    if mu.ndim not in (1, 2) or mu.shape[0] == 0:
-        msg = f"{name} means must have shape (m,) for 1-D or (m, d) for d-D forecasts; got {mu.shape}"
-        raise ValueError(msg)
-    if not (np.isfinite(mu).all() and np.isfinite(sc).all()):
-        msg = f"{name} means or scales contain NaN or inf"
-        raise ValueError(msg)
-    m = mu.shape[0]
-    if mu.ndim == 1:
-        if d not in (None, 0):
-            msg = f"{name}: fitted on {d}-D forecasts (means of shape (m, {d})); got 1-D means {mu.shape}"
-            raise ValueError(msg)
-        if sc.shape != (m,):
-            msg = f"{name}: 1-D forecasts need one standard deviation per row, shape ({m},); got {sc.shape}"
-            raise ValueError(msg)
-        if (sc <= 0).any():
-            msg = f"{name} standard deviations must be > 0; found {float(sc.min()):.6g}"
-            raise ValueError(msg)
-        return _GaussianBatch(mu, sc, one_d=True)
-    dim = mu.shape[1]
-    if d is not None and dim != d:
-        what = "1-D forecasts (means of shape (m,))" if d == 0 else f"{d}-D forecasts"
-        msg = f"{name}: fitted on {what}; got means of shape {mu.shape}"
-        raise ValueError(msg)
-    if sc.shape not in ((m, dim, dim), (dim, dim)):
-        msg = (
-            f"{name}: d-D forecasts need covariance matrices of shape ({m}, {dim}, {dim}) or a "
-            f"shared ({dim}, {dim}); got {sc.shape}"
-        )
-        raise ValueError(msg)
-    asym = np.abs(sc - np.swapaxes(sc, -1, -2)).max()
-    if asym > 1e-10 * max(1.0, float(np.abs(sc).max())):
-        msg = f"{name} covariance matrices must be symmetric (largest |Σ − Σᵀ| = {asym:.3g})"
-        raise ValueError(msg)
-    return _GaussianBatch(mu, sc, one_d=False)
-
-
 class PACGaussianRegression(_PACOptions):
     """PAC confidence sets for Gaussian forecasts ``N(μ(x), Σ(x))`` (paper 003 §3.6, App. C).
 
@@ -924,121 +612,11 @@ class PACGaussianRegression(_PACOptions):
         return length if measure == "volume" else 0.5 * length
 
 
-def _take(batch: _GaussianBatch, rows: IntArray) -> _GaussianBatch:
-    scale = batch.scale if (not batch.one_d and batch.scale.ndim == 2) else batch.scale[rows]
-    return _GaussianBatch(batch.mean[rows], scale, batch.one_d)
-
-
-def _gaussian_temperature(batch: _GaussianBatch, y: FloatArray) -> float:
-    """MLE of ``T`` in ``N(μ, T Σ)``: ``mean(r²) / d``."""
-    r2, _ = batch.terms(y)
-    T = float(np.mean(r2)) / batch.d
-    if not T > 0.0:
-        msg = "cannot fit a temperature: every outcome equals its forecast mean (r² = 0)"
-        raise ValueError(msg)
-    return T
-
-
-# -------------------------------------------------------------------------------- horizons
-def accumulate_variance(step_covariances: Any, *, axis: int = 1) -> FloatArray:
-    """Accumulated variances ``Σ̃_t = Σ(x̄_0) + … + Σ(x̄_{t−1})`` (paper 003 §3.6).
-
-    Parameters
-    ----------
-    step_covariances : array-like
-        One-step forecast (co)variances ``Σ(x̄_s)`` for ``s = 0..H−1`` along ``axis``: shape
-        ``(m, H)`` of variances for a scalar state, or ``(m, H, d, d)`` of covariances.
-    axis : int
-        The horizon axis.
-
-    Returns
-    -------
-    ndarray
-        Same shape; entry ``t − 1`` along ``axis`` is ``Σ̃_t``, the variance of ``x_t``.
-
-    Examples
-    --------
-    >>> accumulate_variance(np.array([[1.0, 2.0, 3.0]]))
-    array([[1., 3., 6.]])
-    """
-    arr = np.asarray(step_covariances, dtype=np.float64)
-    if arr.ndim < 2:
-        msg = f"step_covariances must have a row axis and a horizon axis; got shape {arr.shape}"
-        raise ValueError(msg)
-    if not np.isfinite(arr).all():
-        msg = "step_covariances contains NaN or inf"
-        raise ValueError(msg)
-    if arr.ndim == 2 and (arr < 0).any():
-        msg = "step variances must be ≥ 0"
-        raise ValueError(msg)
-    out: FloatArray = np.cumsum(arr, axis=axis)
-    return out
-
-
-def trajectory_gaussian(
-    step_means: Any, step_covariances: Any, *, accumulate: bool = True
-) -> tuple[FloatArray, FloatArray]:
-    """The trajectory forecast ``N(x̄_{1:H}, blockdiag(Σ̃_1, …, Σ̃_H))`` of paper 003 App. C.
-
-    Parameters
-    ----------
-    step_means : array-like of shape (m, H) or (m, H, d)
-        The mean trajectory ``x̄_1..x̄_H`` (``x̄_{t+1} = μ(x̄_t)``).
-    step_covariances : array-like of shape (m, H) or (m, H, d, d)
-        One-step (co)variances ``Σ(x̄_0)..Σ(x̄_{H−1})`` (variances, not sds, for a scalar state).
-    accumulate : bool
-        Use ``Σ̃_t`` (:func:`accumulate_variance`, the paper's "A"); ``False`` uses ``Σ(x̄_{t−1})``.
-
-    Returns
-    -------
-    mean : ndarray of shape (m, H·d)
-        Time-major flattening (step 1's ``d`` coordinates first).
-    cov : ndarray of shape (m, H·d, H·d)
-        Block-diagonal covariance.
-
-    Examples
-    --------
-    Fit :class:`PACGaussianRegression` on ``(mean, cov)`` and the flattened observed
-    trajectories; ``predict_sets(...).marginal(range((t − 1) * d, t * d))`` is the set for
-    ``x_t`` (the projection of the trajectory set: same radius, shape ``T·Σ̃_t``).
-
-    >>> mean, cov = trajectory_gaussian(np.zeros((1, 3)), np.array([[1.0, 1.0, 2.0]]))
-    >>> np.diagonal(cov[0]).tolist()
-    [1.0, 2.0, 4.0]
-    """
-    mu = np.asarray(step_means, dtype=np.float64)
-    cov = np.asarray(step_covariances, dtype=np.float64)
-    if mu.ndim == 2:
-        m, H = mu.shape
-        d = 1
-        if cov.shape != (m, H):
-            msg = (
-                f"step_covariances must have shape {(m, H)} (variances) for means {mu.shape}; got {cov.shape}"
-            )
-            raise ValueError(msg)
-        cov = cov[:, :, None, None]
-        mu = mu[:, :, None]
-    elif mu.ndim == 3:
-        m, H, d = mu.shape
-        if cov.shape != (m, H, d, d):
-            msg = f"step_covariances must have shape {(m, H, d, d)} for means {mu.shape}; got {cov.shape}"
-            raise ValueError(msg)
-    else:
-        msg = f"step_means must have shape (m, H) or (m, H, d); got {mu.shape}"
-        raise ValueError(msg)
-    blocks = accumulate_variance(cov, axis=1) if accumulate else cov
-    if not np.isfinite(mu).all():
-        msg = "step_means contains NaN or inf"
-        raise ValueError(msg)
-    full = np.zeros((m, H * d, H * d), dtype=np.float64)
-    for t in range(H):
-        full[:, t * d : (t + 1) * d, t * d : (t + 1) * d] = blocks[:, t]
-    return mu.reshape(m, H * d), full
-
-
 __all__ = [
     "BOUND_NAMES",
+    "EXACT_CHECK_MAX_N",
     "TEMPERATURE_FRACTION",
+    "BoundName",
     "Ellipsoids",
     "PACConfidenceSets",
     "PACGaussianRegression",

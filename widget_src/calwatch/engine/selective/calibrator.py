@@ -1,24 +1,26 @@
-"""Calibrated selective classification (paper 002; ALGORITHMS.md §6).
+"""Calibrated selective classification: the two selectors (paper 002; ALGORITHMS.md §6).
 
-A *selector* decides, per row, whether to keep the model's prediction and confidence; the goal
+This module defines the selectors a monitor holds, their options, ``fit`` and saved state. A
+*selector* decides, per row, whether to keep the model's prediction and confidence; the goal
 is that the kept rows are well calibrated (002 Def. 4.1), at a coverage ``ξ`` the user picks.
 
 - :class:`SelectiveCalibrator`: 002's method. A soft selector ``g̃ = σ(MLP(φ_meta))`` over the
   meta features of :mod:`calwatch.engine.selective.features`, trained with the regularised
-  S-MMCE loss (Eq. 15, :mod:`calwatch.engine.selective.loss`) by Alg. 1: every step draws
-  ``n_perturbations`` perturbed copies of the training rows
-  (:mod:`calwatch.engine.selective.perturb`), measures each one's selective calibration error
-  at coverage ``ξ``, and steps on the loss of the ``kappa`` worst.
+  S-MMCE loss (Eq. 15, :mod:`calwatch.engine.selective.loss`) by Alg. 1
+  (:mod:`calwatch.engine.selective.training`): every step draws ``n_perturbations`` perturbed
+  copies of the training rows (:mod:`calwatch.engine.selective.perturb`), measures each one's
+  selective calibration error at coverage ``ξ``, and steps on the loss of the ``kappa`` worst.
 - :class:`BaselineSelector`: 002 §5.3's baselines with the same thresholding: ``"full"`` (keep
   everything), ``"confidence"`` (``max p``), ``"isolation_forest"``, ``"one_class_svm"`` and
   ``"knn"`` (minus the mean distance to the nearest reference embeddings).
 
 Both share the threshold of Eq. 16, ``τ̂ = sup{τ : mean(g̃ ≥ τ) ≥ ξ}``
-(:func:`~calwatch.engine.metrics.calibration.coverage_threshold`): tuned on the fit rows at fit
-time, or on any unlabelled rows later, e.g. each window of a stream (:meth:`tune`,
-:meth:`tune_scores`, or ``select(..., tune_on=...)``). On the rows it is tuned on, the share
-kept is always ``≥ ξ``; on new rows from the same distribution it is ``≥ ξ − ε`` with
-probability ``≥ 1 − exp(−2nε²)`` (002 Prop. 4.8).
+(:func:`~calwatch.engine.metrics.calibration.coverage_threshold`; their common lifecycle is in
+:mod:`calwatch.engine.selective.selector`): tuned on the fit rows at fit time, or on any
+unlabelled rows later, e.g. each window of a stream (:meth:`tune`, :meth:`tune_scores`, or
+``select(..., tune_on=...)``). On the rows it is tuned on, the share kept is always ``≥ ξ``; on
+new rows from the same distribution it is ``≥ ξ − ε`` with probability ``≥ 1 − exp(−2nε²)``
+(002 Prop. 4.8).
 
 Per batch, the Monitor calls ``scores(P, embeddings=E)`` once and then
 ``select_scores(scores)`` (fixed threshold) or ``tune_scores(scores)`` followed by
@@ -27,7 +29,6 @@ Per batch, the Monitor calls ``scores(P, embeddings=E)`` once and then
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -35,24 +36,16 @@ import numpy as np
 import numpy.typing as npt
 
 from calwatch.engine._validation import check_labels, check_probabilities
-from calwatch.engine.errors import NotFittedError
-from calwatch.engine.metrics.calibration import (
-    DEFAULT_COVERAGES,
-    _binned_error,
-    _reduce,
-    _threshold,
-    check_coverage,
-    coverage_threshold,
-    default_bins,
-)
+from calwatch.engine.metrics.calibration import _threshold, check_coverage, coverage_threshold
 from calwatch.engine.selective.features import (
     FEATURE_NAMES,
     FeatureName,
     MetaFeatures,
+    _check_int,
     check_embeddings,
     limit_threads,
 )
-from calwatch.engine.selective.loss import KERNEL_WIDTH, make_selector_network, smmce_loss
+from calwatch.engine.selective.loss import KERNEL_WIDTH, make_selector_network
 from calwatch.engine.selective.perturb import (
     ClassPriorShift,
     CustomPerturbation,
@@ -61,171 +54,19 @@ from calwatch.engine.selective.perturb import (
     GroupResample,
     Perturbation,
     Rows,
-    apply_transforms,
     check_perturbations,
     from_json,
-    sample_weights,
 )
+from calwatch.engine.selective.selector import _check_float, _reference_split, _Selector
+from calwatch.engine.selective.training import RankBy, _group_codes, train_selector
 
 FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]
-BoolArray = npt.NDArray[np.bool_]
-IntArray = npt.NDArray[np.intp]
-RankBy = Literal["coverage", "auc"]
 BaselineName = Literal["full", "confidence", "isolation_forest", "one_class_svm", "knn"]
 
 BASELINES: tuple[BaselineName, ...] = ("full", "confidence", "isolation_forest", "one_class_svm", "knn")
 STATE_VERSION = 1
 _SCORE_CHUNK = 65_536
-
-
-def _check_int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        msg = f"{name} must be an integer ≥ {minimum}; got {value!r}"
-        raise ValueError(msg)
-    return int(value)
-
-
-def _check_float(value: Any, name: str, lo: float, hi: float, *, lo_open: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        msg = f"{name} must be a number; got {value!r}"
-        raise TypeError(msg)
-    v = float(value)
-    ok = (lo < v if lo_open else lo <= v) and v <= hi
-    if not ok:
-        bracket = "(" if lo_open else "["
-        msg = f"{name} must be in {bracket}{lo}, {hi}]; got {value!r}"
-        raise ValueError(msg)
-    return v
-
-
-def _group_codes(groups: Any, n: int) -> IntArray:
-    arr = np.asarray(groups)
-    if arr.ndim != 1 or arr.shape[0] != n:
-        msg = f"groups must be a 1-D array with one entry per row ({n}); got shape {arr.shape}"
-        raise ValueError(msg)
-    _, codes = np.unique(arr, return_inverse=True)
-    out: IntArray = codes.astype(np.intp)
-    return out
-
-
-class _Selector:
-    """Shared lifecycle: inputs, threshold (Eq. 16), selection."""
-
-    coverage: float
-    n_threads: int | None
-    threshold_: float
-    n_classes_: int
-    dims_: int | None
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "threshold_"):
-            msg = f"this {type(self).__name__} is not fitted yet: call fit(P, y, ...) first"
-            raise NotFittedError(msg)
-
-    def _inputs(self, P: Any, embeddings: Any, name: str = "P") -> tuple[FloatArray, Float32Array | None]:
-        self._check_fitted()
-        probs = check_probabilities(P, name, n_classes=self.n_classes_)
-        if self.dims_ is None:
-            return probs, None
-        if embeddings is None:
-            msg = f"embeddings are required: this selector was fitted with {self.dims_}-d embeddings"
-            raise ValueError(msg)
-        E = check_embeddings(embeddings, "embeddings", n_rows=probs.shape[0], dims=self.dims_)
-        return probs, E
-
-    def _scores(self, probs: FloatArray, E: Float32Array | None) -> FloatArray:
-        raise NotImplementedError
-
-    def _prepare(self) -> None:
-        """Import what scoring needs before threads are limited (torch for the MLP)."""
-
-    def scores(self, P: Any, *, embeddings: Any = None) -> FloatArray:
-        """The selector's score per row (higher = keep first), float64.
-
-        Parameters
-        ----------
-        P : array-like of shape (n, K)
-            Model probabilities.
-        embeddings : array-like of shape (n, d), optional
-            Model embeddings; required when the selector was fitted with embeddings.
-
-        Returns
-        -------
-        ndarray of shape (n,)
-        """
-        probs, E = self._inputs(P, embeddings)
-        self._prepare()
-        with limit_threads(self.n_threads):
-            return self._scores(probs, E)
-
-    def tune_scores(self, scores: Any, *, coverage: float | None = None) -> float:
-        """Set ``threshold_`` from scores of unlabelled rows (Eq. 16) and return it. Cheap.
-
-        Parameters
-        ----------
-        scores : array-like of shape (n,)
-            Output of :meth:`scores` on the rows to tune on (e.g. the current stream window).
-        coverage : float, optional
-            A new target coverage ``ξ`` (stored in ``coverage``); default: keep the current one.
-        """
-        self._check_fitted()
-        xi = self.coverage if coverage is None else check_coverage(coverage)
-        s = np.asarray(scores, dtype=np.float64)
-        if s.ndim != 1 or s.shape[0] == 0 or not np.isfinite(s).all():
-            msg = f"scores must be a non-empty 1-D finite array; got shape {s.shape}"
-            raise ValueError(msg)
-        self.threshold_ = _threshold(s, xi)
-        self.coverage = xi
-        return self.threshold_
-
-    def tune(self, P: Any, *, embeddings: Any = None, coverage: float | None = None) -> float:
-        """Set ``threshold_`` from unlabelled rows (Eq. 16), optionally at a new ``coverage``."""
-        return self.tune_scores(self.scores(P, embeddings=embeddings), coverage=coverage)
-
-    def select_scores(self, scores: Any) -> BoolArray:
-        """``scores ≥ threshold_``: the rows to keep."""
-        self._check_fitted()
-        mask: BoolArray = np.asarray(scores, dtype=np.float64) >= self.threshold_
-        return mask
-
-    def select(self, P: Any, *, embeddings: Any = None, tune_on: Any = None) -> BoolArray:
-        """Which rows to keep (``True``) at the target coverage.
-
-        Parameters
-        ----------
-        P : array-like of shape (n, K)
-            Model probabilities.
-        embeddings : array-like of shape (n, d), optional
-            Model embeddings (when fitted with them).
-        tune_on : None, "batch", array-like or tuple, optional
-            Where the threshold comes from. ``None``: ``threshold_`` (the fit rows, or the last
-            :meth:`tune`). ``"batch"``: these rows themselves (002 §5.2; coverage on them is
-            then ``≥ coverage``). An array ``P_tune`` or a tuple ``(P_tune, E_tune)``: other
-            unlabelled rows. ``threshold_`` is not changed; use :meth:`tune` for that.
-
-        Returns
-        -------
-        ndarray of bool, shape (n,)
-        """
-        probs, E = self._inputs(P, embeddings)
-        self._prepare()
-        with limit_threads(self.n_threads):
-            s = self._scores(probs, E)
-        if tune_on is None:
-            tau = self.threshold_
-        elif isinstance(tune_on, str):
-            if tune_on != "batch":
-                msg = f"tune_on must be None, 'batch', P_tune or (P_tune, E_tune); got {tune_on!r}"
-                raise ValueError(msg)
-            tau = _threshold(s, self.coverage)
-        else:
-            P_t, E_t = tune_on if isinstance(tune_on, tuple) else (tune_on, None)
-            probs_t, E_t = self._inputs(P_t, E_t, name="tune_on")
-            with limit_threads(self.n_threads):
-                tau = _threshold(self._scores(probs_t, E_t), self.coverage)
-        mask: BoolArray = s >= tau
-        return mask
 
 
 # ======================================================================== baselines
@@ -402,25 +243,6 @@ class BaselineSelector(_Selector):
             raise ValueError(msg)
         score = self._meta.outlier_score(self.method, E)
         return -score if self.method == "knn" else score
-
-
-def _reference_split(
-    E: Float32Array, reference: Any, fraction: float, rng: np.random.Generator
-) -> tuple[IntArray, Float32Array]:
-    """The fit rows to train/tune on and the reference embeddings (split off when absent)."""
-    n = E.shape[0]
-    if reference is not None:
-        ref = check_embeddings(reference, "reference", dims=E.shape[1])
-        return np.arange(n, dtype=np.intp), ref
-    n_ref = round(fraction * n)
-    if n_ref < 2 or n - n_ref < 2:
-        msg = (
-            f"no reference embeddings given and reference_fraction={fraction} of {n} rows leaves "
-            "too few rows: pass reference= (the model's training embeddings)"
-        )
-        raise ValueError(msg)
-    order = rng.permutation(n)
-    return np.sort(order[n_ref:]).astype(np.intp), E[np.sort(order[:n_ref])]
 
 
 # ======================================================================== S-MMCE
@@ -647,9 +469,6 @@ class SelectiveCalibrator(_Selector):
             return self._fit(P, y, embeddings, groups, reference)
 
     def _fit(self, P: Any, y: Any, embeddings: Any, groups: Any, reference: Any) -> SelectiveCalibrator:
-        import torch
-        from tqdm.auto import tqdm
-
         probs = check_probabilities(P, "P")
         n, K = probs.shape
         labels = check_labels(y, K, "y", n_rows=n)
@@ -685,95 +504,7 @@ class SelectiveCalibrator(_Selector):
             msg = f"fit needs at least 4 rows to train on; got {n_fit}"
             raise ValueError(msg)
 
-        # variants: the clean rows and transformed copies, with their meta features
-        transforms = [p for p in family if p.kind == "transform"]
-        reweightings = [p for p in family if p.kind == "weights"]
-        variant_rows = [clean]
-        if transforms:
-            variant_rows += [
-                apply_transforms(clean, transforms, rng, self.head) for _ in range(self.n_variants)
-            ]
-        feats = [meta.transform(v.probs, v.embeddings) for v in variant_rows]
-        reduced = [_reduce(v.probs, v.labels, "auto") for v in variant_rows]
-
-        # train/dev split and standardisation on the clean training rows
-        order = rng.permutation(n_fit)
-        n_dev = round(self.dev_fraction * n_fit)
-        dev_idx, train_idx = np.sort(order[:n_dev]), np.sort(order[n_dev:])
-        mean = feats[0][train_idx].mean(axis=0)
-        scale = feats[0][train_idx].std(axis=0)
-        scale = np.where(scale > 1e-12, scale, 1.0)
-        F = np.stack([(f - mean) / scale for f in feats]).astype(np.float32)  # (V+1, n_fit, d)
-        R = np.stack([r for r, _ in reduced])
-        Y = np.stack([o for _, o in reduced])
-
-        def subset(idx: IntArray) -> Rows:
-            return Rows(
-                clean.probs[idx],
-                clean.labels[idx],
-                None if clean.embeddings is None else clean.embeddings[idx],
-                None if clean.groups is None else clean.groups[idx],
-            )
-
-        def draw(idx: IntArray, sub: Rows, gen: np.random.Generator) -> tuple[int, IntArray]:
-            variant = int(gen.integers(len(variant_rows)))
-            w = sample_weights(sub, reweightings, gen)
-            p = None if w is None else w / w.sum()
-            return variant, idx[gen.choice(idx.shape[0], size=self.sample_size, replace=True, p=p)]
-
-        train_rows = subset(train_idx)
-        dev_draws: list[tuple[int, IntArray]] = []
-        if n_dev >= 2:
-            dev_rng = np.random.default_rng([self.seed, 1])
-            dev_rows = subset(dev_idx)
-            dev_draws = [draw(dev_idx, dev_rows, dev_rng) for _ in range(max(2 * self.n_perturbations, 32))]
-
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            net = make_selector_network(F.shape[2])
-        optimiser = torch.optim.Adam(net.parameters(), lr=self.learning_rate)
-        best_state = copy.deepcopy(net.state_dict())
-        best_dev, best_epoch, waited = np.inf, 0, 0
-        history: list[dict[str, float]] = []
-        total = self.epochs * self.steps_per_epoch
-        with tqdm(total=total, desc="S-MMCE selector", disable=not self.progress, leave=False) as bar:
-            for epoch in range(1, self.epochs + 1):
-                net.train()
-                losses = []
-                for _ in range(self.steps_per_epoch):
-                    draws = [draw(train_idx, train_rows, rng) for _ in range(self.n_perturbations)]
-                    x = torch.from_numpy(np.stack([F[v, i] for v, i in draws]))
-                    r = np.stack([R[v, i] for v, i in draws])
-                    o = np.stack([Y[v, i] for v, i in draws])
-                    logits = net(x).squeeze(-1)
-                    errors = self._criteria(r, o, logits.detach().numpy().astype(np.float64))
-                    worst = np.argsort(errors, kind="stable")[-self.kappa :]
-                    loss = smmce_loss(
-                        torch.from_numpy(r[worst].astype(np.float32)),
-                        torch.from_numpy(o[worst].astype(np.float32)),
-                        logits[torch.from_numpy(worst)],
-                        q=self.q,
-                        width=self.kernel_width,
-                        lambda1=self.lambda1,
-                        lambda2=self.lambda2,
-                    ).mean()
-                    optimiser.zero_grad()
-                    loss.backward()
-                    optimiser.step()
-                    losses.append(float(loss.detach()))
-                    bar.update(1)
-                dev = self._dev_criterion(net, F, R, Y, dev_draws) if dev_draws else float("nan")
-                history.append({"epoch": epoch, "train_loss": float(np.mean(losses)), "dev": dev})
-                bar.set_postfix(loss=f"{np.mean(losses):.4g}", dev=f"{dev:.4g}")
-                if not dev_draws or dev < best_dev:
-                    best_dev, best_epoch, waited = dev, epoch, 0
-                    best_state = copy.deepcopy(net.state_dict())
-                else:
-                    waited += 1
-                    if waited >= self.patience:
-                        break
-        net.load_state_dict(best_state)
-        net.eval()
+        net, mean, scale, history, best_epoch = train_selector(self, clean, family, meta, rng)
 
         # commit: nothing above touched self, so an interrupted fit leaves it as it was
         self._meta = meta
@@ -788,39 +519,6 @@ class SelectiveCalibrator(_Selector):
         self.family_ = family
         self.threshold_ = _threshold(self._scores(clean.probs, clean.embeddings), self.coverage)
         return self
-
-    def _criteria(self, r: FloatArray, o: FloatArray, g: FloatArray) -> FloatArray:
-        """Selective ℓ2 calibration error of each dataset (rows of r, o, g) at ξ or as an AUC."""
-        out = np.empty(r.shape[0])
-        grid = [self.coverage] if self.rank_by == "coverage" else DEFAULT_COVERAGES.tolist()
-        for b in range(r.shape[0]):
-            values = []
-            for xi in grid:
-                kept = g[b] >= _threshold(g[b], xi)
-                values.append(_binned_error(r[b][kept], o[b][kept], "l2", default_bins(int(kept.sum()))))
-            if self.rank_by == "coverage":
-                out[b] = values[0]
-            else:
-                x = np.asarray(grid)
-                v = np.asarray(values)
-                out[b] = float(np.sum(np.diff(x) * (v[1:] + v[:-1]) / 2.0))
-        return out
-
-    def _dev_criterion(
-        self, net: Any, F: Float32Array, R: FloatArray, Y: FloatArray, draws: list[tuple[int, IntArray]]
-    ) -> float:
-        """Mean criterion of the worst ``kappa/n_perturbations`` share of the dev datasets."""
-        import torch
-
-        net.eval()
-        with torch.no_grad():
-            x = torch.from_numpy(np.stack([F[v, i] for v, i in draws]))
-            g = net(x).squeeze(-1).numpy().astype(np.float64)
-        errors = self._criteria(
-            np.stack([R[v, i] for v, i in draws]), np.stack([Y[v, i] for v, i in draws]), g
-        )
-        k = max(1, round(len(draws) * self.kappa / self.n_perturbations))
-        return float(np.sort(errors)[-k:].mean())
 
     # ------------------------------------------------------------------ scores
     def _prepare(self) -> None:

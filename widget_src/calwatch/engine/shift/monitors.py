@@ -1,9 +1,10 @@
 """Simpler shift monitors, each with a stated test (SHIFT.md §4), and episodic warnings (§5).
 
-Every monitor's ``update`` takes the next window of rows and returns a :class:`MonitorResult`:
-statistic, threshold, alarm, and the false-alarm control that the test offers ("under the
-null" below means: the stream rows are i.i.d. from the calibration distribution, the
-exchangeability every calwatch guarantee rests on).
+This module holds the monitors' state between looks and the records of their looks and
+warnings. Every monitor's ``update`` takes the next window of rows and returns a
+:class:`MonitorResult`: statistic, threshold, alarm, and the false-alarm control that the test
+offers ("under the null" below means: the stream rows are i.i.d. from the calibration
+distribution, the exchangeability every calwatch guarantee rests on).
 
 - :class:`CoverageDrop` (labels needed): are labelled rows missed more often than the
   calibrator promises? A betting test of the miss rate (below).
@@ -19,6 +20,10 @@ exchangeability every calwatch guarantee rests on).
 rate** ``ε₀`` of a conformal threshold (:func:`~calwatch.engine.shift.betting.calibration_null_rate`)
 live in :mod:`calwatch.engine.shift.betting`, with the false-alarm bounds of its two detectors
 (Ville: ``P(any false alarm) ≤ 1/c``; Shiryaev-Roberts: mean rows to a false alarm ``≥ c``).
+What a betting test did over a window and its words (:class:`BettingLook`,
+:func:`coverage_drop_words`) live in :mod:`calwatch.engine.shift.betting_looks`; the tests of
+one window of the label-free monitors (alpha spending, :func:`chi_square_two_sample`) in
+:mod:`calwatch.engine.shift.window_tests`. Their public names are importable from here too.
 
 **Warnings** (SHIFT.md §5): :class:`EpisodeTracker` turns a sequence of results into
 :class:`ShiftWarning` records, one per episode: an episode opens at the first alarm and closes
@@ -52,6 +57,18 @@ from calwatch.engine.shift.betting import (
     calibration_null_rate,
     guarantee_text,
     has_finite_threshold,
+)
+from calwatch.engine.shift.betting_looks import (
+    BettingLook,
+    betting_alarm,
+    betting_guarantee,
+    coverage_drop_words,
+)
+from calwatch.engine.shift.window_tests import (
+    _as_1d,
+    chi_square_two_sample,
+    prediction_mix_look,
+    risk_jump_look,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -316,80 +333,7 @@ class EpisodeTracker:
         return None
 
 
-# ------------------------------------------------------------------ helpers
-def _spent_level(delta: float, look: int) -> float:
-    """Alpha spending over looks: look ``k`` (1-based) gets ``6δ / (π² k²)``; the levels sum to δ."""
-    return 6.0 * delta / (math.pi**2 * look**2)
-
-
-def _as_1d(values: Any, name: str, *, dtype: Any = np.float64) -> npt.NDArray[Any]:
-    arr = np.asarray(values.to_numpy() if hasattr(values, "to_numpy") else values)
-    if arr.ndim != 1 or arr.shape[0] == 0:
-        msg = f"{name} must be a non-empty 1-D array; got shape {arr.shape}"
-        raise ValueError(msg)
-    out = arr.astype(dtype)
-    if np.issubdtype(out.dtype, np.floating) and not np.isfinite(out).all():
-        msg = f"{name} contains NaN or inf"
-        raise ValueError(msg)
-    return out
-
-
-@dataclass(frozen=True)
-class BettingLook:
-    """What a betting test did over one window, as the monitors' results report it.
-
-    Attributes
-    ----------
-    guarantee : str
-        The test's false-alarm bound in words.
-    detector : {"sr", "ville"}
-        Its detector.
-    log10_statistic, log10_threshold : float
-        The statistic to report (e.g. the window's peak) and the alarm level.
-    window_alarms : tuple of int
-        Alarm rows of this window in the test's own row count.
-    alarmed_ever : bool
-        Whether the test has alarmed at any time (Ville's alarm is sticky).
-    rows_seen : int
-        Rows the test has seen, this window included.
-    """
-
-    guarantee: str
-    detector: DetectorName
-    log10_statistic: float
-    log10_threshold: float
-    window_alarms: tuple[int, ...]
-    alarmed_ever: bool
-    rows_seen: int
-
-    @classmethod
-    def of(
-        cls, test: BernoulliBetting, window_alarms: list[int], statistic: float | None = None
-    ) -> BettingLook:
-        """The look of a :class:`BernoulliBetting` after a window (its latest statistic by default)."""
-        return cls(
-            guarantee=test.guarantee(),
-            detector=test.detector,
-            log10_statistic=test.log10_statistic_ if statistic is None else statistic,
-            log10_threshold=test.log10_threshold,
-            window_alarms=tuple(window_alarms),
-            alarmed_ever=test.alarmed_,
-            rows_seen=test.rows_,
-        )
-
-
-def betting_guarantee(guarantee: str, calibration_delta: float | None) -> str:
-    """A betting test's bound in words, with the calibration draw's share and the null it assumes."""
-    if calibration_delta is not None:
-        guarantee += f"; + {calibration_delta:g} for an unlucky calibration draw"
-    return guarantee + " (null: rows i.i.d. like the calibration rows)"
-
-
-def betting_alarm(look: BettingLook) -> bool:
-    """Whether a window of a betting test alarms: an alarm in it, or Ville's sticky one."""
-    return bool(look.window_alarms) or (look.detector == "ville" and look.alarmed_ever)
-
-
+# ------------------------------------------------------------------ results of betting looks
 def betting_result(
     look: BettingLook,
     name: str,
@@ -416,39 +360,6 @@ def betting_result(
         rows_seen=look.rows_seen,
         alarm_rows=look.window_alarms,
     )
-
-
-def coverage_drop_words(
-    *,
-    guarantee: str,
-    rows: int,
-    covered: int,
-    alpha: float,
-    null_rate: float,
-    calibration_delta: float | None,
-    log10_statistic: float,
-    log10_threshold: float,
-) -> dict[str, Any]:
-    """The words, estimate and interval of a coverage-drop look (:data:`DEFERRED_FIELDS`).
-
-    ``rows`` labelled rows in the window, ``covered`` of them inside their sets; ``guarantee``
-    is the betting test's own bound (:meth:`BernoulliBetting.guarantee`).
-    """
-    coverage = covered / rows if rows else math.nan  # = hits.mean(): an exact count over an exact count
-    lo, hi = clopper_pearson([covered], [rows])
-    return {
-        "guarantee": betting_guarantee(guarantee, calibration_delta),
-        "threatens": f"coverage ≥ {1 - alpha:.3g} of the prediction sets",
-        "explanation": (
-            f"labelled rows have fallen outside their sets more often than the calibrator allows "
-            f"({null_rate:.1%}): the betting test's evidence reached 10^{log10_statistic:.1f} "
-            f"(alarm at 10^{log10_threshold:.1f}); in this window "
-            f"{rows - covered} of {rows} missed ({1 - coverage:.1%})"
-        ),
-        "action": "recalibrate on recent labelled data; if it keeps recurring, retrain",
-        "estimate": coverage,
-        "interval": (float(lo[0]), float(hi[0])),
-    }
 
 
 def coverage_drop_result(
@@ -726,41 +637,22 @@ class RiskJump:
 
     def update(self, risk: Any) -> MonitorResult:
         """Feed the next window's per-row risks."""
-        from scipy.stats import norm  # on first use: `import calwatch` stays fast
-
         if not hasattr(self, "calibration_mean_"):
             msg = "this RiskJump is not fitted yet: call fit(risk_cal) first"
             raise NotFittedError(msg)
         r = _as_1d(risk, "risk")
         self.looks_ += 1
         self.rows_ += int(r.shape[0])
-        level = _spent_level(self.delta, self.looks_)
-        z = float(norm.isf(level))
-        m = r.shape[0]
-        var_w = float(r.var(ddof=1)) if m > 1 else 0.0
-        se = math.sqrt(var_w / m + self.calibration_var_ / self.n_calibration_)
-        jump = float(r.mean()) - self.calibration_mean_
-        threshold = self.min_jump + z * se
-        return MonitorResult(
-            name=self.name,
-            statistic=jump,
-            threshold=threshold,
-            alarm=jump > threshold,
-            guarantee=(
-                f"one-sided Welch z-test, look {self.looks_} at level {level:.3g} (alpha spending "
-                f"6δ/(π²k²)): P(any false alarm over all looks) ≤ δ = {self.delta:g} "
-                "(normal approximation; null: window rows i.i.d. like the calibration rows)"
-            ),
-            threatens="the risk estimate and the coverage it predicts (estimated error is rising)",
-            explanation=(
-                f"the estimated error of the new rows is {r.mean():.1%} against {self.calibration_mean_:.1%} "
-                "on the calibration rows"
-            ),
-            action="collect labels to confirm the error rate; recalibrate or retrain if it holds",
-            estimate=jump,
-            interval=(jump - z * se, jump + z * se),
-            rows_seen=self.rows_,
+        look = risk_jump_look(
+            r,
+            calibration_mean=self.calibration_mean_,
+            calibration_var=self.calibration_var_,
+            n_calibration=self.n_calibration_,
+            min_jump=self.min_jump,
+            delta=self.delta,
+            look=self.looks_,
         )
+        return MonitorResult(name=self.name, rows_seen=self.rows_, **look)
 
 
 class PredictionMix:
@@ -811,8 +703,6 @@ class PredictionMix:
 
     def update(self, predicted: Any) -> MonitorResult:
         """Feed the next window's predicted classes."""
-        from scipy.stats import chi2  # on first use: `import calwatch` stays fast
-
         if not hasattr(self, "calibration_counts_"):
             msg = "this PredictionMix is not fitted yet: call fit(predicted_cal) first"
             raise NotFittedError(msg)
@@ -823,49 +713,8 @@ class PredictionMix:
         self.looks_ += 1
         self.rows_ += int(pred.shape[0])
         window = np.bincount(pred, minlength=self.n_classes_).astype(np.float64)
-        statistic, df = chi_square_two_sample(self.calibration_counts_, window)
-        level = _spent_level(self.delta, self.looks_)
-        threshold = float(chi2.isf(level, df)) if df > 0 else math.inf
-        shares = window / window.sum()
-        expected = self.calibration_counts_ / self.calibration_counts_.sum()
-        worst = int(np.argmax(np.abs(shares - expected)))
-        return MonitorResult(
-            name=self.name,
-            statistic=statistic,
-            threshold=threshold,
-            alarm=statistic > threshold,
-            guarantee=(
-                f"chi-square two-sample test, look {self.looks_} at level {level:.3g} (alpha spending "
-                f"6δ/(π²k²)): P(any false alarm over all looks) ≤ δ = {self.delta:g} "
-                "(chi-square approximation; null: window rows i.i.d. like the calibration rows)"
-            ),
-            threatens="exchangeability with the calibration data (the predicted-class mix has moved)",
-            explanation=(
-                f"class {worst} is predicted for {shares[worst]:.1%} of the new rows against "
-                f"{expected[worst]:.1%} of the calibration rows"
-            ),
-            action="check whether the population changed; collect labels and recalibrate (by class)",
-            estimate=float(np.abs(shares - expected).sum() / 2.0),  # total variation distance
-            rows_seen=self.rows_,
-        )
-
-
-def chi_square_two_sample(counts_a: Any, counts_b: Any) -> tuple[float, int]:
-    """Pearson's chi-square of a ``2 × K`` table of counts; returns (statistic, degrees of freedom).
-
-    Columns empty in both rows are dropped; ``df = K' − 1``.
-
-    Examples
-    --------
-    >>> chi_square_two_sample([50, 50, 0], [30, 10, 0])  # 175/24; the empty third class dropped
-    (7.291666666666668, 1)
-    """
-    table = np.vstack([np.asarray(counts_a, dtype=np.float64), np.asarray(counts_b, dtype=np.float64)])
-    table = table[:, table.sum(axis=0) > 0]
-    if table.shape[1] < 2 or (table.sum(axis=1) == 0).any():
-        return 0.0, max(table.shape[1] - 1, 0)
-    expected = table.sum(axis=1, keepdims=True) * table.sum(axis=0, keepdims=True) / table.sum()
-    return float(((table - expected) ** 2 / expected).sum()), int(table.shape[1] - 1)
+        look = prediction_mix_look(self.calibration_counts_, window, delta=self.delta, look=self.looks_)
+        return MonitorResult(name=self.name, rows_seen=self.rows_, **look)
 
 
 __all__ = [
