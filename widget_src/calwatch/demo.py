@@ -286,12 +286,15 @@ def charts_page(monitor: Monitor) -> dict[str, Any]:
     )
     spec: dict[str, Any] = page.to_dict()
     options = [charts.ALL_CALIBRATORS, *monitor.calibrators]
+    # The charts' other parameters (batch names for the axes, the picked detector) stay as declared.
+    others = [p for p in spec.get("params", []) if p.get("name") != charts.CALIBRATOR_PARAM]
     spec["params"] = [
         {
             "name": charts.CALIBRATOR_PARAM,
             "value": charts.ALL_CALIBRATORS,
             "bind": {"input": "select", "options": options, "name": "calibrator "},
-        }
+        },
+        *others,
     ]
     return spec
 
