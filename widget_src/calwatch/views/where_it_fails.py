@@ -71,11 +71,6 @@ def slice_rows(monitor: Monitor) -> list[dict[str, Any]]:
     return out
 
 
-def _calibrator_filter() -> str:
-    picked = charts.CALIBRATOR_PARAM
-    return f"{picked} == '{charts.ALL_CALIBRATORS}' || datum.calibrator == {picked}"
-
-
 def _tooltip() -> list[alt.Tooltip]:
     return [
         alt.Tooltip("slice:N"),
@@ -115,9 +110,9 @@ def ranking_chart() -> alt.LayerChart:
     base = (
         alt.Chart(alt.NamedData("slices"))
         .transform_filter("datum.view == 'ranked'")
-        .transform_filter(_calibrator_filter())
+        .transform_filter(charts.CALIBRATOR_FILTER)
     )
-    y = alt.Y("slice:N", sort=alt.EncodingSortField("rank"), title=None, axis=_names())
+    y = alt.Y("slice:N", sort=alt.EncodingSortField("rank"), title=None, axis=charts.name_axis(200))
     return _coverage_layers(base, y)
 
 
@@ -126,18 +121,13 @@ def values_chart() -> alt.LayerChart:
     base = (
         alt.Chart(alt.NamedData("slices"))
         .transform_filter("datum.view == 'values'")
-        .transform_filter(_calibrator_filter())
+        .transform_filter(charts.CALIBRATOR_FILTER)
         .transform_filter(f"{SLICE_COLUMN} == '' ? datum.focus : datum.by == {SLICE_COLUMN}")
     )
-    y = alt.Y("slice:N", title=None, axis=_names(), sort=None)
+    y = alt.Y("slice:N", title=None, axis=charts.name_axis(200), sort=None)
     chart = _coverage_layers(base, y).add_params(alt.param(name=SLICE_COLUMN, value=""))
     assert isinstance(chart, alt.LayerChart)
     return chart
-
-
-def _names() -> alt.Axis:
-    """Slice names take at most half the plot's width (the 250 px side panel keeps its plot)."""
-    return alt.Axis(labelLimit={"expr": "max(60, min(200, width / 2))"})
 
 
 __all__ = ["MIN_ROWS", "RANKED", "SLICE_COLUMN", "ranking_chart", "slice_rows", "values_chart"]

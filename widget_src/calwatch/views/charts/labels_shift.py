@@ -11,10 +11,9 @@ from typing import Any
 import altair as alt
 
 from calwatch.views.charts.parts import (
-    ALL_CALIBRATORS,
-    CALIBRATOR_PARAM,
     DETECTOR_PICK,
     HOVER,
+    MODEL_OR_CALIBRATOR_FILTER,
     ChartSpec,
     Source,
     batch_axis,
@@ -70,10 +69,7 @@ def labels_chart(batches: Source = None) -> ChartSpec:
 def shift_chart(shift: Source = None) -> ChartSpec:
     """Each shift detector's statistic (log10) per batch, its alarm threshold, and its alarms."""
     data: Any = alt.NamedData("shift") if shift is None else shift
-    model_wide = "!datum.calibrator"  # label-free detectors watch the model, not one calibrator
-    base = alt.Chart(data).transform_filter(
-        f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || {model_wide} || datum.calibrator == {CALIBRATOR_PARAM}"
-    )
+    base = alt.Chart(data).transform_filter(MODEL_OR_CALIBRATOR_FILTER)
     # A lane clicked in the Shift view shows that detector's evidence alone ("": every detector).
     base = base.transform_filter(f"{DETECTOR_PICK} == '' || datum.detector == {DETECTOR_PICK}")
     x = batch_axis("batch_mid")

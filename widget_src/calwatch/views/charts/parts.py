@@ -28,7 +28,10 @@ _NAMED = f"isArray({BATCH_NAMES}) && isString({BATCH_NAMES}[datum.value])"
 BATCH_LABEL_EXPR = f"{_NAMED} ? {BATCH_NAMES}[datum.value] : datum.label"
 ALL_CALIBRATORS = "(all)"
 #: The Vega expression that keeps the rows of the picked calibrator (every row under "(all)").
-CALIBRATOR_FILTER = f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}' || datum.calibrator == {CALIBRATOR_PARAM}"
+_EVERY = f"{CALIBRATOR_PARAM} == '{ALL_CALIBRATORS}'"
+CALIBRATOR_FILTER = f"{_EVERY} || datum.calibrator == {CALIBRATOR_PARAM}"
+#: The same, keeping rows of no calibrator too (label-free shift detectors watch the model).
+MODEL_OR_CALIBRATOR_FILTER = f"{_EVERY} || !datum.calibrator || datum.calibrator == {CALIBRATOR_PARAM}"
 #: Height in pixels of a chart (and of a dashboard panel, unless it says otherwise).
 CHART_HEIGHT = 150
 
@@ -67,6 +70,14 @@ def batch_axis(field: str, *, title: str | None = "batch") -> alt.X:
         scale=alt.Scale(nice=False, zero=False),
         axis=batch_ticks(),
     )
+
+
+def name_axis(widest: int) -> alt.Axis:
+    """A band axis of names (detectors, slices) taking at most half the plot, ``widest`` px at most.
+
+    A 250 px side panel keeps its plot; a long name ends in an ellipsis (the tooltip has it whole).
+    """
+    return alt.Axis(labelLimit={"expr": f"max(60, min({widest}, width / 2))"})
 
 
 def batch_ticks() -> alt.Axis:
@@ -205,12 +216,15 @@ __all__ = [
     "CALIBRATOR_PARAM",
     "CHART_HEIGHT",
     "HOVER",
+    "MODEL_OR_CALIBRATOR_FILTER",
     "TARGET_WINDOW",
     "ChartSpec",
     "Source",
     "base_chart",
     "batch_axis",
+    "batch_ticks",
     "hover_fields",
+    "name_axis",
     "rate_by_class_chart",
     "series_color",
     "target_window",

@@ -314,8 +314,7 @@ def _tooltip(*fields: tuple[str, str, str | None]) -> list[alt.Tooltip]:
 
 
 def _cal_filter() -> str:
-    param = charts.CALIBRATOR_PARAM
-    return f"{param} == '{charts.ALL_CALIBRATORS}' || datum.calibrator == {param}"
+    return charts.CALIBRATOR_FILTER
 
 
 def _panel_spec(chart: Any, title: str, height: int = charts.CHART_HEIGHT) -> dict[str, Any]:
@@ -388,13 +387,8 @@ def shift_lanes_spec() -> dict[str, Any]:
     ``detector_pick`` signal; click it again for every detector). Hover says what the statistic
     means and what the detector promises.
     """
-    base = alt.Chart(alt.NamedData("shift_lanes")).transform_filter(
-        f"{charts.CALIBRATOR_PARAM} == '{charts.ALL_CALIBRATORS}' || !datum.calibrator"
-        f" || datum.calibrator == {charts.CALIBRATOR_PARAM}"
-    )
-    # Detector names take at most a third of the width (a 250 px side panel keeps its plot).
-    names = alt.Axis(labelLimit={"expr": "max(60, min(170, width / 2))"})
-    y = alt.Y("detector:N", sort=alt.EncodingSortField("order"), title=None, axis=names)
+    base = alt.Chart(alt.NamedData("shift_lanes")).transform_filter(charts.MODEL_OR_CALIBRATOR_FILTER)
+    y = alt.Y("detector:N", sort=alt.EncodingSortField("order"), title=None, axis=charts.name_axis(170))
     x = alt.X("lo:Q", title="batch", scale=alt.Scale(nice=False), axis=charts.batch_ticks())
     spans = base.transform_calculate(lo="datum.batch - 0.5", hi="datum.batch_end + 0.5")
     picked = f"{DETECTOR_PICK} == '' || datum.detector == {DETECTOR_PICK}"
