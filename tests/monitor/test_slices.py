@@ -22,16 +22,10 @@ from polars.testing import assert_frame_equal
 
 import calwatch as cw
 from calwatch.engine.metrics.discovery import shortfall_p_values, step_up
-from calwatch.stream.slices import (
-    EPOCHS_PER_LENGTH,
-    PAIR_BUDGET,
-    PAIR_CELLS,
-    SliceCounts,
-    SliceEncoding,
-    SliceError,
-    SliceStore,
-    SliceTypeError,
-)
+from calwatch.stream.slice_counts import EPOCHS_PER_LENGTH, SliceCounts, SliceStore
+from calwatch.stream.slices import PAIR_BUDGET, PAIR_CELLS, SliceEncoding, SliceError, SliceTypeError
+
+from .snapshot_files import resign
 
 
 class Threshold:
@@ -284,6 +278,21 @@ def test_save_load_then_late_labels_equal_the_live_monitor(tmp_path: Path) -> No
     assert_frame_equal(loaded.slices(min_rows=5), live.slices(min_rows=5))
     assert_frame_equal(loaded.summary().drop("observed_at"), live.summary().drop("observed_at"))
     assert loaded.status() == live.status()
+
+
+def test_snapshots_naming_the_slice_store_before_its_module_split_still_load(tmp_path: Path) -> None:
+    """Snapshots saved before the counts moved to ``slice_counts`` name ``stream.slices:SliceStore``."""
+    P, y, meta = _random_stream(5, 300)
+    live = _calibrated(window=200)
+    live.observe(probs=P, ids=list(range(300)), meta=meta, y=y)
+    live.save(tmp_path / "snap")
+    state = tmp_path / "snap" / "state.json"
+    text = state.read_text()
+    assert "calwatch.stream.slice_counts:SliceStore" in text
+    state.write_text(text.replace("calwatch.stream.slice_counts:", "calwatch.stream.slices:"))
+    resign(tmp_path / "snap", "state.json")
+    loaded = cw.Monitor.load(tmp_path / "snap")
+    assert_frame_equal(loaded.slices(min_rows=1), live.slices(min_rows=1))
 
 
 def test_snapshots_without_slices_still_load(tmp_path: Path) -> None:

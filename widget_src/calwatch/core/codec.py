@@ -103,6 +103,10 @@ LEGACY_CLASSES: dict[str, str] = {
 
 #: Modules split in the second house move: old module -> (top-level name -> its module now).
 LEGACY_SPLIT: dict[str, dict[str, str]] = {
+    "calwatch.stream.slices": {
+        "SliceCounts": "calwatch.stream.slice_counts",
+        "SliceStore": "calwatch.stream.slice_counts",
+    },
     "calwatch.shift_watch": {
         "Acknowledgement": "calwatch.shift.watch",
         "BlockConfidenceMartingale": "calwatch.shift.label_free",
@@ -465,7 +469,7 @@ SNAPSHOT_MODULES: frozenset[str] = frozenset(
         "calwatch.monitor.labels", "calwatch.monitor.reads", "calwatch.monitor.share",
         "calwatch.monitor.tables", "calwatch.monitor.regression",
         "calwatch.stream.row_log", "calwatch.stream.columns", "calwatch.stream.records",
-        "calwatch.stream.slices",
+        "calwatch.stream.slices", "calwatch.stream.slice_counts",
     }
 )  # fmt: skip
 

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import altair as alt
 
     from calwatch.publish.server import DashboardServer
-    from calwatch.stream.slices import SliceStore
+    from calwatch.stream.slice_counts import SliceStore
     from calwatch.widget import MonitorWidget
 
 IntArray = npt.NDArray[np.intp]
@@ -184,7 +184,7 @@ class Monitor:
     #: The calibration rows' confidence scores, sorted (set by ``calibrate``): a table's buckets are
     #: tested against them (:mod:`calwatch.engine.shift.bucket_tests`).
     _reference_confidence: npt.NDArray[np.float64]
-    #: The slice columns' encoding and counts (:mod:`calwatch.stream.slices`), fixed by the first
+    #: The slice columns' encoding and counts (:mod:`calwatch.stream.slice_counts`), fixed by the first
     #: ``calibrate(meta=)``; None without slices, and in snapshots saved before them.
     _slices: SliceStore | None = None
 

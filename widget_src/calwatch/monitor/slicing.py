@@ -3,7 +3,7 @@
 :class:`Slicing` is a collaborator of :class:`~calwatch.monitor.Monitor`: it fixes the slice
 columns' encoding at ``calibrate(meta=)``, encodes each batch's ``observe(meta=)``, turns a
 batch's rows (and late labels, through the one label path of :mod:`calwatch.monitor.labels`) into
-:class:`~calwatch.stream.slices.SliceCounts`, and answers :meth:`Monitor.slices
+:class:`~calwatch.stream.slice_counts.SliceCounts`, and answers :meth:`Monitor.slices
 <calwatch.monitor.monitor.Monitor.slices>` with exact binomial tests and a Benjamini–Hochberg
 step-up over the slices looked at (:mod:`calwatch.engine.metrics.discovery`). What a slice is,
 and what the counts cost, is :mod:`calwatch.stream.slices`'s.
@@ -23,7 +23,8 @@ from calwatch.engine.metrics.discovery import step_up
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.kinds import kind_of
 from calwatch.stream.records import BatchRows
-from calwatch.stream.slices import CodeArray, SliceCounts, SliceEncoding, SliceError, SliceStore
+from calwatch.stream.slice_counts import SliceCounts, SliceStore
+from calwatch.stream.slices import CodeArray, SliceEncoding, SliceError
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
@@ -48,7 +49,7 @@ By = str | tuple[str, str] | Sequence[str | tuple[str, str]] | None
 class Slicing:
     """Slice columns and their counts (a collaborator of :class:`~calwatch.monitor.Monitor`).
 
-    Stateless: it reads the monitor's ``_slices`` (a :class:`~calwatch.stream.slices.SliceStore`,
+    Stateless: it reads the monitor's ``_slices`` (a :class:`~calwatch.stream.slice_counts.SliceStore`,
     or None when the monitor was calibrated without ``meta=``); the monitor's public methods hold
     the lock and commit what it computes.
     """

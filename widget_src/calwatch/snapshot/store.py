@@ -58,7 +58,7 @@ from calwatch.snapshot.checks import check_calibrators
 from calwatch.stream.records import NO_LABEL, BatchRecord, BatchStats, RecordStore, StreamState
 from calwatch.stream.row_codec import decode_rows, encode_rows
 from calwatch.stream.row_log import RowLog
-from calwatch.stream.slices import SliceStore
+from calwatch.stream.slice_counts import SliceStore
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor

@@ -7,7 +7,8 @@
 - :mod:`~calwatch.stream.row_log` — the rows of each batch on disk (parquet), which late labels
   join by id and the dashboard's row table pages through;
 - :mod:`~calwatch.stream.slices` — the slice columns a user passes as ``meta=``: their fixed
-  encoding, each row's codes, and mergeable counts per slice, kept per epoch of batches.
+  encoding and each row's codes;
+- :mod:`~calwatch.stream.slice_counts` — mergeable counts per slice, kept per epoch of batches.
 """
 
 from calwatch.stream.columns import StatsColumns
