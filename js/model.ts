@@ -277,7 +277,8 @@ export interface NoteMessage {
 export interface RowsRequest {
   kind: "rows-request";
   view: string;
-  batch: number;
+  /** The batch; null: the newest window batch holding rows of `slice_filter` (the reply names it). */
+  batch: number | null;
   page: number;
   page_size: number;
   /**
@@ -286,6 +287,11 @@ export interface RowsRequest {
    * trait saves late, custom messages at once), so the request names it.
    */
   class_filter: string;
+  /**
+   * The view's slice filter ("" = none): the words of a slice of `mon.slices()` ("carrier = B6",
+   * or a pair "carrier = B6 & hour ≥ 18"); the kernel keeps the rows in it (by their slice codes).
+   */
+  slice_filter: string;
 }
 
 /** kernel -> browser: a page of rows (or an error, e.g. the batch left the window). */
@@ -305,6 +311,8 @@ export interface RowsMessage {
   risk_calibrator: string;
   /** The class filter the rows were picked by (rows predicted as or labelled that class), "" = none. */
   class_filter?: string;
+  /** The slice the rows were picked by (words of `mon.slices()`), "" = none. */
+  slice_filter?: string;
   error?: string;
 }
 
@@ -329,6 +337,7 @@ export function parseRowsMessage(msg: unknown): RowsMessage | null {
     risk_calibrator: str(msg.risk_calibrator),
     ...(typeof msg.batch_name === "string" ? { batch_name: msg.batch_name } : {}),
     ...(typeof msg.class_filter === "string" ? { class_filter: msg.class_filter } : {}),
+    ...(typeof msg.slice_filter === "string" ? { slice_filter: msg.slice_filter } : {}),
     ...(typeof msg.error === "string" ? { error: msg.error } : {}),
   };
 }

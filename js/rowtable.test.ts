@@ -1,11 +1,17 @@
 import { describe, expect, it } from "vitest";
 import { parseRowsMessage, type RowsMessage } from "./model";
-import { createRowTable, PAGE_SIZE, rowsTitle } from "./rowtable";
+import { createRowTable, nextSliceFilter, PAGE_SIZE, rowsTitle } from "./rowtable";
 import { FakeModel } from "./test-utils";
 
 const COLUMNS = ["id", "prediction", "confidence", "set", "risk", "label"];
 
-function reply(batch: number, page: number, nRows: number, classFilter?: string): RowsMessage {
+function reply(
+  batch: number,
+  page: number,
+  nRows: number,
+  classFilter?: string,
+  sliceFilter?: string,
+): RowsMessage {
   const first = page * PAGE_SIZE;
   const n = Math.max(0, Math.min(PAGE_SIZE, nRows - first));
   return {
@@ -21,6 +27,7 @@ function reply(batch: number, page: number, nRows: number, classFilter?: string)
     set_calibrator: "lac",
     risk_calibrator: "",
     ...(classFilter === undefined ? {} : { class_filter: classFilter }),
+    ...(sliceFilter === undefined ? {} : { slice_filter: sliceFilter }),
   };
 }
 
@@ -91,7 +98,15 @@ describe("createRowTable with a class filter", () => {
     expect(model.sent).toEqual([]); // nothing open: nothing to request
     table.open(12);
     expect(model.sent).toEqual([
-      { kind: "rows-request", view: "v1", batch: 12, page: 0, page_size: PAGE_SIZE, class_filter: "cat" },
+      {
+        kind: "rows-request",
+        view: "v1",
+        batch: 12,
+        page: 0,
+        page_size: PAGE_SIZE,
+        class_filter: "cat",
+        slice_filter: "",
+      },
     ]);
     expect(title()).toBe("Batch 12 · class cat: loading rows…");
     table.receive(reply(12, 0, 37, "cat"));
@@ -167,6 +182,138 @@ describe("createRowTable with a class filter", () => {
     expect(table.el.querySelector(".calwatch-rows-message")?.textContent).toBe(
       "Its rows cannot be shown: batch 4 left the window",
     );
+    table.dispose();
+  });
+});
+
+describe("the slice filter", () => {
+  const B6 = "carrier = B6";
+  const PAIR = "carrier = B6 & hour ≥ 18";
+
+  function setup(state: Record<string, unknown> = {}) {
+    const model = new FakeModel({ _class_filter: "", ...state });
+    const table = createRowTable(model, "v1", document);
+    document.body.append(table.el);
+    const title = () => table.el.querySelector(".calwatch-rows-title")?.textContent;
+    const unslice = () => table.el.querySelector<HTMLButtonElement>("button.calwatch-rows-unslice");
+    const last = () => model.sent[model.sent.length - 1] as Record<string, unknown>;
+    return { model, table, title, unslice, last };
+  }
+
+  it("names the slice in the caption, after the class", () => {
+    const page = { page: 0, page_size: 20 };
+    expect(rowsTitle({ batch: 12, ...page, n_rows: 37, slice_filter: B6 })).toBe(
+      "Batch 12 · carrier = B6: rows 1–20 of 37",
+    );
+    expect(rowsTitle({ batch: 12, ...page, n_rows: 37, class_filter: "cat", slice_filter: PAIR })).toBe(
+      "Batch 12 · class cat · carrier = B6 & hour ≥ 18: rows 1–20 of 37",
+    );
+    expect(rowsTitle({ batch: 12, ...page, n_rows: 0, slice_filter: B6 })).toBe("Batch 12 · carrier = B6: no rows");
+    expect(rowsTitle({ batch: 12, ...page, n_rows: 3, slice_filter: "" })).toBe("Batch 12: rows 1–3 of 3");
+  });
+
+  it("a click on the same slice clears it, another slice replaces it", () => {
+    expect(nextSliceFilter("", B6)).toBe(B6);
+    expect(nextSliceFilter(B6, B6)).toBe("");
+    expect(nextSliceFilter(B6, PAIR)).toBe(PAIR);
+  });
+
+  it("keeps the reply's slice filter when it is a string", () => {
+    expect(parseRowsMessage({ ...reply(1, 0, 3), slice_filter: B6 })?.slice_filter).toBe(B6);
+    expect(parseRowsMessage({ ...reply(1, 0, 3), slice_filter: 3 })).not.toHaveProperty("slice_filter");
+  });
+
+  it("filters the open batch from its first page, shows it, and clears with ✕ slice or a second click", () => {
+    const { model, table, title, unslice, last } = setup();
+    expect(unslice()?.hidden).toBe(true);
+    table.open(12);
+    table.receive(reply(12, 0, 400, ""));
+    table.el.querySelector<HTMLButtonElement>("button.calwatch-rows-next")?.click();
+    table.receive(reply(12, 1, 400, ""));
+    table.filterSlice(B6);
+    expect(last()).toMatchObject({ batch: 12, page: 0, slice_filter: B6 });
+    expect(title()).toBe("Batch 12 · carrier = B6: loading rows…");
+    expect(unslice()?.hidden).toBe(false);
+    expect(table.sliceFilter).toBe(B6);
+    table.receive(reply(12, 0, 37, "", B6));
+    expect(title()).toBe("Batch 12 · carrier = B6: rows 1–20 of 37");
+    expect(table.el.dataset.sliceFilter).toBe(B6);
+    // pages keep the slice
+    table.el.querySelector<HTMLButtonElement>("button.calwatch-rows-next")?.click();
+    expect(last()).toMatchObject({ batch: 12, page: 1, slice_filter: B6 });
+    table.receive(reply(12, 1, 37, "", B6));
+    expect(title()).toBe("Batch 12 · carrier = B6: rows 21–37 of 37");
+    // a pair: rows in both
+    table.filterSlice(PAIR);
+    expect(last()).toMatchObject({ batch: 12, page: 0, slice_filter: PAIR });
+    table.receive(reply(12, 0, 4, "", PAIR));
+    expect(title()).toBe("Batch 12 · carrier = B6 & hour ≥ 18: rows 1–4 of 4");
+    // ✕ slice: every row of the batch again
+    unslice()?.click();
+    expect(last()).toMatchObject({ batch: 12, page: 0, slice_filter: "" });
+    expect(unslice()?.hidden).toBe(true);
+    table.receive(reply(12, 0, 400, "", ""));
+    expect(title()).toBe("Batch 12: rows 1–20 of 400");
+    // a second click on the same slice clears it too
+    table.filterSlice(B6);
+    table.receive(reply(12, 0, 37, "", B6));
+    table.filterSlice(B6);
+    expect(last()).toMatchObject({ batch: 12, page: 0, slice_filter: "" });
+    expect(table.sliceFilter).toBe("");
+    table.receive(reply(12, 0, 400, "", ""));
+    expect(title()).toBe("Batch 12: rows 1–20 of 400");
+    // another batch clicked on the timeline keeps the slice in force
+    table.filterSlice(B6);
+    table.open(7);
+    expect(last()).toMatchObject({ batch: 7, page: 0, slice_filter: B6 });
+    table.dispose();
+  });
+
+  it("with no batch open asks for the newest batch holding rows of the slice, and shows the one named", () => {
+    const { model, table, title, unslice, last } = setup();
+    expect(table.el.hidden).toBe(true);
+    table.filterSlice(B6);
+    expect(table.el.hidden).toBe(false);
+    expect(last()).toMatchObject({ kind: "rows-request", batch: null, page: 0, slice_filter: B6 });
+    expect(title()).toBe("carrier = B6: finding the newest batch with its rows…");
+    // a late reply to an earlier request (another slice) is not the answer
+    table.receive(reply(3, 0, 10, "", ""));
+    expect(table.el.dataset.loading).toBe("true");
+    table.receive(reply(9, 0, 37, "", B6));
+    expect(table.el.dataset.batch).toBe("9");
+    expect(title()).toBe("Batch 9 · carrier = B6: rows 1–20 of 37");
+    table.el.querySelector<HTMLButtonElement>("button.calwatch-rows-next")?.click();
+    expect(last()).toMatchObject({ batch: 9, page: 1, slice_filter: B6 });
+    // closing the table clears the slice: opened again, it shows every row
+    table.el.querySelector<HTMLButtonElement>("button.calwatch-rows-close")?.click();
+    expect(table.el.hidden).toBe(true);
+    expect(table.sliceFilter).toBe("");
+    expect(unslice()?.hidden).toBe(true);
+    table.open(4);
+    expect(last()).toMatchObject({ batch: 4, slice_filter: "" });
+    // a kernel with no batch in the window says so
+    table.el.querySelector<HTMLButtonElement>("button.calwatch-rows-close")?.click();
+    table.filterSlice(PAIR);
+    table.receive({ ...reply(-1, 0, 0, "", PAIR), error: "no batch is in the window: no rows to show" });
+    expect(title()).toBe(PAIR);
+    expect(table.el.querySelector(".calwatch-rows-message")?.textContent).toBe(
+      "Its rows cannot be shown: no batch is in the window: no rows to show",
+    );
+    unslice()?.click(); // the clear button still works without a batch
+    expect(table.sliceFilter).toBe("");
+    const sent = model.sent.length;
+    table.el.querySelector<HTMLButtonElement>("button.calwatch-rows-close")?.click();
+    expect(table.el.hidden).toBe(true);
+    expect(model.sent).toHaveLength(sent);
+    table.dispose();
+  });
+
+  it("does nothing in a read-only report (no raw rows)", () => {
+    const { model, table } = setup({ _readonly: true });
+    table.filterSlice(B6);
+    expect(model.sent).toEqual([]);
+    expect(table.el.hidden).toBe(true);
+    expect(table.sliceFilter).toBe("");
     table.dispose();
   });
 });

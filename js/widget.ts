@@ -182,6 +182,8 @@ const TIMELINE = "timeline";
 const SHIFT_LANES = "shift_lanes";
 /** The Slices view's ranking panel (calwatch.views.where_it_fails). */
 const WHERE_IT_FAILS = "where_it_fails";
+/** The Slices view's coverage-by-value panel. */
+const SLICE_VALUES = "slice_values";
 
 /** Renders one view of the widget into `el`; returns its cleanup. */
 export function renderView(
@@ -274,6 +276,14 @@ export function renderView(
     sliceColumn = datum.by.split(" & ")[0] ?? "";
     root.dataset.sliceColumn = sliceColumn;
     for (const item of items) void item.chart.setSignals(filterSignals());
+  };
+  /**
+   * A click on a slice (either Slices panel) picks its column as above and filters the row table
+   * to its rows (a second click on it shows every row again); a report, without rows, only picks.
+   */
+  const pickSlice = (datum: Record<string, unknown>) => {
+    pickSliceColumn(datum);
+    if (typeof datum.slice === "string") rowTable.filterSlice(datum.slice);
   };
   const snapshot = () => (storeSeq === null ? null : store.snapshot(storeSeq));
 
@@ -395,8 +405,8 @@ export function renderView(
       // The lanes pick a detector; elsewhere a click on a batch opens its rows.
       ...(name === SHIFT_LANES
         ? { onPick: pickDetector }
-        : name === WHERE_IT_FAILS
-          ? { onPick: pickSliceColumn }
+        : name === WHERE_IT_FAILS || name === SLICE_VALUES
+          ? { onPick: pickSlice }
           : { onBatchClick: openRows }),
       onError: reportError(`chart ${name}`, `Chart "${name}": `),
     });

@@ -289,7 +289,7 @@ def test_snapshots_naming_the_slice_store_before_its_module_split_still_load(tmp
     state = tmp_path / "snap" / "state.json"
     text = state.read_text()
     assert "calwatch.stream.slice_counts:SliceStore" in text
-    state.write_text(text.replace("calwatch.stream.slice_counts:", "calwatch.stream.slices:"))
+    state.write_text(text.replace("stream.slice_counts:SliceStore", "stream.slices:SliceStore"))
     resign(tmp_path / "snap", "state.json")
     loaded = cw.Monitor.load(tmp_path / "snap")
     assert_frame_equal(loaded.slices(min_rows=1), live.slices(min_rows=1))
@@ -463,12 +463,13 @@ def test_slices_refuses_what_it_cannot_read() -> None:
     assert mon.slices(since=5).height == 0  # past the last batch: nothing counted
 
 
-def test_tables_are_refused_by_a_monitor_that_slices(tmp_path: Path) -> None:
+def test_a_table_without_its_slice_columns_is_refused_by_a_monitor_that_slices(tmp_path: Path) -> None:
+    """Tables count slices when named (``meta=``, tests/scale/test_table_slices.py), else are refused."""
     P, y, meta = _random_stream(2, 100)
     mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac")}, shift=None)
     mon.calibrate(probs=P, y=y, meta=meta)
     table = pl.DataFrame({"id": range(100), "p": P.tolist(), "day": [1] * 100})
-    with pytest.raises(ValueError, match="slices its batches by meta columns"):
+    with pytest.raises(ValueError, match=r"slices its batches by the columns \['carrier'.*given no meta="):
         mon.observe_table(table, id="id", probs="p", bucket="day")
     assert mon.n_batches == 0
 

@@ -28,11 +28,22 @@ from calwatch.scale.kernel import partial_statistics
 from calwatch.scale.registry import registry_of
 from tests.scale.engines import DaskEngine, Engine, SparkEngine, SparkParquetEngine, task_with
 from tests.scale.logs import assert_same_statistics, calibrated, log_frame, prob_names, replay
+from tests.scale.slice_logs import (
+    META,
+    assert_same_slices,
+    assert_unchanged,
+    replay_sliced,
+    slice_meta,
+    slice_view,
+    slicing_monitor,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 
 #: Examples per engine: a Spark job costs about a second, a Dask cluster round trip a fraction.
 EXAMPLES = {"spark": 5, "spark-parquet": 5, "dask-sync": 10, "dask-cluster": 6}
+#: Examples per engine of the slice counts' property test (fewer: the paths are the same jobs).
+SLICE_EXAMPLES = {"spark": 2, "spark-parquet": 2, "dask-sync": 5, "dask-cluster": 2}
 
 
 @pytest.fixture(params=list(EXAMPLES))
@@ -171,6 +182,92 @@ def test_a_loaded_monitor_keeps_cluster_statistics_but_refuses_their_labels(tmp_
         engine.label(
             loaded, engine.table(pl.DataFrame({"rid": [1], "truth": [0]}), 1), id="rid", label="truth"
         )
+
+
+# ---------------------------------------------------------------------------- slices
+def _check_slices_against_memory(engine: Engine, data: st.DataObject) -> None:
+    task = task_with(data.draw(st.sampled_from([2, 3, 5]), label="K"))
+    rng = np.random.default_rng(
+        [data.draw(st.integers(0, 2**32 - 1), label="seed"), zlib.crc32(engine.name.encode())]
+    )
+    n = data.draw(st.integers(1, 200), label="rows")
+    rows = rng.integers(0, task.P.shape[0], size=n)
+    P, y = task.P[rows], task.y[rows]
+    kind = data.draw(st.sampled_from(["int", "str", "date"]), label="bucket type")
+    buckets = _buckets(kind, rng.integers(0, data.draw(st.integers(1, 4), label="buckets"), size=n))
+    ids = rng.permutation(10 * n)[:n]
+    known = rng.random(n) < data.draw(st.sampled_from([0.0, 0.5]), label="labelled at once")
+    frame = log_frame(P, ids, buckets, [int(v) if k else None for v, k in zip(y, known, strict=True)])
+    frame = frame.hstack(slice_meta(rng, n)).sample(fraction=1.0, shuffle=True, seed=int(rng.integers(2**31)))
+    table, memory = slicing_monitor(task), slicing_monitor(task)
+    engine.observe(
+        table, engine.table(frame, data.draw(st.integers(1, 4), label="partitions")), id="id",
+        probs=prob_names(task.K), bucket="bucket", label="y", category="cat",
+        meta=[META[i] for i in rng.permutation(len(META))],
+    )  # fmt: skip
+    if isinstance(engine, SparkParquetEngine):  # the workers read the slice columns from the files too
+        assert engine.reads[-1] == "files"
+    replay_sliced(memory, frame)
+    assert_same_statistics(table, memory)
+    assert_same_slices(table, memory)
+    for _ in range(data.draw(st.integers(0, 2), label="label calls")):
+        pick = rng.random(n) < rng.random()
+        wrong = rng.random(n) < 0.3  # some labels are wrong, to be corrected by a later call
+        labels = np.where(wrong, rng.integers(0, task.K, size=n), y)[pick]
+        label_ids = np.concatenate([ids[pick], [20 * n]])  # and one unknown id
+        label_values = np.concatenate([labels, [0]])
+        labels_frame = pl.DataFrame({"rid": label_ids, "truth": label_values})
+        got = engine.label(
+            table, engine.table(labels_frame, int(rng.integers(1, 3))), id="rid", label="truth"
+        )
+        want = memory.label(label_ids, label_values)
+        assert (got.matched, got.unmatched, got.relabelled) == (want.matched, want.unmatched, want.relabelled)
+        assert_same_statistics(table, memory)
+        assert_same_slices(table, memory)
+
+
+def test_cluster_slice_counts_equal_the_in_memory_monitor(engine: Engine) -> None:
+    """observe(meta=) and label on a cluster leave the slices of observe(meta=) and label in memory."""
+
+    @settings(
+        max_examples=SLICE_EXAMPLES[engine.name], deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )  # fmt: skip
+    @given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        _check_slices_against_memory(engine, data)
+
+    check()
+
+
+def test_bad_meta_is_refused_before_any_job_and_changes_nothing(engine: Engine) -> None:
+    """No meta for a monitor that slices, a slice column missing or of another type, meta without slices."""
+    from calwatch.stream.slices import SliceTypeError
+
+    task = task_with(2)
+    n = 40
+    frame = log_frame(task.P[:n], np.arange(n), np.arange(n) % 2).hstack(
+        slice_meta(np.random.default_rng(3), n)
+    )
+    mon = slicing_monitor(task)
+    log: dict[str, Any] = {"id": "id", "probs": prob_names(2), "bucket": "bucket", "category": "cat"}
+    engine.observe(mon, engine.table(frame.head(10), 1), **log, meta=META)
+    before = slice_view(mon)
+    rest = frame.slice(10)
+    cases: list[tuple[pl.DataFrame, dict[str, Any], type[Exception], str]] = [
+        (rest, {}, ValueError, r"given no meta=: name the table's slice columns, meta=\['carrier'"),
+        (rest.drop("dist"), {"meta": META}, ValueError, "column 'dist' is not in the DataFrame"),
+        (rest.with_columns(pl.col("hour").cast(pl.String)), {"meta": META}, SliceTypeError,
+         "meta column 'hour' holds text values"),
+    ]  # fmt: skip
+    for spoilt, extra, error, named in cases:
+        with pytest.raises(error, match=named):
+            engine.observe(mon, engine.table(spoilt, 2), **log, **extra)
+        assert_unchanged(mon, before)
+    plain = calibrated(task)
+    with pytest.raises(ValueError, match=r"this monitor keeps no slices; calibrate\(meta=\.\.\.\) fixes"):
+        engine.observe(plain, engine.table(rest, 2), **log, meta=["carrier"])
+    assert plain.n_batches == 0 and plain._slices is None
 
 
 # ---------------------------------------------------------------------------- retries

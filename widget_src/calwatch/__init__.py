@@ -9,6 +9,7 @@ from calwatch.core.codec import SnapshotError
 from calwatch.core.models import ModelOutputs, wrap
 from calwatch.engine.conformal.adaptive import Adaptive
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
+from calwatch.engine.conformal.group_conditional import GroupConditionalConformal
 from calwatch.engine.errors import NotFittedError
 from calwatch.engine.pac.sets import PACConfidenceSets
 from calwatch.engine.risk.estimator import RiskEstimator
@@ -72,6 +73,7 @@ __all__ = [
     "BaselineSelector",
     "CalwatchWarning",
     "DashboardServer",
+    "GroupConditionalConformal",
     "LabelReport",
     "ModelOutputs",
     "ModularConformalCalibrator",

@@ -381,3 +381,24 @@ def as_float_array(
             msg = f"{name} contains {'NaN' if allow_inf else 'NaN or inf'} (first at index {tuple(where[0])})"
             raise ValueError(msg)
     return out
+
+
+def check_groups_from(groups_from: Any, name: str = "groups_from") -> tuple[str, ...] | None:
+    """``groups_from`` as a tuple of distinct, non-empty column names (None stays None).
+
+    Examples
+    --------
+    >>> check_groups_from("hour"), check_groups_from(["carrier", "hour"]), check_groups_from(None)
+    (('hour',), ('carrier', 'hour'), None)
+    """
+    if groups_from is None:
+        return None
+    names = (groups_from,) if isinstance(groups_from, str) else groups_from
+    try:
+        columns = tuple(names)
+    except TypeError:
+        columns = ()
+    if not columns or not all(isinstance(c, str) and c for c in columns) or len(set(columns)) != len(columns):
+        msg = f"{name} must be a column name or a list of distinct column names; got {groups_from!r}"
+        raise ValueError(msg)
+    return columns

@@ -243,6 +243,11 @@ class CalibratorKind(ABC, Generic[R, S]):
 def calibrator_inputs(calibrator: Any, outputs: ModelOutputs, categories: Any) -> tuple[Any, dict[str, Any]]:
     """The array a calibrator reads (probabilities, or logits) and its keyword arguments.
 
+    ``categories`` is what the rows' groups are for this calibrator: Mondrian categories for a
+    ``mondrian="category"`` calibrator, a ``(m, G)`` membership matrix for one that
+    ``takes_groups``; the monitor derives both from the rows' slice codes for a calibrator with
+    ``groups_from`` (:mod:`calwatch.stream.slice_groups`).
+
     A calibrator whose randomised draws are keyed by row id (``draws_by_row_id``) gets the
     rows' ids, so every path that scores a row (the monitor, a table's chunks, Spark or Dask
     partitions, a late label's recount) draws the same ``u`` for it.
@@ -250,6 +255,8 @@ def calibrator_inputs(calibrator: Any, outputs: ModelOutputs, categories: Any) -
     kwargs: dict[str, Any] = {}
     if getattr(calibrator, "mondrian", None) == "category":
         kwargs["categories"] = categories
+    elif getattr(calibrator, "takes_groups", False):
+        kwargs["groups"] = categories  # a family of groups (GroupConditionalConformal): (m, G) booleans
     if outputs.ids is not None and getattr(calibrator, "draws_by_row_id", False):
         kwargs["ids"] = outputs.ids
     if getattr(calibrator, "input_kind", "probs") == "logits":

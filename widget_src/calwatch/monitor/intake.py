@@ -28,6 +28,9 @@ from calwatch.kinds.admit import require_embeddings
 from calwatch.shift.base import CalibrationData, Detector
 from calwatch.shift.watch import ShiftWatch, default_detectors, detectors_kept_on_failure
 from calwatch.stream.records import NO_LABEL, BatchRecord, BatchRows, BatchStats
+from calwatch.stream.slice_counts import CALIBRATION_VALUES, CalibrationRows, SliceStore
+from calwatch.stream.slice_groups import column_indices, groups_for
+from calwatch.stream.slices import CodeArray
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
@@ -128,10 +131,12 @@ class Intake:
                 "selective calibrators do)"
             )
             raise ValueError(msg)
+        cal_codes = None if slices is None or meta is None else slices.encoding.codes(meta, len(outputs))
+        groups = self.groups(categories, slices, cal_codes, "calibrate")
         fitted = {}
         for key, calibrator in self.m._calibrators.items():
             candidate: Any = copy.deepcopy(calibrator)
-            kinds[key].fit(key, candidate, outputs, y_idx, categories=categories, reference=train)
+            kinds[key].fit(key, candidate, outputs, y_idx, categories=groups[key], reference=train)
             fitted[key] = candidate
         shift = self.m._shift
         if self.m._shift_spec is not None:
@@ -146,7 +151,7 @@ class Intake:
                 shift = ShiftWatch(detectors)
             names = [str(c) for c in encoder.classes.tolist()]
             covered = (
-                None if block_keys_ is None else self.calibration_covered(fitted, outputs, y_idx, categories)
+                None if block_keys_ is None else self.calibration_covered(fitted, outputs, y_idx, groups)
             )
             shift.calibrate(
                 CalibrationData(
@@ -167,6 +172,15 @@ class Intake:
         for key, candidate in fitted.items():
             self.m._calibrators[key] = candidate
         self.m._encoder = encoder
+        if slices is not None:
+            kept = cal_codes is not None and outputs.probs.size <= CALIBRATION_VALUES
+            slices.calibration = (
+                CalibrationRows(
+                    np.asarray(outputs.probs, dtype=np.float64), y_idx.astype(np.int64), cal_codes
+                )
+                if kept and cal_codes is not None
+                else None
+            )
         self.m._slices = slices
         counts = np.bincount(y_idx, minlength=len(encoder))
         self.m.calibration_ = {
@@ -234,12 +248,17 @@ class Intake:
             msg = f"categories has {cats.shape[0]} values but the batch has {m} rows"
             raise ValueError(msg)
         if cats is not None and not any(
-            getattr(cal, "mondrian", None) == "category" for cal in self.m._calibrators.values()
+            getattr(cal, "mondrian", None) == "category" and getattr(cal, "groups_from", None) is None
+            for cal in self.m._calibrators.values()
         ):
-            msg = "categories must be None: no calibrator was built with mondrian='category'"
+            msg = (
+                "categories must be None: no calibrator was built with mondrian='category' (those with "
+                "groups_from= take their categories from meta=)"
+            )
             raise ValueError(msg)
         row_blocks = self.stream_blocks(blocks, m)
         codes = self.m._slicing.codes(meta, m)
+        groups = self.groups(cats, self.m._slices, codes, "observe")
         # Randomised calibrators draw from their own seeded streams while computing: a call that
         # fails puts the streams back, so the next call draws what it would have drawn.
         streams = random_streams(self.m._calibrators.values())
@@ -251,7 +270,7 @@ class Intake:
             identified = replace(outputs, ids=row_ids)
             for key, cal in self.m._calibrators.items():
                 kind = kind_of(cal)
-                results[key] = kind.apply(key, cal, identified, cats)
+                results[key] = kind.apply(key, cal, identified, groups[key])
                 stats[key] = kind.observed(results[key], K)
             # Everything is validated and computed: commit.
             index = len(self.m._stream.batches)
@@ -305,9 +324,40 @@ class Intake:
                 stream.bit_generator.state = state
             raise
 
+    def groups(
+        self, categories: Any, slices: SliceStore | None, codes: CodeArray | None, call: str
+    ) -> dict[str, Any]:
+        """What each calibrator takes as its rows' groups: its slice groups, or the user's ``categories``.
+
+        A calibrator built with ``groups_from=`` gets its groups from the rows' slice codes
+        (:func:`calwatch.stream.slice_groups.groups_for`); every other one gets ``categories``.
+
+        Raises
+        ------
+        ValueError
+            A ``groups_from`` calibrator on rows without slice codes, or naming a column the
+            monitor does not slice by (names the calibrator and the columns).
+        """
+        cats = None if categories is None else as_1d_array(categories, "categories")
+        out: dict[str, Any] = {}
+        for key, cal in self.m._calibrators.items():
+            columns = getattr(cal, "groups_from", None)
+            if columns is None:
+                out[key] = cats
+                continue
+            if slices is None or codes is None:
+                msg = (
+                    f"calibrators[{key!r}] takes its groups from the slice columns {list(columns)}: "
+                    f"{call}() needs meta= with them"
+                )
+                raise ValueError(msg)
+            column_indices(slices.encoding, columns, f"calibrators[{key!r}].groups_from")
+            out[key] = groups_for(cal, slices.encoding, codes)
+        return out
+
     @staticmethod
     def calibration_covered(
-        fitted: dict[str, Any], outputs: ModelOutputs, labels: npt.NDArray[np.intp], categories: Any
+        fitted: dict[str, Any], outputs: ModelOutputs, labels: npt.NDArray[np.intp], groups: Mapping[str, Any]
     ) -> dict[str, npt.NDArray[np.bool_]]:
         """Whether each calibration row lies in each set calibrator's fitted set (for block null rates).
 
@@ -315,13 +365,12 @@ class Intake:
         misses cluster in their blocks (:func:`calwatch.engine.shift.block_labels.block_null_rate`).
         Each calibrator is applied to a copy, so a randomised one's own stream does not move.
         """
-        cats = None if categories is None else as_1d_array(categories, "categories")
         out: dict[str, npt.NDArray[np.bool_]] = {}
         for key, cal in fitted.items():
             kind = kind_of(cal)
             if not kind.has_sets:
                 continue
-            results = kind.apply(key, copy.deepcopy(cal), outputs, cats)
+            results = kind.apply(key, copy.deepcopy(cal), outputs, groups[key])
             hits = kind.covered(results, labels)
             if hits is not None:
                 out[key] = np.asarray(hits, dtype=np.bool_)

@@ -20,6 +20,7 @@ from calwatch.core.models import ModelAdapter, wrap
 from calwatch.core.who import default_author
 from calwatch.engine._validation import PROBABILITY_SUM_TOLERANCE
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
+from calwatch.engine.conformal.group_conditional import GroupConditionalConformal
 from calwatch.engine.errors import NotFittedError
 from calwatch.kinds import KINDS, kind_of
 from calwatch.monitor.autosave import AutoSave
@@ -27,6 +28,7 @@ from calwatch.monitor.intake import Intake
 from calwatch.monitor.labels import LabelJoin, LabelReport
 from calwatch.monitor.reads import Reads
 from calwatch.monitor.share import Sharing
+from calwatch.monitor.slice_fix import FixMethod, SliceFix
 from calwatch.monitor.slicing import By, Slicing
 from calwatch.monitor.tables import Tables
 from calwatch.monitor.tasks import CLASS_LABELS, LabelValues
@@ -76,7 +78,23 @@ class RiskCalibrator(Protocol):
         """Estimated probability, per row, that the label is not among the top-k classes."""
 
 
-Calibrator = SetCalibrator | RiskCalibrator
+class GroupSetCalibrator(Protocol):
+    """A set calibrator over a family of groups (``GroupConditionalConformal``), its groups from slices.
+
+    The monitor gives it each row's groups, from the slice columns it names in ``groups_from``
+    (:mod:`calwatch.stream.slice_groups`).
+    """
+
+    groups_from: tuple[str, ...] | None
+
+    def fit(self, P_cal: Any, y_cal: Any, groups: Any) -> Any:
+        """Fit on calibration probabilities, class indices and group memberships."""
+
+    def predict_sets(self, P: Any, groups: Any) -> npt.NDArray[np.bool_]:
+        """Boolean ``(m, K)`` prediction sets."""
+
+
+Calibrator = SetCalibrator | GroupSetCalibrator | RiskCalibrator
 
 
 @dataclass(frozen=True)
@@ -228,6 +246,13 @@ class Monitor:
                     f"{type(calibrator).__name__}"
                 )
                 raise TypeError(msg)
+            grouped = getattr(calibrator, "groups_from", None) is not None
+            if getattr(calibrator, "takes_groups", False) and not grouped:
+                msg = (
+                    f"calibrators[{key!r}]: a {type(calibrator).__name__} in a monitor takes its groups from "
+                    "slice columns: build it with groups_from=[column, ...] (the columns of calibrate(meta=))"
+                )
+                raise ValueError(msg)
         if not (shift is None or shift == "default" or isinstance(shift, list)):
             msg = f"shift must be 'default', a list of detectors or None; got {shift!r}"
             raise ValueError(msg)
@@ -308,6 +333,10 @@ class Monitor:
     @property
     def _slicing(self) -> Slicing:
         return Slicing(self)
+
+    @property
+    def _slice_fix(self) -> SliceFix:
+        return SliceFix(self)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -1001,6 +1030,108 @@ class Monitor:
         return self._slicing.slice_columns()
 
     @guarded
+    def slice_calibrator(
+        self,
+        by: str | Sequence[str],
+        *,
+        calibrator: str | None = None,
+        alpha: float | None = None,
+        method: FixMethod | None = None,
+        probs: Any = None,
+        y: Any = None,
+        meta: Any = None,
+    ) -> SplitConformalClassifier | GroupConditionalConformal:
+        """A calibrator whose promise holds within every value of the slice column(s) ``by``: fix in one step.
+
+        Fitted on the monitor's own calibration rows with their slice columns (kept by
+        ``calibrate(meta=)``), with the score, level and options of ``calibrator``, it is ready
+        to preview (:meth:`what_if_slices`) and to use in a monitor: it carries ``groups_from``,
+        so ``Monitor(calibrators={..., "by_hour": cal})`` derives each row's groups from
+        ``meta=`` at calibration and on every batch (:mod:`calwatch.monitor.slice_fix`).
+
+        Parameters
+        ----------
+        by : str or sequence of str
+            Slice columns (those of :meth:`slice_columns`), e.g. the column of a flagged slice.
+        calibrator : str, optional
+            The split conformal calibrator whose score and options to keep (default: the first).
+        alpha : float, optional
+            Miscoverage level (default: that calibrator's). The promise is ``≥ 1 − alpha``
+            within every value (every group).
+        method : {"mondrian", "group_conditional"}, optional
+            ``"mondrian"`` (default for one column): split conformal within each value of the
+            column (each pair of values for two columns), a
+            :class:`~calwatch.engine.conformal.classifier.SplitConformalClassifier` with
+            ``groups_from=by``. ``"group_conditional"`` (default for several columns): one group
+            per value of each column, overlapping across columns, a
+            :class:`~calwatch.engine.conformal.group_conditional.GroupConditionalConformal`
+            (sets at least as large as Mondrian's on no finer a partition; see its docstring).
+        probs, y, meta : optional
+            Calibration rows to fit on instead of the kept ones (all three, or none): needed
+            when the monitor did not keep them (more than ``2**22`` probabilities, or a
+            snapshot saved before they were kept).
+
+        Returns
+        -------
+        SplitConformalClassifier or GroupConditionalConformal
+            Fitted. Its promise is for new rows exchangeable with the calibration rows; the
+            slices were flagged on the stream's rows, so the fit reuses none of them.
+
+        Raises
+        ------
+        ValueError
+            No slices, a column that is not a slice column, no split conformal calibrator, or
+            no calibration rows to fit on (naming what to pass).
+
+        Examples
+        --------
+        >>> flagged = mon.slices().filter("flagged")  # doctest: +SKIP
+        >>> by_hour = mon.slice_calibrator("hour")  # doctest: +SKIP
+        >>> mon.what_if_slices(by_hour)  # doctest: +SKIP
+        """
+        return self._slice_fix.slice_calibrator(
+            by, calibrator=calibrator, alpha=alpha, method=method, probs=probs, y=y, meta=meta
+        )
+
+    @guarded
+    def what_if_slices(
+        self,
+        candidate: Any,
+        *,
+        by: str | Sequence[str] | None = None,
+        name: str = "candidate",
+        calibrators: Sequence[str] | None = None,
+    ) -> pl.DataFrame:
+        """Coverage by slice on the window's labelled rows: the monitor's calibrators and a candidate.
+
+        Shows the effect of a calibrator (e.g. one from :meth:`slice_calibrator`) where the
+        slices were flagged, before anything is attached: the window's labelled rows are scored
+        by the candidate (their groups from their slice codes) and compared with the sets the
+        monitor's calibrators gave them. Rows that left the window are not in it.
+
+        Parameters
+        ----------
+        candidate : calibrator
+            A fitted set-valued calibrator (with ``groups_from=``, its groups come from the
+            rows' slice codes).
+        by : str or sequence of str, optional
+            The slice column(s) to compare on (default: the candidate's first ``groups_from``
+            column; two columns give their pairs of values).
+        name : str
+            The candidate's name in the frame.
+        calibrators : sequence of str, optional
+            The monitor's set calibrators to compare with (default: all).
+
+        Returns
+        -------
+        polars.DataFrame
+            One row per (calibrator, slice): ``calibrator, candidate, slice, target, n_labelled,
+            n_covered, coverage, coverage_lo, coverage_hi, mean_set_size`` (the interval is
+            Clopper–Pearson at 95%).
+        """
+        return self._slice_fix.what_if_slices(candidate, by=by, name=name, calibrators=calibrators)
+
+    @guarded
     def rows(self, window: int | None = None, *, batch: int | None = None) -> pl.DataFrame:
         """Raw rows still kept in the window, one per row.
 
@@ -1008,7 +1139,11 @@ class Monitor:
         (list of classes), ``size_<name>`` and ``covered_<name>`` (null until labelled); risk
         estimators add ``risk_<name>``; Venn-ADMIT adds ``y_hat_<name>`` (the KNN prediction),
         ``q_<name>``, ``d_<name>``, ``admitted_<name>``, ``p_lower_<name>``, ``p_upper_<name>``;
-        selective calibrators add ``score_<name>`` and ``kept_<name>``.
+        selective calibrators add ``score_<name>`` and ``kept_<name>``. A monitor calibrated with
+        ``meta=`` adds, last, one String column ``slice_<column>`` per slice column: the row's
+        value in the words of its slice (``"carrier = B6"``, ``"15 ≤ hour < 18"``,
+        ``"carrier: other"``, ``"carrier: missing"``), as the ``slice`` column of :meth:`slices`
+        names single-column slices.
 
         Parameters
         ----------
@@ -1029,6 +1164,7 @@ class Monitor:
         bucket: str,
         label: str | None = None,
         category: str | None = None,
+        meta: str | Sequence[str] | None = None,
         chunk_rows: int = 250_000,
         progress: bool | None = None,
     ) -> tuple[int, ...]:
@@ -1055,6 +1191,13 @@ class Monitor:
             A column of labels already known (null where not).
         category : str, optional
             The Mondrian category column, for ``mondrian="category"`` calibrators.
+        meta : list of str, optional
+            The table's slice columns, required when :meth:`calibrate` was given ``meta=`` (and
+            refused when it was not): the same columns, each holding the same kind of values as
+            then. Each chunk's columns are encoded with the monitor's fixed encoding, and each
+            batch gets the exact slice counts (rows, labelled, covered, set-size sums per cell)
+            that :meth:`observe` with ``meta=`` would give its rows: integers, summed over the
+            chunks, so no rounding. :meth:`label_table` encodes a labelled row's columns again.
         chunk_rows : int
             Rows read at a time.
         progress : bool, optional
@@ -1064,8 +1207,9 @@ class Monitor:
         -------
         tuple of int
             The new batches' indices. A rejected table (a missing column, probabilities that
-            do not fit the monitor, a repeated id...) raises naming the column
-            and leaves the monitor unchanged.
+            do not fit the monitor, a repeated id, no ``meta=`` for a monitor that slices, a
+            slice column of another type than at calibration...) raises naming the column
+            and leaves the monitor unchanged, its slice counts included.
 
         Notes
         -----
@@ -1087,6 +1231,7 @@ class Monitor:
             bucket=bucket,
             label=label,
             category=category,
+            meta=meta,
             chunk_rows=chunk_rows,
             progress=progress,
         )
@@ -1105,7 +1250,10 @@ class Monitor:
         Each label updates the batch its row came in, however long ago; a second label for a
         row replaces the first in every count. Labels whose id matches no observed row are
         counted in ``unmatched`` (and in :meth:`status`). Only the buckets the labels touch
-        change.
+        change. For a monitor that slices, each labelled row's slice columns are read again
+        from the observed table and encoded as at :meth:`observe_table`, so the slice counts
+        (:meth:`slices`) move exactly as :meth:`label` moves them in memory (a relabel takes
+        the old label's counts away).
 
         Parameters
         ----------

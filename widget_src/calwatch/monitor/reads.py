@@ -461,6 +461,15 @@ class Reads:
             for key, cal in self.m._calibrators.items():
                 kind = kind_of(cal)
                 columns |= kind.row_columns(key, kind.results_of(rows, key, cal), rows.labels, classes)
+            if self.m._slices is not None:  # each slice column's value in words, as slices() names it
+                for j, column in enumerate(self.m._slices.encoding.columns):
+                    words = pl.Series(column.labels, dtype=pl.String)
+                    codes = rows.slice_codes
+                    columns[f"slice_{column.name}"] = (
+                        pl.Series([None] * record.n_rows, dtype=pl.String)
+                        if codes is None
+                        else words.gather(codes[:, j].astype(np.int64))
+                    )
             frames.append(pl.DataFrame(columns))
         if not frames:
             return pl.DataFrame()

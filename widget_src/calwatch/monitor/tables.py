@@ -32,6 +32,7 @@ class Tables:
         bucket: str,
         label: str | None = None,
         category: str | None = None,
+        meta: str | Sequence[str] | None = None,
         chunk_rows: int = 250_000,
         progress: bool | None = None,
     ) -> tuple[int, ...]:
@@ -39,7 +40,7 @@ class Tables:
         from calwatch.scale.table import observe_table
 
         return observe_table(
-            self.m, source, id=id, probs=probs, bucket=bucket, label=label, category=category,
+            self.m, source, id=id, probs=probs, bucket=bucket, label=label, category=category, meta=meta,
             chunk_rows=chunk_rows, progress=progress,
         )  # fmt: skip
 

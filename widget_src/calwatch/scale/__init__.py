@@ -15,6 +15,8 @@ per-batch statistics from such a table without holding it in memory, and exactly
 * :mod:`.fold` — that reduction as a running sum (Arrow's group-by), which ``observe_table``'s
   chunks and Spark's tasks and shards fold with (Spark and Dask also run their own aggregations);
 * :mod:`.reduce` — the statistics objects rebuilt from the reduced table;
+* :mod:`.slice_partials` — a slicing monitor's slice columns (``meta=``) encoded chunk by chunk
+  and counted per bucket and cell, as one more summed statistic of the kernel (exact integers);
 * :mod:`.commit` — the reduced statistics merged into a monitor, all or nothing;
 * :mod:`.table` — the embedded default: parquet, polars and pyarrow sources streamed in chunks
   (``Monitor.observe_table`` / ``Monitor.label_table``);

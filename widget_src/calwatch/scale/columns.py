@@ -2,8 +2,9 @@
 
 A log has one row per prediction: an id, a bucket (each distinct bucket value, in sorted order,
 becomes one batch of the monitor: a day, an hour, a model version), the model's probabilities —
-one column per class in class order, or one list column — and optionally the label and a Mondrian
-category. Bad columns are refused before any statistic is computed, naming the column.
+one column per class in class order, or one list column — and optionally the label, a Mondrian
+category and the slice columns of a monitor that slices (``meta``). Bad columns are refused before
+any statistic is computed, naming the column.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ class LogColumns:
         Mondrian category, for ``mondrian="category"`` calibrators.
     previous_label : str, optional
         The label a row carried before (for relabels; set by the label paths, not by users).
+    meta : tuple of str
+        The slice columns (``calibrate(meta=)``), encoded with the monitor's fixed encoding
+        (:mod:`calwatch.stream.slices`); empty for a monitor that does not slice. Kept with the
+        table, so a late label's row is encoded again from the same columns.
     """
 
     id: str
@@ -44,6 +49,7 @@ class LogColumns:
     label: str | None = None
     category: str | None = None
     previous_label: str | None = None
+    meta: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -54,8 +60,16 @@ class LogColumns:
         probs: str | Sequence[str],
         label: str | None = None,
         category: str | None = None,
+        meta: str | Sequence[str] | None = None,
     ) -> LogColumns:
-        """The spec from user arguments, each checked to be a column name (or names, for ``probs``)."""
+        """The spec from user arguments, each checked to be a column name (or names, for ``probs``, ``meta``).
+
+        Raises
+        ------
+        ValueError
+            Naming the argument: a name that is not a non-empty string, a column named twice,
+            or ``meta`` naming the label column (a label join replaces that column).
+        """
         for argument, value in (("id", id), ("bucket", bucket)):
             _check_name(argument, value)
         for argument, optional in (("label", label), ("category", category)):
@@ -72,7 +86,8 @@ class LogColumns:
             if len(set(names)) != len(names):
                 msg = f"probs names a column twice: {list(names)}"
                 raise ValueError(msg)
-        return cls(id=id, bucket=bucket, probs=names, label=label, category=category)
+        return cls(id=id, bucket=bucket, probs=names, label=label, category=category,
+                   meta=_meta_names(meta, label))  # fmt: skip
 
     @property
     def prob_columns(self) -> tuple[str, ...]:
@@ -83,7 +98,7 @@ class LogColumns:
         """Every column the kernel reads, in a stable order."""
         names = [self.id, self.bucket, *self.prob_columns]
         names += [n for n in (self.label, self.category, self.previous_label) if n is not None]
-        return list(dict.fromkeys(names))
+        return list(dict.fromkeys([*names, *self.meta]))
 
     def check_schema(self, schema: pa.Schema, n_classes: int) -> None:
         """Raise ``ValueError`` naming the first column that is missing or of the wrong type."""
@@ -137,6 +152,26 @@ def _check_name(argument: str, value: Any) -> None:
     if not isinstance(value, str) or not value:
         msg = f"{argument} must name a column (a non-empty string); got {value!r}"
         raise ValueError(msg)
+
+
+def _meta_names(meta: str | Sequence[str] | None, label: str | None) -> tuple[str, ...]:
+    """``meta=`` as a tuple of distinct column names (a single name is one column)."""
+    if meta is None:
+        return ()
+    names = (meta,) if isinstance(meta, str) else tuple(meta)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        msg = f"meta must name the slice columns (a list of non-empty strings); got {meta!r}"
+        raise ValueError(msg)
+    if len(set(names)) != len(names):
+        msg = f"meta names a column twice: {list(names)}"
+        raise ValueError(msg)
+    if label is not None and label in names:
+        msg = (
+            f"meta names the label column {label!r}: a slice column describes the row, and a late label "
+            "replaces the label column, so slice by another column"
+        )
+        raise ValueError(msg)
+    return names
 
 
 def _is_number(arrow_type: pa.DataType) -> bool:

@@ -17,6 +17,12 @@ What runs where:
 * client again: the reduced frame (buckets × calibrators × (3K + 2) rows at most) is merged
   into the monitor under its lock, all or nothing.
 
+A monitor that slices (``calibrate(meta=)``) is given the slice columns (``meta=[...]``): each
+partition's kernel encodes them with the monitor's fixed encoding (in the frozen bytes) and emits
+each bucket's slice counts beside its other partials, reduced by the same ``groupby().agg``, exactly
+(integers; :mod:`calwatch.scale.slice_partials`); :func:`label` encodes the labelled rows'
+columns again from the observed DataFrame.
+
 Whatever scheduler is active runs it: the synchronous or threaded one, or a
 ``distributed.Client``'s cluster.
 """
@@ -52,6 +58,7 @@ from calwatch.scale.kernel import partial_schema, partial_statistics
 from calwatch.scale.pins import FilePin, check_pins, pin_files
 from calwatch.scale.reduce import KEYS
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource
+from calwatch.scale.slice_partials import check_meta, check_meta_types
 
 if TYPE_CHECKING:
     from dask.dataframe import DataFrame
@@ -71,13 +78,16 @@ def observe(
     bucket: str,
     label: str | None = None,
     category: str | None = None,
+    meta: str | Sequence[str] | None = None,
 ) -> tuple[int, ...]:
     """Observe every row of a Dask DataFrame: one batch per bucket, in sorted bucket order.
 
     Parameters and errors as :func:`calwatch.scale.spark.observe`: ``probs`` names one numeric column
-    per class (or one column of lists), ``bucket`` the column whose values make the batches;
-    bad columns are refused before anything is computed, bad rows when their partition is, both
-    with a ``ValueError`` naming the column, and the monitor is then unchanged.
+    per class (or one column of lists), ``bucket`` the column whose values make the batches,
+    ``meta`` the slice columns of a monitor that slices; bad columns are refused before anything
+    is computed, bad rows when their partition is, both naming the column (a ``ValueError``, or
+    a ``TypeError`` for a slice column of another type than at calibration), and the monitor is
+    then unchanged. A pandas ``object`` column is taken as text.
 
     Returns
     -------
@@ -89,12 +99,14 @@ def observe(
     The monitor keeps the DataFrame's graph, not its rows: :func:`label` reads it again, so it
     must keep returning the same rows.
     """
-    columns = LogColumns.of(id=id, bucket=bucket, probs=probs, label=label, category=category)
+    columns = LogColumns.of(id=id, bucket=bucket, probs=probs, label=label, category=category, meta=meta)
     snap = snapshot(mon)
+    check_meta(snap.frozen.slices, columns)
     names = columns.needed()
     check_names(list(ddf.columns), names, "the DataFrame")
     schema = _arrow_schema(ddf._meta[names], columns)
     columns.check_schema(schema, snap.frozen.n_classes)
+    check_meta_types(snap.frozen.slices, columns, schema)
     id_kind = check_ids_of(mon, schema, columns.id)
     pins = pinned_inputs(ddf)
     partials = _partials(ddf[names], snap, columns, observed=True)
@@ -201,8 +213,9 @@ def _rows_hashed_in(part: pd.DataFrame, id: str, hashes: npt.NDArray[np.uint64])
 def label(mon: Any, labels_ddf: DataFrame, *, id: str, label: str) -> LabelReport:
     """Join late labels by id to the DataFrames observed with :func:`observe`; update the batches they touch.
 
-    As :func:`calwatch.scale.spark.label`: a relabel replaces the row's previous label in every count,
-    labels for unknown ids are counted as unmatched, and a rejected call changes nothing.
+    As :func:`calwatch.scale.spark.label`: a relabel replaces the row's previous label in every count
+    (the slice counts of a monitor that slices included), labels for unknown ids are counted as
+    unmatched, and a rejected call changes nothing.
 
     Returns
     -------

@@ -20,6 +20,7 @@ from calwatch.core.classes import ClassEncoder
 from calwatch.core.codec import SnapshotError, StateDecoder, StateEncoder
 from calwatch.kinds import kind_of
 from calwatch.kinds.base import CalibratorKind
+from calwatch.stream.slice_counts import SliceStore
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
@@ -47,12 +48,17 @@ class FrozenMonitor:
     reference_confidence : ndarray, optional
         The calibration rows' confidence scores ``1 − max p``, sorted: each bucket's rank-sum
         against them feeds the label-free bucket test (None for monitors calibrated before it).
+    slices : SliceStore, optional
+        The monitor's slice encoding and the set calibrators it counts, without their counts (an
+        empty :class:`~calwatch.stream.slice_counts.SliceStore`): the kernel encodes a table's
+        ``meta`` columns with it. None for a monitor that does not slice.
     """
 
     calibrators: dict[str, Any]
     classes: npt.NDArray[Any]
     tolerance: float
     reference_confidence: npt.NDArray[np.float64] | None = None
+    slices: SliceStore | None = None
 
     @property
     def n_classes(self) -> int:
@@ -73,7 +79,7 @@ class FrozenMonitor:
         encoder = StateEncoder()
         state = {
             "calibrators": self.calibrators, "classes": self.classes, "tolerance": self.tolerance,
-            "reference_confidence": self.reference_confidence,
+            "reference_confidence": self.reference_confidence, "slices": self.slices,
         }  # fmt: skip
         tree = encoder.encode(state, "frozen")
         buffer = io.BytesIO()
@@ -106,9 +112,13 @@ class FrozenMonitor:
             raise SnapshotError(msg) from err
         state = StateDecoder(arrays).decode(tree)
         reference = state.get("reference_confidence")
+        slices = state.get("slices")
+        if slices is not None and not isinstance(slices, SliceStore):
+            msg = f"not a frozen calwatch monitor: its slices are a {type(slices).__name__}"
+            raise SnapshotError(msg)
         return cls(
             dict(state["calibrators"]), np.asarray(state["classes"]), float(state["tolerance"]),
-            None if reference is None else np.asarray(reference, dtype=np.float64),
+            None if reference is None else np.asarray(reference, dtype=np.float64), slices,
         )  # fmt: skip
 
 
@@ -125,7 +135,13 @@ def freeze(monitor: Monitor) -> FrozenMonitor:
         keyed by row id: a split of the table would draw other values than the monitor). A
         randomised calibrator fitted now draws each row's ``u`` from its id
         (:func:`~calwatch.engine.conformal.row_draws.row_uniforms`), so every path draws the
-        same. The message names the calibrator.
+        same. The message names the calibrator. (A calibrator that takes its groups from the
+        slice columns, ``groups_from``, gets them from the table's ``meta`` columns in the kernel.)
+
+    Notes
+    -----
+    A monitor that slices freezes its slice encoding and the set calibrators it counts (not
+    their counts, nor the calibration rows): what the kernel needs to encode a table's ``meta``.
     """
     classes = monitor.classes_  # raises NotFittedError before calibrate()
     for key, cal in monitor.calibrators.items():
@@ -145,7 +161,10 @@ def freeze(monitor: Monitor) -> FrozenMonitor:
             )
             raise TypeError(msg)
     reference = monitor.__dict__.get("_reference_confidence")
-    return FrozenMonitor(monitor.calibrators, np.asarray(classes), float(monitor._tolerance), reference)
+    store = monitor._slices
+    slices = None if store is None else SliceStore(store.encoding, store.calibrators)  # no counts travel
+    tolerance = float(monitor._tolerance)
+    return FrozenMonitor(monitor.calibrators, np.asarray(classes), tolerance, reference, slices)
 
 
 __all__ = ["TABLE_KINDS", "FrozenMonitor", "SnapshotError", "freeze"]

@@ -26,6 +26,12 @@ In *observe* mode every row counts as observed (and, where its label column has 
 labelled). In *label* mode (``observed=False``) only the labels' contribution is emitted: the
 label's statistics, minus those of the row's previous label where it had one (a relabel
 replaces the first label), as :meth:`Monitor.label <calwatch.monitor.monitor.Monitor.label>` does.
+
+A monitor that slices (``calibrate(meta=)``) and a log whose :class:`LogColumns` name its slice
+columns (``meta``) add each bucket's slice counts (rows, labelled, covered and set-size sums per
+cell and set calibrator) under calibrator ``""``, field
+:data:`~calwatch.scale.slice_partials.SLICE_COUNTS`: integers that reduce with the same sum
+(:mod:`calwatch.scale.slice_partials`).
 """
 
 from __future__ import annotations
@@ -43,6 +49,10 @@ from calwatch.engine.shift.bucket_tests import confidence_rank_sums
 from calwatch.scale.columns import LogColumns, label_mask, probabilities, values
 from calwatch.scale.duplicates import key_hashes, repeated_id
 from calwatch.scale.frozen import FrozenMonitor
+from calwatch.scale.slice_partials import SLICE_COUNTS, bucket_counts, chunk_codes
+from calwatch.stream.slice_counts import SliceStore
+from calwatch.stream.slice_groups import groups_for
+from calwatch.stream.slices import CodeArray
 
 #: Fields that are a calibrator's constant rather than a sum (restored with ``max``).
 CONSTANT_FIELDS = frozenset({"alpha_level", "top_k", "threshold"})
@@ -177,6 +187,9 @@ def partial_statistics(
         probabilities, probabilities that are not finite, outside [0, 1] or do not sum to 1,
         labels outside the monitor's classes, ids repeated in the batch. The message names
         the column.
+    SliceTypeError, SliceError
+        A slice column (``columns.meta``) that the monitor's encoding cannot take (another type
+        than at calibration, nested values), naming the column.
     """
     K = frozen.n_classes
     columns.check_schema(batch.schema, K)
@@ -206,6 +219,8 @@ def partial_statistics(
             msg = f"category column {columns.category!r} has null rows"
             raise ValueError(msg)
         cats = values(batch, columns.category)
+    store = frozen.slices if columns.meta else None
+    slice_codes = None if store is None else chunk_codes(batch, store, columns)
     encoder = frozen.encoder
     labelled, labels = _labels(batch, columns.label, encoder)
     relabel, previous = _labels(batch, columns.previous_label, encoder)
@@ -217,7 +232,10 @@ def partial_statistics(
         order = np.argsort(codes, kind="stable")
         groups = np.split(order, np.flatnonzero(np.diff(codes[order])) + 1)
     kinds = frozen.kinds()
-    results = {key: kinds[key].apply(key, cal, outputs, cats) for key, cal in frozen.calibrators.items()}
+    results = {
+        key: kinds[key].apply(key, cal, outputs, _groups(key, cal, cats, store, slice_codes))
+        for key, cal in frozen.calibrators.items()
+    }
     rank_sums = None
     if observed and frozen.reference_confidence is not None:  # every bucket's in one pass
         rank_sums = confidence_rank_sums(
@@ -255,7 +273,59 @@ def partial_statistics(
                     kind.labelled(result.take(again), outputs.probs[again], previous[again], sign=-1)
                 )
             parts.add_stats(code, key, stats.to_row())
+    if store is not None:
+        assert slice_codes is not None
+        _add_slice_counts(parts, store, slice_codes, codes, len(encoded.dictionary), kinds, results,
+                          observed=observed, labelled=labelled, labels=labels, relabel=relabel,
+                          previous=previous)  # fmt: skip
     return parts.table(encoded.dictionary, schema)
+
+
+def _groups(key: str, cal: Any, cats: Any, store: SliceStore | None, slice_codes: CodeArray | None) -> Any:
+    """A calibrator's groups for the chunk's rows: from its slice columns (``groups_from``), else ``cats``."""
+    if getattr(cal, "groups_from", None) is None:
+        return cats
+    if store is None or slice_codes is None:
+        msg = (
+            f"calibrator {key!r} takes its rows' groups from the slice columns {list(cal.groups_from)}: "
+            "name them in meta="
+        )
+        raise ValueError(msg)
+    return groups_for(cal, store.encoding, slice_codes)
+
+
+def _add_slice_counts(
+    parts: _Parts, store: SliceStore, slice_codes: CodeArray, buckets: IntArray, n_buckets: int,
+    kinds: dict[str, Any], results: dict[str, Any], *, observed: bool, labelled: npt.NDArray[np.bool_],
+    labels: IntArray, relabel: npt.NDArray[np.bool_], previous: IntArray,
+) -> None:  # fmt: skip
+    """Each bucket's slice counts (:mod:`calwatch.scale.slice_partials`), from the calibrators' results.
+
+    As in memory: observed rows add their rows and set sizes per cell
+    (:meth:`~calwatch.stream.slice_counts.SliceStore.observed`), labelled rows their labelled and
+    covered counts, and a relabelled row takes its previous label's away
+    (:meth:`~calwatch.stream.slice_counts.SliceStore.labelled` with ``sign=-1``).
+    """
+    missing = [key for key in store.calibrators if key not in results]
+    if missing:
+        msg = f"the slice counts name calibrator {missing[0]!r}, which the frozen monitor does not have"
+        raise ValueError(msg)
+    label_rows, again = np.flatnonzero(labelled), np.flatnonzero(relabel)
+    sizes: dict[str, Any] | None = None
+    covered: dict[str, Any] = {}
+    before: dict[str, Any] = {}
+    if observed:
+        sizes = {key: kinds[key].set_sizes(results[key]) for key in store.calibrators}
+    for key in store.calibrators:
+        kind, result = kinds[key], results[key]
+        if label_rows.shape[0]:
+            covered[key] = kind.covered(result.take(label_rows), labels[label_rows])
+        if again.shape[0]:
+            before[key] = kind.covered(result.take(again), previous[again])
+    for code, index, count in bucket_counts(store, slice_codes, buckets, n_buckets, sizes=sizes,
+                                            labelled=label_rows, covered=covered, relabelled=again,
+                                            covered_before=before):  # fmt: skip
+        parts.add(code, BUCKET, SLICE_COUNTS, index, count=count)
 
 
 def _labels(batch: pa.RecordBatch, name: str | None, encoder: Any) -> tuple[npt.NDArray[np.bool_], IntArray]:

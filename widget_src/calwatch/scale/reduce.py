@@ -4,7 +4,8 @@ The reduction is a group-by over (bucket, calibrator, field, index) taking ``sum
 ``sum(total)`` and ``max(constant)``; :func:`reduce_partials` does it with
 :mod:`calwatch.scale.fold` (Spark and Dask do the same with their own aggregations and hand the
 small result here). Integer counts come out exactly; float sums equal the in-memory monitor's to
-rounding (the order of additions differs).
+rounding (the order of additions differs). A slicing monitor's slice counts
+(:mod:`calwatch.scale.slice_partials`) are integers too, and come out exactly.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from calwatch.scale.kernel import (
     N_RELABELLED,
     N_ROWS,
 )
+from calwatch.scale.slice_partials import SLICE_COUNTS, slice_counts_of
 from calwatch.stream.records import BatchStats
+from calwatch.stream.slice_counts import SliceCounts
 
 
 @dataclass
@@ -41,6 +44,9 @@ class BucketStatistics:
     stats: dict[str, BatchStats] = field(default_factory=dict)
     #: Its rows' confidence rank-sum against the calibration rows (None when not computed).
     confidence_rank_sum: float | None = None
+    #: Its slice counts (observed rows, or the labels' contribution), for a monitor that slices a
+    #: table with ``meta``; None when the partials carry none (or, in label mode, all cancel).
+    slices: SliceCounts | None = None
 
 
 def reduce_partials(partials: Iterable[pa.RecordBatch | pa.Table | pl.DataFrame]) -> pl.DataFrame:
@@ -110,6 +116,11 @@ def bucket_statistics(
             entry = entries[code]
             if name == CONFIDENCE_RANK_SUM:
                 entry.confidence_rank_sum = float(total[s:e].sum())
+            elif name == SLICE_COUNTS:
+                if frozen.slices is None:
+                    msg = "partial statistics carry slice counts, but the monitor keeps no slices"
+                    raise ValueError(msg)
+                entry.slices = slice_counts_of(frozen.slices, index[s:e], count[s:e])
             elif name == N_ROWS:
                 entry.n_rows = value
             elif name == N_NEW_LABELS:

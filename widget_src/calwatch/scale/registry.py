@@ -56,7 +56,8 @@ class TableSource:
     source : object
         What to read again when labels come: a polars ``LazyFrame``, a Spark or Dask DataFrame.
     columns : LogColumns
-        Its columns.
+        Its columns, the slice columns (``meta``) among them: a label join reads them again from
+        the observed rows, to count each label in its row's slices.
     batches : dict
         Bucket value -> the monitor's batch index.
     rows : int
@@ -171,6 +172,7 @@ def load_registry(folder: Path, index: dict[str, Any]) -> TableRegistry:
             columns = dict(entry["columns"])
             if isinstance(columns["probs"], list):
                 columns["probs"] = tuple(columns["probs"])
+            columns["meta"] = tuple(columns.get("meta", ()))  # absent before tables took slices
             buckets_file = inside(folder, entry["buckets"])
             check_file(buckets_file, str(entry["buckets_sha256"]))
             buckets = pl.read_parquet(buckets_file)

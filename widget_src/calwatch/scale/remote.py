@@ -19,6 +19,7 @@ message, naming the column.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -90,9 +91,12 @@ def _combined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 
 
 def label_mode_columns(columns: LogColumns) -> LogColumns:
-    """The kernel's columns for joined label rows: this call's label and the merged previous one."""
-    return LogColumns(id=columns.id, bucket=columns.bucket, probs=columns.probs, label=LABEL,
-                      category=columns.category, previous_label=PREVIOUS)  # fmt: skip
+    """The kernel's columns for joined label rows: this call's label and the merged previous one.
+
+    The slice columns (``meta``) stay, so each labelled row's slices are encoded again from the
+    observed table's columns.
+    """
+    return dataclasses.replace(columns, label=LABEL, previous_label=PREVIOUS)
 
 
 def statistics(

@@ -20,6 +20,12 @@ What runs where:
 * driver again: the reduced table, at most buckets × calibrators × (3K + 2) rows, is
   collected with ``toArrow()`` and merged into the monitor under its lock, all or nothing.
 
+A monitor that slices (``calibrate(meta=)``) is given the DataFrame's slice columns
+(``meta=[...]``): the executors encode them with the monitor's fixed encoding (broadcast with the
+calibrators) and emit each bucket's slice counts with its other partials, which Spark's own
+``groupBy().sum()`` adds up exactly (integers; :mod:`calwatch.scale.slice_partials`); :func:`label`
+reads the labelled rows' slice columns from the observed DataFrame again.
+
 A row's data never reaches the driver, except, in :func:`label`, the ``(id, bucket, label)``
 of the rows a call labels: the monitor's label log keeps them (on the driver's disk) so that a
 relabel takes the previous label out of every count.
@@ -64,6 +70,7 @@ from calwatch.scale.kernel import partial_statistics
 from calwatch.scale.pins import FilePin, check_pins, pin_files
 from calwatch.scale.reduce import KEYS
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource
+from calwatch.scale.slice_partials import check_meta, check_meta_types
 from calwatch.scale.spark_arrow import (
     arrow_field,
     arrow_only,
@@ -109,6 +116,7 @@ def observe(
     bucket: str,
     label: str | None = None,
     category: str | None = None,
+    meta: str | Sequence[str] | None = None,
     check_ids: bool = True,
     read_files: bool = True,
 ) -> tuple[int, ...]:
@@ -131,6 +139,13 @@ def observe(
         Labels already known (null where not).
     category : str, optional
         The Mondrian category, for ``mondrian="category"`` calibrators.
+    meta : list of str, optional
+        The slice columns, required when the monitor was calibrated with ``meta=`` (and refused
+        when it was not): each batch gets the exact slice counts ``observe(meta=)`` would give
+        its rows (see :meth:`Monitor.observe_table <calwatch.monitor.monitor.Monitor.observe_table>`).
+        An instant (``TimestampType``) reaches the encoding as the instant it is: bins fitted on
+        naive times compare them as UTC, so keep such a column ``TimestampNTZType``, or the
+        session's time zone UTC.
     check_ids : bool
         Refuse a table whose ids repeat (in one bucket or across). The check rides on the
         kernel's scan and its one shuffle: an 8-byte hash of each row's id, shuffled as bytes
@@ -155,9 +170,11 @@ def observe(
         Naming the column: a missing or mistyped column or a wrong number of probability columns
         (before any job runs), and bad rows found on executors (probabilities outside [0, 1],
         NaN or not summing to 1, labels outside the classes, null or NaN buckets or ids, an id
-        twice, ids of another type than the monitor's, no rows at all). The monitor is unchanged.
+        twice, ids of another type than the monitor's, no rows at all); ``meta`` missing for a
+        monitor that slices, or given to one that does not. The monitor is unchanged.
     TypeError
-        For calibrators a table cannot run (see :func:`calwatch.scale.frozen.freeze`).
+        For calibrators a table cannot run (see :func:`calwatch.scale.frozen.freeze`), or a slice
+        column of another type than at calibration (naming it).
 
     Notes
     -----
@@ -165,11 +182,13 @@ def observe(
     it must keep returning the same rows — a table read at a fixed version (Delta's
     ``versionAsOf``, an Iceberg snapshot), or files that are only ever added under new buckets.
     """
-    columns = LogColumns.of(id=id, bucket=bucket, probs=probs, label=label, category=category)
+    columns = LogColumns.of(id=id, bucket=bucket, probs=probs, label=label, category=category, meta=meta)
     snap = snapshot(mon)
+    check_meta(snap.frozen.slices, columns)
     names = columns.needed()
     schema = arrow_schema(df, names, "the DataFrame")
     columns.check_schema(schema, snap.frozen.n_classes)
+    check_meta_types(snap.frozen.slices, columns, schema)
     id_kind = check_ids_of(mon, schema, columns.id)
     pins = pinned_inputs(df)
     spark = df.sparkSession
@@ -303,8 +322,9 @@ def label(mon: Any, labels_df: DataFrame, *, id: str, label: str) -> LabelReport
     """Join late labels by id to the DataFrames observed with :func:`observe`; update the batches they touch.
 
     A second label for a row replaces the first in every count (the row's previous label comes
-    from the monitor's label log, or the DataFrame's own label column at observe time). Labels
-    whose id meets no observed row are counted as unmatched.
+    from the monitor's label log, or the DataFrame's own label column at observe time), the
+    slice counts of a monitor that slices included (the rows' slice columns are read from the
+    observed DataFrame again). Labels whose id meets no observed row are counted as unmatched.
 
     Parameters
     ----------

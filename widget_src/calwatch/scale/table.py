@@ -9,10 +9,17 @@ depends on the chunk size and on buckets × calibrators × classes, not on the t
 
 The monitor's lock is held only to freeze the calibrators and to commit: a dashboard reading the
 monitor is not blocked while a long table is read.
+
+A monitor that slices (``calibrate(meta=)``) is given the table's slice columns by name
+(``meta=[...]``): each chunk's columns are encoded with the monitor's fixed encoding inside the
+kernel, each bucket's slice counts are reduced with its other statistics and committed with its
+batch (:mod:`calwatch.scale.slice_partials`), and a late label recomputes its row's codes from the
+same columns of the observed rows, which the table's registry entry names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import uuid
@@ -32,7 +39,7 @@ import pyarrow.parquet as pq
 from calwatch.core.ids import arrow_id_kind, check_id_kind
 from calwatch.monitor.labels import LabelReport
 from calwatch.scale.columns import LogColumns
-from calwatch.scale.commit import commit_labels, commit_observed, refuse_slices
+from calwatch.scale.commit import commit_labels, commit_observed
 from calwatch.scale.duplicates import DuplicateCheck, confirm, grouped_hashes, repeated_id
 from calwatch.scale.fold import FoldedPartials
 from calwatch.scale.frozen import FrozenMonitor, freeze
@@ -40,6 +47,7 @@ from calwatch.scale.kernel import partial_statistics
 from calwatch.scale.pins import ChangedSourceError, FilePin, check_pins, pin_files
 from calwatch.scale.reduce import BucketStatistics, as_frame, bucket_statistics
 from calwatch.scale.registry import BUCKET, ID, LABEL, TableSource, registry_of
+from calwatch.scale.slice_partials import check_meta, check_meta_types
 
 #: Rows per chunk: large enough that per-chunk overheads vanish, small enough for flat memory.
 DEFAULT_CHUNK_ROWS = 250_000
@@ -159,6 +167,7 @@ def observe_table(
     bucket: str,
     label: str | None = None,
     category: str | None = None,
+    meta: str | Sequence[str] | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     progress: bool | None = None,
 ) -> tuple[int, ...]:
@@ -169,24 +178,27 @@ def observe_table(
     if not (isinstance(chunk_rows, int) and chunk_rows > 0):
         msg = f"chunk_rows must be a positive integer; got {chunk_rows!r}"
         raise ValueError(msg)
-    columns = LogColumns.of(id=id, bucket=bucket, probs=probs, label=label, category=category)
+    columns = LogColumns.of(id=id, bucket=bucket, probs=probs, label=label, category=category, meta=meta)
     with monitor.lock:
-        refuse_slices(monitor)  # before the table is read (commit_observed refuses it again)
         frozen = freeze(monitor)
         calibrators = dict(monitor._calibrators)
         fixed_kind = monitor._id_kind
+    check_meta(frozen.slices, columns)  # before the table is read (the commit checks the counts again)
     names = columns.needed()
     kinds = _IdKinds(columns.id, fixed_kind)
     files = parquet_files(source)
     if files is None:
         frame = as_lazy(source)
         check_names(frame, names)
+        check_meta_types(frozen.slices, columns, frame.collect_schema())
         pins: tuple[FilePin, ...] = ()
         items: Iterator[RowGroups | pa.RecordBatch] = source_chunks(None, frame, names, chunk_rows)
     else:
         pins = pin_files(files)  # before any read: a truncated or foreign file is named here
         footers = file_footers(files, names, columns)
         kinds.check(footers[files[0]].schema.to_arrow_schema())  # the others agree (file_footers)
+        for footer in footers.values():  # each file's slice columns (each chunk is checked again)
+            check_meta_types(frozen.slices, columns, footer.schema.to_arrow_schema())
         items = row_groups(footers, chunk_rows)
         frame = pl.scan_parquet(files)
     location = str(source) if isinstance(source, (str, os.PathLike)) else None
@@ -524,11 +536,16 @@ def label_table(
         return LabelReport(0, 0, 0, ())
     frames = {id_of(s): frame for s, frame in observed}
     pins = [pin for s in sources for pin in s.pins]
-    return apply_labels(
-        monitor, frozen, calibrators, sources, labels,
-        lambda s: _joined_chunks(s, frames[id_of(s)], labels.frame, chunk_rows), progress,
-        before_commit=lambda: check_pins(pins, "while labels were joined to it"),
-    )  # fmt: skip
+    try:
+        return apply_labels(
+            monitor, frozen, calibrators, sources, labels,
+            lambda s: _joined_chunks(s, frames[id_of(s)], labels.frame, chunk_rows), progress,
+            before_commit=lambda: check_pins(pins, "while labels were joined to it"),
+        )  # fmt: skip
+    except ValueError as err:  # the kernel names the joined label column: name the user's
+        if repr(LABEL) not in str(err):
+            raise
+        raise ValueError(str(err).replace(repr(LABEL), repr(label))) from None
 
 
 def apply_labels(
@@ -607,9 +624,12 @@ def distinct_matches(ids: list[pl.Series]) -> int:
 
 
 def _label_columns(columns: LogColumns) -> LogColumns:
-    """The kernel's columns for joined label rows: this call's label, the row's previous one."""
-    return LogColumns(id=columns.id, bucket=columns.bucket, probs=columns.probs, label=LABEL,
-                      category=columns.category, previous_label=PREVIOUS)  # fmt: skip
+    """The kernel's columns for joined label rows: this call's label, the row's previous one.
+
+    The slice columns (``meta``) stay: the joined rows carry them from the observed table, so
+    the kernel encodes each labelled row's slices again, as they were when it was observed.
+    """
+    return dataclasses.replace(columns, label=LABEL, previous_label=PREVIOUS)
 
 
 def id_of(source: TableSource) -> int:

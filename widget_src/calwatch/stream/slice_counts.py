@@ -36,6 +36,42 @@ CountArray = npt.NDArray[np.int64]
 
 #: Epochs of one length kept before the two oldest merge (see the module's *History*).
 EPOCHS_PER_LENGTH = 4
+#: The calibration rows are kept (for :meth:`Monitor.slice_calibrator`) when their probabilities
+#: hold at most this many values (rows × classes: 32 MB of float64).
+CALIBRATION_VALUES = 1 << 22
+
+
+@dataclass(frozen=True, eq=False)
+class CalibrationRows:
+    """The calibration rows of a monitor that slices: what a calibrator by slice is fitted on.
+
+    :meth:`Monitor.slice_calibrator <calwatch.monitor.monitor.Monitor.slice_calibrator>` fits a
+    new calibrator (Mondrian by a slice column, or group-conditional over several) on the same
+    rows the monitor's calibrators were fitted on, with their slice codes, so a fix can be built
+    in one call, after a snapshot too. Kept when ``n × K ≤`` :data:`CALIBRATION_VALUES`.
+
+    Attributes
+    ----------
+    probs : ndarray of shape (n, K), float64
+    labels : ndarray of shape (n,), int64
+        Class indices.
+    codes : ndarray of shape (n, columns), int16
+        Each row's slice codes (:meth:`~calwatch.stream.slices.SliceEncoding.codes`).
+    """
+
+    probs: npt.NDArray[np.float64]
+    labels: npt.NDArray[np.int64]
+    codes: CodeArray
+
+    def problems(self, n_columns: int) -> list[str]:
+        """What is inconsistent (shapes, labels outside the classes), in words; empty when sound."""
+        n = self.labels.shape[0]
+        if self.probs.ndim != 2 or self.probs.shape[0] != n or self.codes.shape != (n, n_columns):
+            shapes = f"{self.probs.shape}, {self.labels.shape}, {self.codes.shape}"
+            return [f"calibration rows of mismatched shapes {shapes}"]
+        if n and (self.labels.min() < 0 or self.labels.max() >= self.probs.shape[1]):
+            return ["calibration labels outside the classes"]
+        return []
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,6 +177,9 @@ class SliceStore:
         Batches of each epoch.
     epochs : list of ndarray
         Each epoch's counts, ``(2 + 2c, cells)`` int64 (:class:`SliceCounts` layout).
+    calibration : CalibrationRows or None
+        The latest ``calibrate(meta=)``'s rows (None when too large to keep, or in snapshots
+        saved before they were kept).
     """
 
     encoding: SliceEncoding
@@ -148,6 +187,7 @@ class SliceStore:
     starts: list[int] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     epochs: list[CountArray] = field(default_factory=list)
+    calibration: CalibrationRows | None = None
 
     @property
     def n_batches(self) -> int:
@@ -255,7 +295,9 @@ class SliceStore:
             problems = SliceCounts(self.calibrators, counts).check()
             if problems:
                 return [f"epoch starting at batch {start}: {problems[0]}"]
+        if self.calibration is not None:
+            return self.calibration.problems(len(self.encoding.columns))
         return []
 
 
-__all__ = ["EPOCHS_PER_LENGTH", "SliceCounts", "SliceStore"]
+__all__ = ["CALIBRATION_VALUES", "EPOCHS_PER_LENGTH", "CalibrationRows", "SliceCounts", "SliceStore"]

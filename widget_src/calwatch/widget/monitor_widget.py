@@ -161,6 +161,9 @@ class MonitorWidget(anywidget.AnyWidget):
         self.refresh_layout()
         with monitor.lock:
             self._window_data()  # what the first replay repeats
+            # and the slices tested so far: a view of a monitor shown after its stream (or loaded)
+            # has a Slices tab before the next batch
+            self._diff("slices", json_rows_from_dicts(slice_rows(monitor)), whole=True)
         self._live = True
         self._unsubscribe = monitor.subscribe(self._on_batches)
         self.on_msg(self._on_custom_message)
@@ -695,8 +698,11 @@ class MonitorWidget(anywidget.AnyWidget):
     def _send_rows(self, content: dict[str, Any]) -> None:
         view = str(content.get("view", ""))
         reply: dict[str, Any] = {"kind": "rows", "view": view}
+        # A slice (words of mon.slices()) is the view's own filter: it travels in the request only.
+        slice_filter = str(content.get("slice_filter") or "")
         try:
-            batch = int(content["batch"])
+            # no batch (null) with a slice: the newest window batch holding rows of it
+            batch = None if content.get("batch", 0) is None else int(content["batch"])
             page_size = min(MAX_PAGE_SIZE, max(1, int(content.get("page_size", 20))))
             with self._monitor.lock:
                 page = dashboard.rows_page(
@@ -706,6 +712,7 @@ class MonitorWidget(anywidget.AnyWidget):
                     page_size=page_size,
                     calibrator=self.selected,
                     class_filter=str(content.get("class_filter", self.class_filter)),
+                    slice_filter=slice_filter,
                 )
             reply |= page
             reply["rows"] = [
@@ -713,7 +720,7 @@ class MonitorWidget(anywidget.AnyWidget):
                 for r in reply["rows"]
             ]
         except (KeyError, TypeError, ValueError) as err:
-            reply |= {"batch": content.get("batch"), "error": str(err)}
+            reply |= {"batch": content.get("batch"), "slice_filter": slice_filter, "error": str(err)}
         self.send(reply)
 
     def close(self) -> None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.engine._validation import check_alpha, check_labels, check_probabilities
+from calwatch.engine._validation import check_alpha, check_groups_from, check_labels, check_probabilities
 from calwatch.engine.conformal.quantiles import conformal_quantile, p_values_against
 from calwatch.engine.conformal.row_draws import row_uniforms
 from calwatch.engine.conformal.scores import (
@@ -98,6 +98,14 @@ class SplitConformalClassifier:
         sets); ``top_class`` does not apply.
     seed : int
         Seed for randomisation and the tuning split.
+    groups_from : str or sequence of str, optional
+        For a :class:`~calwatch.monitor.monitor.Monitor`: the slice columns (its
+        ``calibrate/observe(meta=)`` columns) whose values are the Mondrian categories, so a
+        row's category is its slice (``hour = 15 ≤ hour < 18``; with two columns, the pair of
+        values) and the promise holds within each. Implies ``mondrian="category"``; the
+        calibrator itself only records the names (``fit``/``predict_sets`` still take
+        ``categories``). :meth:`Monitor.slice_calibrator
+        <calwatch.monitor.monitor.Monitor.slice_calibrator>` builds one from a flagged column.
 
     Attributes
     ----------
@@ -123,6 +131,8 @@ class SplitConformalClassifier:
     #: existed has neither attribute: these class defaults give it the sets it always had.
     top_class: TopClassName = "added"
     _u_from_ids: bool = False
+    #: Calibrators restored from snapshots written before ``groups_from`` take no slice columns.
+    groups_from: tuple[str, ...] | None = None
 
     def __init__(
         self,
@@ -138,12 +148,17 @@ class SplitConformalClassifier:
         top_class: TopClassName | None = None,
         allow_empty: bool = False,
         seed: int = 0,
+        groups_from: str | Sequence[str] | None = None,
     ) -> None:
         if score not in SCORE_NAMES:
             msg = f"score must be one of {SCORE_NAMES}; got {score!r}"
             raise ValueError(msg)
         if mondrian not in (None, "label", "category"):
             msg = f"mondrian must be None, 'label' or 'category'; got {mondrian!r}"
+            raise ValueError(msg)
+        columns = check_groups_from(groups_from)
+        if columns is not None and mondrian == "label":
+            msg = "groups_from makes the slices the Mondrian categories: it needs mondrian=None or 'category'"
             raise ValueError(msg)
         if tune not in (None, "size", "adapt"):
             msg = f"tune must be None, 'size' or 'adapt'; got {tune!r}"
@@ -168,7 +183,8 @@ class SplitConformalClassifier:
             raise ValueError(msg)
         self.score: ScoreName = score
         self.alpha = check_alpha(alpha)
-        self.mondrian = mondrian
+        self.groups_from = columns
+        self.mondrian: MondrianName | None = "category" if columns is not None else mondrian
         self.randomized = score != "lac" if randomized is None else bool(randomized)
         self.top_class: TopClassName = (
             ("calibrated" if self.randomized else "added") if top_class is None else top_class
@@ -182,7 +198,9 @@ class SplitConformalClassifier:
 
     def __repr__(self) -> str:
         options = [f"score={self.score!r}", f"alpha={self.alpha!r}"]
-        if self.mondrian is not None:
+        if self.groups_from is not None:
+            options.append(f"groups_from={list(self.groups_from)!r}")
+        elif self.mondrian is not None:
             options.append(f"mondrian={self.mondrian!r}")
         if self.randomized != (self.score != "lac"):
             options.append(f"randomized={self.randomized!r}")

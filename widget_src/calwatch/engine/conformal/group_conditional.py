@@ -85,12 +85,13 @@ for these two scores).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from calwatch.engine._validation import check_alpha, check_labels, check_probabilities
+from calwatch.engine._validation import check_alpha, check_groups_from, check_labels, check_probabilities
 from calwatch.engine.conformal.quantiles import conformal_quantile
 from calwatch.engine.conformal.scores import label_scores, prediction_sets, row_argmax
 from calwatch.engine.errors import NotFittedError
@@ -120,6 +121,14 @@ class GroupConditionalConformal:
     min_group_rows : int
         A group with fewer calibration rows than this gets ``q_g = +∞`` (every class for its
         rows). Default 0: only the level's own rule applies (``⌈(n_g+1)(1−α)⌉ > n_g``).
+    groups_from : str or sequence of str, optional
+        For a :class:`~calwatch.monitor.monitor.Monitor`: the slice columns (its
+        ``calibrate/observe(meta=)`` columns) whose values are the groups, one group per value
+        of each column (``carrier = B6``, ``hour ≥ 18``…; a row is in one group per column), so
+        the promise holds within every value of every column. The calibrator itself only
+        records the names (``fit``/``predict_sets`` still take ``groups``); a monitor
+        needs it to use this calibrator, and :meth:`Monitor.slice_calibrator
+        <calwatch.monitor.monitor.Monitor.slice_calibrator>` builds one from flagged columns.
 
     Attributes
     ----------
@@ -151,7 +160,19 @@ class GroupConditionalConformal:
     [0.375, 0.625, 0.625]
     """
 
-    def __init__(self, *, score: GroupScoreName = "lac", alpha: float = 0.1, min_group_rows: int = 0) -> None:
+    #: Groups are given to ``fit`` and ``predict_sets`` as ``groups=`` (the monitor's kinds read this).
+    takes_groups = True
+    #: Calibrators restored from snapshots written before ``groups_from`` take no slice columns.
+    groups_from: tuple[str, ...] | None = None
+
+    def __init__(
+        self,
+        *,
+        score: GroupScoreName = "lac",
+        alpha: float = 0.1,
+        min_group_rows: int = 0,
+        groups_from: str | Sequence[str] | None = None,
+    ) -> None:
         if score not in GROUP_SCORE_NAMES:
             msg = f"score must be one of {GROUP_SCORE_NAMES}; got {score!r}"
             raise ValueError(msg)
@@ -161,11 +182,14 @@ class GroupConditionalConformal:
         self.score: GroupScoreName = score
         self.alpha = check_alpha(alpha)
         self.min_group_rows = int(min_group_rows)
+        self.groups_from = check_groups_from(groups_from)
 
     def __repr__(self) -> str:
         options = [f"score={self.score!r}", f"alpha={self.alpha!r}"]
         if self.min_group_rows:
             options.append(f"min_group_rows={self.min_group_rows!r}")
+        if self.groups_from is not None:
+            options.append(f"groups_from={list(self.groups_from)!r}")
         return f"GroupConditionalConformal({', '.join(options)})"
 
     @property
@@ -299,7 +323,12 @@ class GroupConditionalConformal:
         info: dict[str, Any] = {
             "kind": "GroupConditionalConformal",
             "version": STATE_VERSION,
-            "params": {"score": self.score, "alpha": self.alpha, "min_group_rows": self.min_group_rows},
+            "params": {
+                "score": self.score,
+                "alpha": self.alpha,
+                "min_group_rows": self.min_group_rows,
+                "groups_from": None if self.groups_from is None else list(self.groups_from),
+            },
             "marginal_threshold": None if math.isinf(marginal) else marginal,
             "n_classes": self.n_classes_,
             "n_calibration": self.n_calibration_,

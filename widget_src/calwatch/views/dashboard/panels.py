@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from calwatch.views.cards import overview_rows
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
+    from calwatch.stream.slices import SliceEncoding
 from calwatch.views.dashboard.row_cache import RowCache, Run, SetCounts
 
 
@@ -385,22 +387,94 @@ def note_rows(monitor: Monitor, start: int = 0) -> list[dict[str, Any]]:
     return [{"key": str(r["note_id"]), **r} for r in monitor.notes().slice(start).to_dicts()]
 
 
+def _slice_encoding(monitor: Monitor) -> SliceEncoding | None:
+    """The slice columns' encoding of a monitor calibrated with ``meta=`` (None otherwise)."""
+    store = getattr(monitor, "_slices", None)
+    return None if store is None else store.encoding
+
+
+@functools.lru_cache(maxsize=16)
+def _cells_by_words(encoding: SliceEncoding) -> tuple[dict[str, int], npt.NDArray[np.intp]]:
+    """Each cell by its words (as :meth:`SliceEncoding.words` says them), and the table of each cell."""
+    cells: dict[str, int] = {}
+    for cell in range(encoding.n_cells):
+        cells.setdefault(encoding.words(cell), cell)
+    return cells, encoding.cell_tables()
+
+
+def slice_rows_mask(monitor: Monitor, record: Any, slice_filter: str) -> npt.NDArray[np.bool_]:
+    """Which rows of a window batch lie in the slice ``slice_filter`` (words of ``mon.slices()``).
+
+    The words name a cell of the monitor's slice encoding (one value of a column, or a pair of
+    values of two columns: a row is in the pair when it has both); the rows are picked by their
+    kept slice codes, never by matching their values as text.
+
+    Raises
+    ------
+    ValueError
+        If the monitor keeps no slices, or ``slice_filter`` names no slice of it.
+    """
+    encoding = _slice_encoding(monitor)
+    if encoding is None:
+        msg = "slice_filter: this monitor keeps no slices (it was calibrated without meta=)"
+        raise ValueError(msg)
+    cells, tables = _cells_by_words(encoding)
+    cell = cells.get(slice_filter)
+    if cell is None:
+        msg = f"slice_filter: {slice_filter!r} is not a slice of this monitor (see mon.slices()['slice'])"
+        raise ValueError(msg)
+    codes = record.rows.slice_codes
+    if codes is None:  # rows kept without their slice codes: none is known to be in the slice
+        return np.zeros(record.n_rows, dtype=bool)
+    mask: npt.NDArray[np.bool_] = encoding.cells(codes)[:, int(tables[cell])] == cell
+    return mask
+
+
+def _newest_with_slice(monitor: Monitor, slice_filter: str) -> int:
+    """The newest window batch holding rows of ``slice_filter`` (the newest one if none does)."""
+    records = monitor.window_records()
+    if not records:
+        msg = "no batch is in the window: no rows to show"
+        raise ValueError(msg)
+    if slice_filter:
+        for record in reversed(records):
+            if slice_rows_mask(monitor, record, slice_filter).any():
+                return int(record.index)
+    return int(records[-1].index)
+
+
 @one_moment
 def rows_page(
     monitor: Monitor,
-    batch: int,
+    batch: int | None,
     *,
     page: int = 0,
     page_size: int = 20,
     calibrator: str = "",
     class_filter: str = "",
+    slice_filter: str = "",
 ) -> dict[str, Any]:
     """One page of a window batch's rows for the row table: id, prediction, set, risk, label.
 
     ``calibrator`` picks the set / risk shown (default: the first of each kind);
-    ``class_filter`` (a class name, "" = all) keeps the rows predicted as or labelled that class.
+    ``class_filter`` (a class name, "" = all) keeps the rows predicted as or labelled that class;
+    ``slice_filter`` (a slice in the words of the ``slice`` column of :meth:`Monitor.slices`,
+    ``"carrier = B6"`` or a pair ``"carrier = B6 & hour ≥ 18"``; "" = all) keeps the rows in that
+    slice, picked by their slice codes (:func:`slice_rows_mask`). ``batch=None`` opens the newest
+    window batch holding rows of the slice (the newest window batch if none does, or without a
+    slice filter); the reply names the batch shown.
+
+    Raises
+    ------
+    ValueError
+        If the batch is not in the window (or none is), or ``slice_filter`` names no slice.
     """
+    if batch is None:
+        batch = _newest_with_slice(monitor, slice_filter)
     frame = monitor.rows(batch=batch)
+    if slice_filter:
+        record = next(r for r in monitor.window_records() if r.index == batch)
+        frame = frame.filter(pl.Series(slice_rows_mask(monitor, record, slice_filter)))
     if class_filter and "prediction" in frame.columns:
         as_text = [pl.col(c).cast(pl.String) == class_filter for c in ("prediction", "label")]
         frame = frame.filter(as_text[0] | as_text[1].fill_null(False))
@@ -429,5 +503,5 @@ def rows_page(
     return {
         "batch": batch, "batch_name": monitor.batch_records[batch].name, "page": page, "page_size": page_size,
         "n_rows": n, "n_pages": n_pages, "columns": columns, "rows": rows, "set_calibrator": set_key or "",
-        "risk_calibrator": risk_key or "", "class_filter": class_filter,
+        "risk_calibrator": risk_key or "", "class_filter": class_filter, "slice_filter": slice_filter,
     }  # fmt: skip
