@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from datetime import date, timedelta
 from typing import Any
 
 import numpy as np
@@ -149,3 +150,12 @@ def assert_same_statistics(table: cw.Monitor, memory: cw.Monitor) -> None:
     sa, sb = table.status(), memory.status()
     for key in ("rows_seen", "rows_labelled", "rows_pending", "batches", "labels_unmatched"):
         assert sa[key] == sb[key], (key, sa[key], sb[key])
+
+
+def bucket_values(kind: str, codes: np.ndarray) -> list[Any]:
+    """Bucket values of one type for bucket codes: integers, strings or dates."""
+    if kind == "int":
+        return [int(c) for c in codes]
+    if kind == "str":
+        return [f"day-{int(c)}" for c in codes]
+    return [date(2026, 3, 1) + timedelta(days=int(c)) for c in codes]

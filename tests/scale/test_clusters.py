@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ import calwatch as cw
 from calwatch.scale.kernel import partial_statistics
 from calwatch.scale.registry import registry_of
 from tests.scale.engines import DaskEngine, Engine, SparkEngine, SparkParquetEngine, task_with
-from tests.scale.logs import assert_same_statistics, calibrated, log_frame, prob_names, replay
+from tests.scale.logs import assert_same_statistics, bucket_values, calibrated, log_frame, prob_names, replay
 from tests.scale.slice_logs import (
     META,
     assert_same_slices,
@@ -58,14 +57,6 @@ def engine(request: pytest.FixtureRequest) -> Engine:
     return DaskEngine(name, client)
 
 
-def _buckets(kind: str, codes: np.ndarray) -> list[Any]:
-    if kind == "int":
-        return [int(c) for c in codes]
-    if kind == "str":
-        return [f"day-{int(c)}" for c in codes]
-    return [date(2026, 3, 1) + timedelta(days=int(c)) for c in codes]
-
-
 def _check_against_memory(engine: Engine, data: st.DataObject) -> None:
     K = data.draw(st.sampled_from([2, 3, 5]), label="K")
     task = task_with(K)
@@ -77,7 +68,7 @@ def _check_against_memory(engine: Engine, data: st.DataObject) -> None:
     rows = rng.integers(0, task.P.shape[0], size=n)
     P, y = task.P[rows], task.y[rows]
     kind = data.draw(st.sampled_from(["int", "str", "date"]), label="bucket type")
-    buckets = _buckets(kind, rng.integers(0, data.draw(st.integers(1, 5), label="buckets"), size=n))
+    buckets = bucket_values(kind, rng.integers(0, data.draw(st.integers(1, 5), label="buckets"), size=n))
     ids = rng.permutation(10 * n)[:n]
     known = rng.random(n) < data.draw(st.sampled_from([0.0, 0.3, 1.0]), label="labelled at once")
     frame = log_frame(P, ids, buckets, [int(v) if k else None for v, k in zip(y, known, strict=True)])
@@ -194,7 +185,7 @@ def _check_slices_against_memory(engine: Engine, data: st.DataObject) -> None:
     rows = rng.integers(0, task.P.shape[0], size=n)
     P, y = task.P[rows], task.y[rows]
     kind = data.draw(st.sampled_from(["int", "str", "date"]), label="bucket type")
-    buckets = _buckets(kind, rng.integers(0, data.draw(st.integers(1, 4), label="buckets"), size=n))
+    buckets = bucket_values(kind, rng.integers(0, data.draw(st.integers(1, 4), label="buckets"), size=n))
     ids = rng.permutation(10 * n)[:n]
     known = rng.random(n) < data.draw(st.sampled_from([0.0, 0.5]), label="labelled at once")
     frame = log_frame(P, ids, buckets, [int(v) if k else None for v, k in zip(y, known, strict=True)])
@@ -307,7 +298,7 @@ def test_a_retried_spark_task_counts_every_row_once(
     n = 240
     rng = np.random.default_rng(5)
     rows = rng.integers(0, task.P.shape[0], size=n)
-    days = _buckets("date", rng.integers(0, 3, size=n))
+    days = bucket_values("date", rng.integers(0, 3, size=n))
     known = rng.random(n) < 0.5
     y = task.y[rows]
     frame = log_frame(

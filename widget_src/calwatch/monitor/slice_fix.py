@@ -70,14 +70,7 @@ class SliceFix:
         self.m = monitor
 
     def _store(self) -> SliceStore:
-        store = self.m._slices
-        if store is None:
-            msg = (
-                "this monitor keeps no slices: pass the columns to slice by as meta= to calibrate() and "
-                "to every observe()"
-            )
-            raise ValueError(msg)
-        return store
+        return self.m._slicing._store()
 
     # ------------------------------------------------------------------ build
     def slice_calibrator(
