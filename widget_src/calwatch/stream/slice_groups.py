@@ -56,9 +56,9 @@ def categories_of(encoding: SliceEncoding, codes: CodeArray, columns: Sequence[s
     >>> import polars as pl
     >>> enc = SliceEncoding.fit(pl.DataFrame({"a": ["x", "y"], "b": [True, False]}), 2)
     >>> [c.n_codes for c in enc.columns]
-    [4, 3]
+    [4, 4]
     >>> categories_of(enc, np.array([[0, 1], [1, 0], [3, 2]], dtype=np.int16), ["a", "b"]).tolist()
-    [1, 3, 11]
+    [1, 4, 14]
     """
     out = np.zeros(codes.shape[0], dtype=np.int64)
     for j in column_indices(encoding, columns, "groups_from"):
@@ -83,7 +83,7 @@ def family_of(encoding: SliceEncoding, codes: CodeArray, columns: Sequence[str])
     >>> import polars as pl
     >>> enc = SliceEncoding.fit(pl.DataFrame({"a": ["x", "y"], "b": [True, False]}), 2)
     >>> family_of(enc, np.array([[0, 1], [3, 2]], dtype=np.int16), ["a", "b"]).astype(int).tolist()
-    [[1, 0, 0, 0, 0, 1, 0], [0, 0, 0, 1, 0, 0, 1]]
+    [[1, 0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 1, 0, 0, 1, 0]]
     """
     indices = column_indices(encoding, columns, "groups_from")
     widths = [encoding.columns[j].n_codes for j in indices]
