@@ -45,7 +45,7 @@ describe("rowsTitle", () => {
     expect(rowsTitle({ batch: 5, page: 0, page_size: 20, n_rows: 400 })).toBe("Batch 5: rows 1–20 of 400");
     // A batch observed under a name of its own is shown by it, with its index.
     expect(rowsTitle({ batch: 12, batch_name: "2009 #12", page: 0, page_size: 20, n_rows: 40 })).toBe(
-      "2009 #12 (batch 12): rows 1–20 of 40",
+      "Batch 12 (2009 #12): rows 1–20 of 40",
     );
     expect(rowsTitle({ batch: 12, batch_name: "12", page: 0, page_size: 20, n_rows: 40 })).toBe(
       "Batch 12: rows 1–20 of 40",

@@ -39,7 +39,7 @@ export function rowsHead(
   sliceFilter?: string,
 ): string {
   const named = batchName !== undefined && batchName !== "" && batchName !== String(batch);
-  let head = named ? `${batchName} (batch ${batch})` : `Batch ${batch}`;
+  let head = named ? `Batch ${batch} (${batchName})` : `Batch ${batch}`; // as the report and the cards say it
   if (classFilter) head += ` · class ${classFilter}`;
   if (sliceFilter) head += ` · ${sliceFilter}`;
   return head;

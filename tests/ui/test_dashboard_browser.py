@@ -65,13 +65,14 @@ mon = cw.Monitor(
     classes=CLASSES,
     name="dashboard",
 )
+SITES = ["north", "south", "east"]
 P, y = batch(3000)
-mon.calibrate(probs=P, y=y)
+mon.calibrate(probs=P, y=y, meta={{"site": rng.choice(SITES, 3000)}})
 pending = None
 for b in range({N_BATCHES}):
     P, y = batch(400, scale=2.0 if b < 8 else 0.8)
     ids = [f"b{{b}}-{{i}}" for i in range(400)]
-    mon.observe(probs=P, ids=ids)
+    mon.observe(probs=P, ids=ids, meta={{"site": rng.choice(SITES, 400)}})
     if pending is not None:
         mon.label(*pending)
     pending = (ids, y)
@@ -130,7 +131,7 @@ def test_dashboard_in_jupyterlab(lab_server: Any, page: Any, artifacts_dir: Path
 
     # ---- tabs: one per section with content; every tab screenshotted (inline and sidebar)
     sections = [s["name"] for s in kernel.eval("mon.widget()._sections")]
-    assert sections == ["Overview", "Coverage", "Risk", "Calibration", "Sets", "Shift"]
+    assert sections == ["Overview", "Coverage", "Risk", "Calibration", "Sets", "Shift", "Slices"]
     assert _texts(page, f"{INLINE} button.calwatch-tab") == sections
     for section in sections:
         _tab(page, INLINE, section)
@@ -220,6 +221,24 @@ def test_dashboard_in_jupyterlab(lab_server: Any, page: Any, artifacts_dir: Path
     (panel_lo, panel_hi, _), (svg_lo, svg_hi, svg_width) = boxes
     assert svg_width > 0 and panel_lo - 1 <= svg_lo and svg_hi <= panel_hi + 1, boxes
     page.locator(".jupyterlab-sidecar").screenshot(path=str(artifacts_dir / "dashboard-sidebar-what-if.png"))
+    # the Slices tab in the side panel: a bar per tested slice, every chart inside the panel
+    tested = kernel.eval("mon.slices().height")
+    assert tested > 0
+    _tab(page, SIDEBAR, "Slices")
+    bars = f'{SIDEBAR} div.calwatch-panel[data-panel="where_it_fails"] g.role-mark path'
+    page.wait_for_function(
+        "([s, n]) => document.querySelectorAll(s).length >= n", arg=[bars, tested], timeout=TIMEOUT_MS
+    )
+    for panel in ("where_it_fails", "slice_values"):
+        boxes = page.evaluate(
+            "(s) => [document.querySelector(s), document.querySelector(s + ' svg')]"
+            ".map((e) => { const r = e.getBoundingClientRect(); return [r.left, r.right, r.width]; })",
+            f'{SIDEBAR} div.calwatch-panel[data-panel="{panel}"]',
+        )
+        (panel_lo, panel_hi, _), (svg_lo, svg_hi, svg_width) = boxes
+        assert svg_width > 0 and panel_lo - 1 <= svg_lo and svg_hi <= panel_hi + 1, (panel, boxes)
+    page.locator(".jupyterlab-sidecar").screenshot(path=str(artifacts_dir / "dashboard-sidebar-slices.png"))
+    _tab(page, SIDEBAR, "Coverage")
 
     # ---- brush the timeline: the other panels filter, the kernel knows the range
     coverage_points = f'{INLINE} div.calwatch-chart[data-chart="coverage"] g.mark-symbol.role-mark path'

@@ -375,7 +375,7 @@ def test_row_table_follows_the_class_filter(lab_server: Any, page: Any, artifact
     _rows_shown(page, table, "")
     title = page.locator(f"{table} .calwatch-rows-title")
     wait_until(
-        lambda: title.inner_text() == "2026-11-13 (batch 3): rows 1–20 of 200",
+        lambda: title.inner_text() == "Batch 3 (2026-11-13): rows 1–20 of 200",
         f"the batch's name ({title.inner_text()!r})",
     )
     page.locator(table).screenshot(path=str(artifacts_dir / "row-table-named-batch.png"))
