@@ -484,3 +484,38 @@ def test_a_corrupted_slice_store_is_refused_on_load(tmp_path: Path) -> None:
     mon.save(tmp_path / "bad")
     with pytest.raises(cw.SnapshotError, match="more labelled rows than rows"):
         cw.Monitor.load(tmp_path / "bad")
+
+
+def _clustered(blocks: bool) -> cw.Monitor:
+    """Units of 10 rows that share their probabilities and label: misses come in runs of 10."""
+    rng = np.random.default_rng(0)
+
+    def units(n: int, start: int) -> tuple[Any, Any, Any, pl.DataFrame]:
+        base = rng.dirichlet(np.ones(4) * 0.7, n)
+        y = (base.cumsum(axis=1) > rng.random((n, 1))).argmax(axis=1)
+        P = np.repeat(base, 10, axis=0)
+        meta = pl.DataFrame({"g": np.repeat(rng.choice(["a", "b"], n), 10)})
+        return P, np.repeat(y, 10), np.repeat(np.arange(start, start + n), 10), meta
+
+    mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)})
+    P, y, b, meta = units(300, 0)
+    mon.calibrate(probs=P, y=y, blocks=b if blocks else None, meta=meta)
+    for batch in range(30):
+        P, y, b, meta = units(10, 10_000 + 100 * batch)
+        mon.observe(probs=P, y=y, blocks=b if blocks else None, meta=meta)
+    return mon
+
+
+def test_the_family_says_when_rows_are_not_independent() -> None:
+    """The tests count rows as independent: a stream whose rows come in runs or blocks says so."""
+    runs = _clustered(blocks=False)
+    assert runs.status()["detectors_on_correlated_rows"] > 0
+    family = runs.slices(min_rows=1)["family"][0]
+    assert "caution: labelled rows look correlated (lac: " in family and "read flags as leads" in family
+    blocked = _clustered(blocks=True)
+    assert "caution: rows come in blocks (blocks= was given)" in blocked.slices(min_rows=1)["family"][0]
+    P, y, meta = _random_stream(3, 600)
+    independent = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac")})
+    independent.calibrate(probs=P[:300], y=y[:300], meta=meta[:300])
+    independent.observe(probs=P[300:], y=y[300:], meta=meta[300:])
+    assert "caution" not in independent.slices(min_rows=1)["family"][0]

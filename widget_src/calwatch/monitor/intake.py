@@ -169,6 +169,7 @@ class Intake:
         # The calibration rows' confidence scores, sorted: tables' buckets are tested against them
         # (calwatch.engine.shift.bucket_tests).
         self.m._reference_confidence = np.sort(1.0 - np.asarray(outputs.probs).max(axis=1))
+        self.m._rows_in_blocks = block_keys_ is not None
         for key, candidate in fitted.items():
             self.m._calibrators[key] = candidate
         self.m._encoder = encoder

@@ -202,6 +202,9 @@ class Monitor:
     #: The calibration rows' confidence scores, sorted (set by ``calibrate``): a table's buckets are
     #: tested against them (:mod:`calwatch.engine.shift.bucket_tests`).
     _reference_confidence: npt.NDArray[np.float64]
+    #: Whether ``calibrate(blocks=)`` said rows come in blocks (days, sessions): the slice tests,
+    #: which count rows as independent, then say so (False in snapshots saved before the flag).
+    _rows_in_blocks: bool = False
     #: The slice columns' encoding and counts (:mod:`calwatch.stream.slice_counts`), fixed by the first
     #: ``calibrate(meta=)``; None without slices, and in snapshots saved before them.
     _slices: SliceStore | None = None

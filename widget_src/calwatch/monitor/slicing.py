@@ -22,6 +22,7 @@ from calwatch.engine.metrics.discovery import shortfall_p_values as _p_values
 from calwatch.engine.metrics.discovery import step_up
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.kinds import kind_of
+from calwatch.shift.on_labels import CORRELATED_ROWS
 from calwatch.stream.records import BatchRows
 from calwatch.stream.slice_counts import SliceCounts, SliceStore
 from calwatch.stream.slices import CodeArray, SliceEncoding, SliceError
@@ -255,6 +256,9 @@ class Slicing:
             f"tests with at least {min_rows} labelled rows, batches {first}–{last}: "
             f"{_tables_words(encoding, tables)}; calibrators {list(keys)}"
         )
+        caution = self._caution()
+        if caution:
+            family = f"{family}; caution: {caution}"
         n_labelled = joined["n_labelled"].astype(np.int64)
         frame = pl.DataFrame(
             {
@@ -282,6 +286,27 @@ class Slicing:
             schema=SLICES_SCHEMA,
         )
         return frame.with_row_index("_order").sort(["p_value", "_order"]).drop("_order")
+
+    def _caution(self) -> str:
+        """Why the rows may not be independent, as the binomial tests assume ("" when nothing says so).
+
+        Each slice's test counts its labelled rows as independent draws. Rows that come in blocks
+        (``calibrate(blocks=)``) or whose misses come in runs (the label detectors' runs check,
+        :meth:`Monitor.notices`) are alike within a block, so a slice's rows carry less evidence
+        than their number says, and a flag may be false.
+        """
+        watch = self.m._shift
+        runs = [] if watch is None else [n for n in watch.notices() if n["examples"] == CORRELATED_ROWS]
+        if self.m._rows_in_blocks:
+            why = "rows come in blocks (blocks= was given)"
+        elif runs:
+            why = f"labelled rows look correlated ({runs[0]['detector']}: misses come in runs; see notices())"
+        else:
+            return ""
+        return (
+            f"{why}, and these tests count rows as independent: rows alike within a block carry less "
+            "evidence than their number, so a flag may be false; read flags as leads"
+        )
 
     def _calibrator_keys(self, store: SliceStore, calibrator: str | None) -> tuple[str, ...]:
         if calibrator is None:
