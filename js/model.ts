@@ -169,6 +169,28 @@ export interface ClassCoverageRow extends KeyedRow {
   n_covered: number;
 }
 
+/**
+ * `slice_coverage`: a picked slice's coverage per window batch and set calibrator (key
+ * `<slice>|<batch>|<calibrator>`), only batches with a labelled row of the slice. The kernel
+ * sends the series of the slices views picked (`SliceFilterMessage`); each view draws its own
+ * (the Vega signal `slice_filter`) on the coverage chart.
+ */
+export interface SliceCoverageRow extends KeyedRow {
+  batch: number;
+  /** The batch's name (its index when observed without one). */
+  name: string;
+  calibrator: string;
+  /** The slice in the words of `mon.slices()`: "carrier = B", "carrier = B & origin = JFK". */
+  slice: string;
+  target: number | null;
+  n_labelled: number;
+  n_covered: number;
+  coverage: number;
+  /** Exact (Clopper–Pearson) 95% interval. */
+  coverage_lo: number;
+  coverage_hi: number;
+}
+
 /** A calibrator's state in the health strip (the rule: `calwatch.views.health.health`). */
 export type HealthState = "holding" | "waiting" | "at risk" | "broken";
 
@@ -212,6 +234,7 @@ export interface DatasetRows {
   set_sizes: SetSizeRow;
   class_coverage: ClassCoverageRow;
   health: HealthRow;
+  slice_coverage: SliceCoverageRow;
 }
 
 export type DatasetName = keyof DatasetRows;
@@ -291,6 +314,18 @@ export interface RowsRequest {
    * The view's slice filter ("" = none): the words of a slice of `mon.slices()` ("carrier = B6",
    * or a pair "carrier = B6 & hour ≥ 18"); the kernel keeps the rows in it (by their slice codes).
    */
+  slice_filter: string;
+}
+
+/**
+ * browser -> kernel: the view's slice filter changed (a click on a slice, "✕ slice", a second
+ * click, closing the row table): the kernel sends that slice's coverage per window batch in
+ * `slice_coverage` ("" = none: its rows go) and keeps it current while it is picked.
+ */
+export interface SliceFilterMessage {
+  kind: "slice-filter";
+  view: string;
+  /** Words of a slice of `mon.slices()`, "" = none. */
   slice_filter: string;
 }
 

@@ -308,6 +308,32 @@ describe("the slice filter", () => {
     table.dispose();
   });
 
+  it("tells the view each change of the slice (set, replaced, cleared), never a repeat", () => {
+    const model = new FakeModel({ _class_filter: "" });
+    const changes: string[] = [];
+    const table = createRowTable(model, "v1", document, { onSlice: (s) => changes.push(s) });
+    const button = (name: string) => table.el.querySelector<HTMLButtonElement>(`button.calwatch-rows-${name}`);
+    table.filterSlice(B6); // none open: the newest batch with its rows
+    table.receive(reply(9, 0, 37, "", B6));
+    table.filterSlice(PAIR);
+    table.filterSlice(PAIR); // a second click clears it
+    table.filterSlice(B6);
+    button("unslice")?.click();
+    button("unslice")?.click(); // hidden, and nothing to clear: no change
+    table.filterSlice(B6);
+    button("close")?.click(); // closing the table clears it
+    button("close")?.click();
+    table.open(3); // a batch opened without a slice: no change
+    expect(changes).toEqual([B6, PAIR, "", B6, "", B6, ""]);
+    table.dispose();
+    const report = createRowTable(new FakeModel({ _readonly: true }), "v2", document, {
+      onSlice: (s) => changes.push(s),
+    });
+    report.filterSlice(B6); // a report keeps no raw rows: no slice, no series
+    expect(changes).toHaveLength(7);
+    report.dispose();
+  });
+
   it("does nothing in a read-only report (no raw rows)", () => {
     const { model, table } = setup({ _readonly: true });
     table.filterSlice(B6);

@@ -12,7 +12,8 @@
 // sent with each request (`slice_filter`) and named in the reply and the caption. It keeps the
 // open batch; with none open it asks for the newest window batch holding rows of the slice
 // (`batch: null`). The "✕ slice" button, a click on the same slice again, or closing the table
-// clears it.
+// clears it. Each change goes to the view (`onSlice`), which draws the slice's coverage over time
+// on the coverage chart too (the kernel's `slice_coverage`, asked for with `slice-filter`).
 
 import type { AnyModel } from "@anywidget/types";
 import type { RowsMessage, RowsRequest, WidgetModel } from "./model";
@@ -81,11 +82,17 @@ export interface RowTable {
   dispose(): void;
 }
 
+export interface RowTableOptions {
+  onNote?: (batch: number) => void;
+  /** The slice filter changed (set, replaced or cleared: "" = none); not called without a change. */
+  onSlice?: (slice: string) => void;
+}
+
 export function createRowTable(
   model: AnyModel<WidgetModel>,
   viewId: string,
   doc: Document = document,
-  options: { onNote?: (batch: number) => void } = {},
+  options: RowTableOptions = {},
 ): RowTable {
   const el = doc.createElement("div");
   el.className = "calwatch-rows";
@@ -140,9 +147,11 @@ export function createRowTable(
   let awaitingNewest = false;
 
   const setSlice = (next: string) => {
+    const changed = next !== slice;
     slice = next;
     unslice.hidden = slice === "";
     el.dataset.slicePicked = slice;
+    if (changed) options.onSlice?.(slice);
   };
 
   const request = (b: number | null, p: number) => {

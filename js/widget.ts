@@ -34,6 +34,7 @@ import {
   parseRowsMessage,
   type ReplayRequest,
   type Section,
+  type SliceFilterMessage,
   type WidgetModel,
 } from "./model";
 import { createNotes } from "./notes";
@@ -212,7 +213,17 @@ export function renderView(
   timelineVega.className = "calwatch-vega";
   timelineEl.append(timelineCaption, timelineVega);
   const notes = createNotes(model, doc);
-  const rowTable = createRowTable(model, viewId, doc, { onNote: (batch) => notes.pinTo(batch) });
+  /** The slice the row table is filtered to ("" = none): the coverage chart draws its series too. */
+  let sliceFilter = "";
+  const onSlice = (slice: string) => {
+    sliceFilter = slice;
+    root.dataset.sliceFilter = slice;
+    for (const item of items) void item.chart.setSignals(filterSignals());
+    // The kernel computes its coverage per window batch (`slice_coverage`) and keeps it current.
+    const msg: SliceFilterMessage = { kind: "slice-filter", view: viewId, slice_filter: slice };
+    model.send(msg);
+  };
+  const rowTable = createRowTable(model, viewId, doc, { onNote: (batch) => notes.pinTo(batch), onSlice });
   const tabs = doc.createElement("div");
   tabs.className = "calwatch-tabs";
   tabs.setAttribute("role", "tablist");
@@ -259,6 +270,7 @@ export function renderView(
     class_filter: model.get("_class_filter") ?? "",
     detector_pick: detectorPick,
     slice_column: sliceColumn,
+    slice_filter: sliceFilter,
     batch_names: batchNames,
   });
   /** The slice column whose values the Slices view shows ("": the column of the weakest slice). */

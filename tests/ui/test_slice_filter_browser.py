@@ -235,6 +235,83 @@ def test_a_click_on_a_slice_filters_the_row_table_to_its_rows(page, tmp_path, ar
     assert page.locator(f"{ROOT} .calwatch-error:visible").count() == 0
 
 
+#: The coverage chart's points of the picked slice (its hover text names the slice).
+SLICE_SERIES = '[data-chart="coverage"] svg g.mark-symbol.role-mark path[aria-label^="slice: "]'
+
+
+def _texts(page: Any, selector: str) -> list[str]:
+    texts: list[str] = page.eval_on_selector_all(selector, "els => els.map((e) => e.textContent || '')")
+    return texts
+
+
+def _slice_points(page: Any) -> list[str]:
+    labels: list[str] = page.eval_on_selector_all(SLICE_SERIES, ARIA_LABELS)
+    return labels
+
+
+def test_a_click_on_a_slice_adds_its_coverage_per_window_batch_to_the_coverage_chart(
+    page, tmp_path, artifacts_dir
+):
+    """Issue "Where it fails", 3: the coverage-over-time chart filters to the slice clicked, too."""
+    mon = _planted()
+    widget = mon.widget()
+    weakest = mon.slices()["slice"][0]
+    # every batch is in the window and labelled: a point per batch with rows of carrier = B
+    batches = mon.rows().filter(pl.col("slice_carrier") == weakest)["batch"].unique().sort().to_list()
+    assert batches == list(range(8)) and len(mon.window_records()) == 8
+    page.set_viewport_size({"width": 1000, "height": 1400})
+    asked = _bridged_page(page, widget, tmp_path / "view.html")
+    page.locator(f"{ROOT} button.calwatch-tab", has_text="Coverage").click()
+    page.wait_for_selector('[data-chart="coverage"] svg g.mark-symbol.role-mark path', timeout=TIMEOUT_MS)
+    assert _slice_points(page) == []
+
+    page.locator(f"{ROOT} button.calwatch-tab", has_text="Slices").click()
+    page.wait_for_selector(RANKED_POINTS, timeout=TIMEOUT_MS)
+    _click_slice(page, RANKED_POINTS, weakest)
+    _shown(page, weakest, 7)
+    view = page.locator(ROOT).get_attribute("data-view-id")
+    assert {"kind": "slice-filter", "view": view, "slice_filter": weakest} in asked
+    page.locator(f"{ROOT} button.calwatch-tab", has_text="Coverage").click()
+    wait_until(lambda: len(_slice_points(page)) == len(batches), "a point per window batch of the slice")
+    points = _slice_points(page)
+    assert all(f"slice: {weakest};" in p for p in points), points[:2]
+    assert all("95% low (exact)" in p for p in points), points[:1]
+    expected = widget.replay_payload()["slice_coverage"]
+    assert sorted(r["batch"] for r in expected) == batches
+    first = next(r for r in expected if r["batch"] == 0)
+    assert f"slice coverage: {first['coverage']:.3f}" in next(p for p in points if "batch (window): 0;" in p)
+    title = _texts(page, '[data-chart="coverage"] svg .role-title-text')
+    assert any("window batches only" in t and weakest in t for t in title), title
+    legend = _texts(page, '[data-chart="coverage"] svg .role-legend-label text')
+    assert weakest in legend, legend
+    assert page.locator(ROOT).get_attribute("data-slice-filter") == weakest
+    page.wait_for_timeout(200)
+    page.locator(f'{ROOT} [data-chart="coverage"]').screenshot(
+        path=str(artifacts_dir / "slice-coverage-over-time.png")
+    )
+    page.locator(ROOT).screenshot(path=str(artifacts_dir / "slice-coverage-over-time-view.png"))
+
+    # ✕ slice: the series goes (and the kernel sends tombstones for its rows)
+    page.locator(f"{TABLE} button.calwatch-rows-unslice").click()
+    wait_until(lambda: _slice_points(page) == [], "the slice series removed")
+    assert asked[-2:][0] == {"kind": "slice-filter", "view": view, "slice_filter": ""}  # then the rows
+    assert widget.replay_payload()["slice_coverage"] == []
+    title = _texts(page, '[data-chart="coverage"] svg .role-title-text')
+    assert not any("window batches only" in t for t in title), title
+
+    # a second click on the same slice removes it too
+    page.locator(f"{ROOT} button.calwatch-tab", has_text="Slices").click()
+    _click_slice(page, RANKED_POINTS, weakest)
+    _shown(page, weakest, 7)
+    _click_slice(page, RANKED_POINTS, weakest)
+    _shown(page, "", 7)
+    page.locator(f"{ROOT} button.calwatch-tab", has_text="Coverage").click()
+    page.wait_for_timeout(300)
+    assert _slice_points(page) == []
+    errors = [m for m in page.console_messages_ if m.startswith(("[console.error]", "[pageerror]"))]
+    assert not errors, errors
+
+
 def test_in_the_report_a_click_on_a_slice_only_picks_its_column(page, tmp_path):
     mon = _planted()
     report = mon.report(tmp_path / "slices.html")

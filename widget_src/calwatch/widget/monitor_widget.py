@@ -30,6 +30,7 @@ from calwatch.views.cards import CardTotals, ExactIntervals
 from calwatch.views.live import LiveDatasets, bucketed_names
 from calwatch.views.resolution import Resolution, bucket_width
 from calwatch.views.shift_lanes import lane_rows
+from calwatch.views.slice_history import is_slice, slice_coverage
 from calwatch.views.where_it_fails import slice_rows
 from calwatch.widget.outbox import Outbox
 
@@ -52,6 +53,10 @@ from calwatch.widget.payloads import (
     warning_rows,
     window_payload,
 )
+
+#: Views whose picked slice the kernel keeps a series of (the newest ones; a view that closed
+#: never says so, so older picks are dropped).
+MAX_SLICE_VIEWS = 8
 
 
 class MonitorWidget(anywidget.AnyWidget):
@@ -155,6 +160,9 @@ class MonitorWidget(anywidget.AnyWidget):
             n: {} for n in dashboard.WINDOW_PANEL_DATASETS
         }
         self._row_cache = dashboard.RowCache()
+        #: The slice each view picked (a click in the Slices view; "slice-filter" messages), newest
+        #: last, at most MAX_SLICE_VIEWS views: ``slice_coverage`` holds those slices' series.
+        self._slice_views: dict[str, str] = {}
         self._window_refreshed = -math.inf
         self._refresh_scheduled = False
         self._live = False
@@ -506,18 +514,30 @@ class MonitorWidget(anywidget.AnyWidget):
                 "what_if": []
                 if self.alpha is None
                 else json_rows(dashboard.what_if(mon, self.alpha, window_rows=n, cache=cache)),
+                "slice_coverage": self._slice_rows(),
             }
         out: dict[str, list[dict[str, Any]]] = {}
         for name, rows in fresh.items():
-            sent = self._window_rows_sent[name]
-            keys = {r["key"] for r in rows}
-            gone = [{"key": k, "_deleted": True} for k in sent if k not in keys]
-            changed = [r for r in rows if sent.get(r["key"]) != r]
-            if gone or changed:
-                out[name] = gone + changed
-            self._window_rows_sent[name] = {r["key"]: r for r in rows}
+            out |= self._window_diff(name, rows)
         self._window_refreshed = time.monotonic()
         return out
+
+    def _window_diff(self, name: str, rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+        """A window dataset's rows that changed, tombstones first for keys it lost; kept as sent."""
+        sent = self._window_rows_sent[name]
+        keys = {r["key"] for r in rows}
+        gone = [{"key": k, "_deleted": True} for k in sent if k not in keys]
+        changed = [r for r in rows if sent.get(r["key"]) != r]
+        self._window_rows_sent[name] = {r["key"]: r for r in rows}
+        return {name: gone + changed} if gone or changed else {}
+
+    def _slice_rows(self) -> list[dict[str, Any]]:
+        """``slice_coverage``: the series of the slices views picked (none picked: no rows, no cost)."""
+        mon = self._monitor
+        picked = [s for s in dict.fromkeys(self._slice_views.values()) if is_slice(mon, s)]
+        if not picked or mon.calibration_ is None:
+            return []
+        return json_rows(slice_coverage(mon, picked))
 
     def _keep_window_current(self) -> None:
         """Merge what this call changed into the window panels' cache (their next refresh reads it)."""
@@ -682,6 +702,38 @@ class MonitorWidget(anywidget.AnyWidget):
             self._add_note(content)
         elif kind == "rows-request":
             self._send_rows(content)
+        elif kind == "slice-filter":
+            self._pick_slice(content)
+
+    def _pick_slice(self, content: dict[str, Any]) -> None:
+        """A view picked a slice ("" = none): its series in ``slice_coverage``, sent to every view.
+
+        Each view draws only its own slice's rows (its ``slice_filter`` signal); the kernel keeps
+        the series of the slices the last :data:`MAX_SLICE_VIEWS` views picked, refreshed with the
+        other window datasets while any is picked.
+        """
+        view = str(content.get("view", ""))
+        words = str(content.get("slice_filter") or "")
+        if words and not is_slice(self._monitor, words):
+            self._error = (
+                f"slice filter: {words!r} is not a slice of this monitor (see mon.slices()['slice'])"
+            )
+            return
+        self._slice_views.pop(view, None)
+        if words:
+            self._slice_views[view] = words
+            while len(self._slice_views) > MAX_SLICE_VIEWS:
+                del self._slice_views[next(iter(self._slice_views))]
+        if self._error.startswith("slice filter:"):
+            self._error = ""
+        try:
+            with self._monitor.lock:
+                changed = self._window_diff("slice_coverage", self._slice_rows())
+                if changed:
+                    self._queue_upsert(changed)
+            self._outbox.flush()
+        except Exception as err:  # draw the error in the widget instead of losing it
+            self._show_error(err)
 
     def _add_note(self, content: dict[str, Any]) -> None:
         batch, episode = content.get("batch"), content.get("episode")

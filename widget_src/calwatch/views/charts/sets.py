@@ -22,9 +22,17 @@ from calwatch.views.charts.parts import (
     x_span,
 )
 
+#: The coverage chart's title.
+COVERAGE_TITLE = "Coverage vs target (dashed)"
+
 
 def coverage_chart(batches: Source = None) -> ChartSpec:
     """Coverage of labelled rows per batch, its 95% Clopper-Pearson band, and the target 1−α."""
+    return titled_chart(alt.layer(*coverage_layers(batches)), COVERAGE_TITLE)
+
+
+def coverage_layers(batches: Source = None) -> tuple[alt.Chart, ...]:
+    """The coverage chart's layers (a slice's series goes on top: :mod:`calwatch.views.slice_history`)."""
     base = base_chart(batches, "batches", kind="sets")
     x = batch_axis("batch_mid")
     tooltip = [
@@ -59,8 +67,7 @@ def coverage_chart(batches: Source = None) -> ChartSpec:
         color=series_color(),
         tooltip=[alt.Tooltip("mean(target):Q", format=".3f", title="target")],
     )
-    layers = (x_span(base), target_window(base), band, line, points, target)
-    return titled_chart(alt.layer(*layers), "Coverage vs target (dashed)")
+    return (x_span(base), target_window(base), band, line, points, target)
 
 
 def class_coverage_chart(class_coverage: Source = None) -> ChartSpec:

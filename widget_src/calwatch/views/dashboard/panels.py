@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.kinds.sets import POPCOUNT
 from calwatch.views import charts
 from calwatch.views.cards import overview_rows
+from calwatch.views.slice_history import slice_cell
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
@@ -393,15 +393,6 @@ def _slice_encoding(monitor: Monitor) -> SliceEncoding | None:
     return None if store is None else store.encoding
 
 
-@functools.lru_cache(maxsize=16)
-def _cells_by_words(encoding: SliceEncoding) -> tuple[dict[str, int], npt.NDArray[np.intp]]:
-    """Each cell by its words (as :meth:`SliceEncoding.words` says them), and the table of each cell."""
-    cells: dict[str, int] = {}
-    for cell in range(encoding.n_cells):
-        cells.setdefault(encoding.words(cell), cell)
-    return cells, encoding.cell_tables()
-
-
 def slice_rows_mask(monitor: Monitor, record: Any, slice_filter: str) -> npt.NDArray[np.bool_]:
     """Which rows of a window batch lie in the slice ``slice_filter`` (words of ``mon.slices()``).
 
@@ -418,15 +409,15 @@ def slice_rows_mask(monitor: Monitor, record: Any, slice_filter: str) -> npt.NDA
     if encoding is None:
         msg = "slice_filter: this monitor keeps no slices (it was calibrated without meta=)"
         raise ValueError(msg)
-    cells, tables = _cells_by_words(encoding)
-    cell = cells.get(slice_filter)
-    if cell is None:
+    found = slice_cell(encoding, slice_filter)
+    if found is None:
         msg = f"slice_filter: {slice_filter!r} is not a slice of this monitor (see mon.slices()['slice'])"
         raise ValueError(msg)
+    cell, table = found
     codes = record.rows.slice_codes
     if codes is None:  # rows kept without their slice codes: none is known to be in the slice
         return np.zeros(record.n_rows, dtype=bool)
-    mask: npt.NDArray[np.bool_] = encoding.cells(codes)[:, int(tables[cell])] == cell
+    mask: npt.NDArray[np.bool_] = encoding.cells(codes)[:, table] == cell
     return mask
 
 

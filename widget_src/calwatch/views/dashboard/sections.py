@@ -29,7 +29,7 @@ import altair as alt
 from calwatch.core.guard import one_moment
 from calwatch.engine.metrics.calibration import ROWS_PER_BIN
 from calwatch.kinds import find_kind
-from calwatch.views import charts, where_it_fails
+from calwatch.views import charts, slice_history, where_it_fails
 
 if TYPE_CHECKING:
     from calwatch.monitor.monitor import Monitor
@@ -72,10 +72,11 @@ PANELS = ("what_if", "reliability", "set_by_class", "shift_lanes", "where_it_fai
 #: The datasets the dashboard adds to :data:`calwatch.views.charts.CHART_DATASETS`.
 PANEL_DATASETS = (
     "overview", "health", "notes", "what_if", "reliability", "set_by_class", "timeline", "shift_lanes",
-    "slices",
+    "slices", "slice_coverage",
 )  # fmt: skip
-#: Datasets recomputed from the window's raw rows (replaced wholesale, see the protocol).
-WINDOW_PANEL_DATASETS = ("what_if", "reliability", "set_by_class")
+#: Datasets recomputed from the window's raw rows (replaced wholesale, see the protocol);
+#: ``slice_coverage`` only while a view has picked a slice (:mod:`calwatch.views.slice_history`).
+WINDOW_PANEL_DATASETS = ("what_if", "reliability", "set_by_class", "slice_coverage")
 
 BATCH_LO, BATCH_HI, CLASS_FILTER = "batch_lo", "batch_hi", "class_filter"
 #: Rows with no ``batch`` field pass; the others (a bucket from ``batch`` to ``batch_end``, or one
@@ -545,6 +546,8 @@ def specs(kinds: Sequence[str], panels: Sequence[str]) -> dict[str, dict[str, An
 @functools.lru_cache(maxsize=16)
 def _specs_json(kinds: tuple[str, ...], panels: tuple[str, ...]) -> str:
     out = {name: with_view_filters(spec) for name, spec in charts.live_specs(list(kinds)).items()}
+    if "where_it_fails" in panels and "coverage" in out:  # a monitor that slices: a slice's own series
+        out["coverage"] = with_view_filters(slice_history.coverage_spec())
     for name in panels:
         out[name] = PANEL_SPECS[name]()
     out["timeline"] = timeline_spec()

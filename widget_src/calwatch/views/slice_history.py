@@ -1,0 +1,207 @@
+"""A slice's coverage over time: per window batch, beside the whole stream's coverage.
+
+A click on a slice in the Slices view (``carrier = B``) filters the row table to its rows and
+adds that slice's coverage per batch to the Coverage tab's coverage-over-time chart, for each set
+calibrator. Slice counts are kept per epoch of batches (:mod:`calwatch.stream.slice_counts`), not
+per batch, so the per-batch series is counted from the raw rows each window batch keeps: labels,
+slice codes and each calibrator's per-row sets (the kind protocol: ``results_of``, ``covered``).
+Only window batches, so its cost is bounded by the window, and only batches with at least one
+labelled row of the slice.
+
+- :func:`slice_coverage`: the ``slice_coverage`` dataset, one row per (slice, window batch,
+  calibrator) with the exact 95% Clopper–Pearson interval;
+- :func:`coverage_spec`: the coverage chart with the picked slice's series (dotted, diamonds;
+  the Vega signal :data:`SLICE_FILTER` names the slice each view picked, ``""`` = none).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import altair as alt
+import numpy as np
+import polars as pl
+
+from calwatch.core.guard import one_moment
+from calwatch.engine.metrics.intervals import clopper_pearson
+from calwatch.kinds import kind_of
+from calwatch.stream.records import NO_LABEL
+from calwatch.views.charts import parts
+from calwatch.views.charts.sets import COVERAGE_TITLE, coverage_layers
+
+if TYPE_CHECKING:
+    from calwatch.monitor.monitor import Monitor
+    from calwatch.stream.slices import SliceEncoding
+
+#: The dataset's name.
+SLICE_COVERAGE = "slice_coverage"
+#: The Vega signal naming the slice a view picked ("" = none): its series alone is drawn.
+SLICE_FILTER = "slice_filter"
+#: Columns of :func:`slice_coverage`.
+SCHEMA: dict[str, Any] = {
+    "key": pl.String, "batch": pl.Int64, "name": pl.String, "calibrator": pl.String, "slice": pl.String,
+    "target": pl.Float64, "n_labelled": pl.Int64, "n_covered": pl.Int64, "coverage": pl.Float64,
+    "coverage_lo": pl.Float64, "coverage_hi": pl.Float64,
+}  # fmt: skip
+
+
+@functools.lru_cache(maxsize=16)
+def _cells_by_words(encoding: SliceEncoding) -> tuple[dict[str, int], tuple[int, ...]]:
+    """Each cell by its words (as :meth:`SliceEncoding.words` says them), and the table of each cell."""
+    cells: dict[str, int] = {}
+    for cell in range(encoding.n_cells):
+        cells.setdefault(encoding.words(cell), cell)
+    return cells, tuple(int(t) for t in encoding.cell_tables())
+
+
+def slice_cell(encoding: SliceEncoding, words: str) -> tuple[int, int] | None:
+    """The cell named ``words`` and its table (a column of :meth:`SliceEncoding.cells`), or None.
+
+    The words are looked up in the encoding, never matched against the data.
+    """
+    cells, tables = _cells_by_words(encoding)
+    cell = cells.get(words)
+    return None if cell is None else (cell, tables[cell])
+
+
+def is_slice(monitor: Monitor, words: str) -> bool:
+    """Whether ``words`` name a slice of the monitor (a cell of its slice encoding)."""
+    store = getattr(monitor, "_slices", None)
+    return store is not None and slice_cell(store.encoding, words) is not None
+
+
+@one_moment
+def slice_coverage(monitor: Monitor, slices: Sequence[str]) -> pl.DataFrame:
+    """The ``slice_coverage`` dataset: each slice's coverage per window batch and set calibrator.
+
+    ``slices`` are words of the ``slice`` column of :meth:`Monitor.slices` (one value,
+    ``"carrier = B"``, or a pair ``"carrier = B & origin = JFK"``). A row per (slice, window batch,
+    set calibrator) whose batch holds at least one labelled row of the slice: ``n_labelled``, how
+    many of them the calibrator's set covers (``n_covered``), ``coverage`` and its exact 95%
+    (Clopper–Pearson) interval. Rows are picked by their kept slice codes; batches that left the
+    window (or rows kept without codes) are not counted. Key ``<slice>|<batch>|<calibrator>``.
+
+    Raises
+    ------
+    ValueError
+        If the monitor keeps no slices, or a slice is not one of its slices.
+    """
+    store = getattr(monitor, "_slices", None)
+    if store is None:
+        msg = "slices: this monitor keeps no slices (it was calibrated without meta=)"
+        raise ValueError(msg)
+    encoding = store.encoding
+    wanted: dict[str, tuple[int, int]] = {}
+    for words in dict.fromkeys(slices):
+        found = slice_cell(encoding, words)
+        if found is None:
+            msg = f"slices: {words!r} is not a slice of this monitor (see mon.slices()['slice'])"
+            raise ValueError(msg)
+        wanted[words] = found
+    calibrators = monitor.calibrators
+    keys = [k for k in store.calibrators if k in calibrators]
+    out: dict[str, list[Any]] = {c: [] for c in SCHEMA}
+    if not wanted or not keys:
+        return pl.DataFrame(schema=SCHEMA)
+    targets = {k: kind_of(calibrators[k]).target(calibrators[k]) for k in keys}
+    for record in monitor.window_records():
+        rows = record.rows
+        if rows is None or rows.slice_codes is None:
+            continue
+        labelled = np.flatnonzero(rows.labels != NO_LABEL)
+        if not labelled.size:
+            continue
+        cells = encoding.cells(rows.slice_codes[labelled])
+        inside = {w: cells[:, table] == cell for w, (cell, table) in wanted.items()}
+        counts = {w: int(mask.sum()) for w, mask in inside.items()}
+        if not any(counts.values()):
+            continue
+        labels = rows.labels[labelled]
+        for key in keys:
+            cal = calibrators[key]
+            kind = kind_of(cal)
+            covered = np.asarray(
+                kind.covered(kind.results_of(rows, key, cal).take(labelled), labels), dtype=bool
+            )
+            for words, mask in inside.items():
+                if not counts[words]:
+                    continue
+                out["key"].append(f"{words}|{record.index}|{key}")
+                out["batch"].append(int(record.index))
+                out["name"].append(str(record.name))
+                out["calibrator"].append(key)
+                out["slice"].append(words)
+                out["target"].append(targets[key])
+                out["n_labelled"].append(counts[words])
+                out["n_covered"].append(int(covered[mask].sum()))
+    if not out["key"]:
+        return pl.DataFrame(schema=SCHEMA)
+    n, k = np.asarray(out["n_labelled"]), np.asarray(out["n_covered"])
+    lo, hi = clopper_pearson(k, n)
+    out["coverage"] = (k / n).tolist()
+    out["coverage_lo"], out["coverage_hi"] = lo.tolist(), hi.tolist()
+    return pl.DataFrame(out, schema=SCHEMA)
+
+
+def slice_layers() -> tuple[alt.Chart, alt.Chart]:
+    """The picked slice's coverage per window batch: a dotted line and diamonds, each calibrator's colour."""
+    base = (
+        alt.Chart(alt.NamedData(SLICE_COVERAGE))
+        .transform_filter(parts.CALIBRATOR_FILTER)
+        .transform_filter(f"{SLICE_FILTER} != '' && datum.slice == {SLICE_FILTER}")
+    )
+    x = parts.batch_axis("batch")
+    tooltip = [
+        alt.Tooltip("slice:N"),
+        alt.Tooltip("name:N", title="batch (window)"),
+        alt.Tooltip("calibrator:N"),
+        alt.Tooltip("coverage:Q", format=".3f", title="slice coverage"),
+        alt.Tooltip("coverage_lo:Q", format=".3f", title="95% low (exact)"),
+        alt.Tooltip("coverage_hi:Q", format=".3f", title="95% high (exact)"),
+        alt.Tooltip("n_covered:Q", title="covered"),
+        alt.Tooltip("n_labelled:Q", title="labelled rows of the slice"),
+        alt.Tooltip("target:Q", format=".3f"),
+    ]
+    dash = alt.StrokeDash(
+        "slice:N", scale=alt.Scale(range=[[2, 3]]), legend=alt.Legend(orient="bottom", title=None)
+    )
+    line = base.mark_line(aria=False, strokeWidth=1.5).encode(
+        x=x, y="coverage:Q", color=parts.series_color(), strokeDash=dash
+    )
+    points = (
+        base.transform_calculate(**parts.hover_fields(tooltip))
+        .mark_point(
+            shape="diamond", filled=True, size=45, opacity=1, stroke="white", strokeWidth=0.5, **parts.HOVER
+        )
+        .encode(x=x, y="coverage:Q", color=parts.series_color())
+        .properties(name="slice_points")
+    )
+    return line, points
+
+
+def coverage_spec() -> dict[str, Any]:
+    """The coverage chart with the picked slice's series (a monitor that slices; named data).
+
+    The title gains a line naming the slice and saying its series covers window batches only.
+    """
+    chart = alt.layer(*coverage_layers(None), *slice_layers())
+    spec: dict[str, Any] = parts.titled_chart(chart, COVERAGE_TITLE).to_dict()
+    spec["params"] = [*spec.get("params", []), {"name": SLICE_FILTER, "value": ""}]
+    line = f"'◆ dotted: ' + {SLICE_FILTER} + ', window batches only'"
+    spec["title"] = {
+        "text": {"expr": f"{SLICE_FILTER} == '' ? {COVERAGE_TITLE!r} : [{COVERAGE_TITLE!r}, {line}]"}
+    }
+    return spec
+
+
+__all__ = [
+    "SCHEMA",
+    "SLICE_COVERAGE",
+    "SLICE_FILTER",
+    "coverage_spec",
+    "is_slice",
+    "slice_coverage",
+    "slice_layers",
+]
