@@ -21,7 +21,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import calwatch as cw
-from calwatch.engine.metrics.discovery import shortfall_p_values, step_up
+from calwatch.engine.metrics.discovery import e_bh, shortfall_e_values, shortfall_p_values, step_up
 from calwatch.stream.slice_counts import EPOCHS_PER_LENGTH, SliceCounts, SliceStore
 from calwatch.stream.slices import PAIR_BUDGET, PAIR_CELLS, SliceEncoding, SliceError, SliceTypeError
 
@@ -519,3 +519,37 @@ def test_the_family_says_when_rows_are_not_independent() -> None:
     independent.calibrate(probs=P[:300], y=y[:300], meta=meta[:300])
     independent.observe(probs=P[300:], y=y[300:], meta=meta[300:])
     assert "caution" not in independent.slices(min_rows=1)["family"][0]
+
+
+@pytest.mark.parametrize("n", [1, 7, 60, 400])
+def test_the_e_values_are_fair_bets_under_the_null(n: int) -> None:
+    """E[E_n] = 1 at coverage t and < 1 above it: summed exactly over the binomial law of k."""
+    from scipy.stats import binom
+
+    k = np.arange(n + 1)
+    for t in (0.8, 0.9, 0.95):
+        e = shortfall_e_values(k, np.full(n + 1, n), t)
+        assert float(binom.pmf(k, n, t) @ e) == pytest.approx(1.0, rel=1e-9)
+        assert float(binom.pmf(k, n, min(0.999, t + 0.02)) @ e) < 1.0
+        assert np.all(np.diff(e) <= 0) and e[-1] < e[0]  # more covered rows, less evidence (the cap ties)
+    assert shortfall_e_values([0], [0], 0.9).tolist() == [1.0]
+    # one shortfall alone is its likelihood ratio
+    assert shortfall_e_values([3], [5], 0.9, (0.4,))[0] == pytest.approx((0.5 / 0.9) ** 3 * (0.5 / 0.1) ** 2)
+
+
+def test_e_bh_by_hand_and_in_slices() -> None:
+    rejected, adjusted = e_bh([40.0, 5.0, 12.0, 0.5], 0.1)  # thresholds m/(i·q): 40, 20, 13.3, 10
+    assert rejected.tolist() == [True, False, False, False]
+    assert adjusted == pytest.approx([0.1, 4 / 15, 4 / 24, 1.0])
+    assert e_bh([30.0, 30.0, 30.0, 0.0], 0.1)[0].tolist() == [True, True, True, False]  # 30 ≥ 4/(3·0.1)
+    P, y, meta = _random_stream(4, 900)
+    mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac")}, shift=None)
+    mon.calibrate(probs=P[:300], y=y[:300], meta=meta[:300])
+    mon.observe(probs=P[300:], y=(y[300:] + (np.arange(600) % 3 == 0)) % 4, meta=meta[300:])
+    frame = mon.slices(min_rows=5, method="e-bh")
+    e = shortfall_e_values(frame["n_covered"], frame["n_labelled"], frame["target"])
+    assert frame["e_value"].to_list() == e.tolist()
+    flagged, q = e_bh(e, 0.1)
+    assert frame["flagged"].to_list() == flagged.tolist() and frame["flagged"].any()
+    assert frame["q_value"].to_list() == q.tolist()
+    assert "e-Benjamini-Hochberg on anytime-valid e-values" in frame["family"][0]

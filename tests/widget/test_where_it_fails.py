@@ -29,7 +29,7 @@ def _planted(n=5000, seed=3):
 
 def test_the_ranking_is_the_frame_s_strongest_evidence_and_the_values_are_the_focus_column_s():
     mon = _planted()
-    frame = mon.slices()
+    frame = mon.slices(method="e-bh")  # a live view is re-read after every batch: anytime-valid flags
     rows = slice_rows(mon)
     ranked = [r for r in rows if r["view"] == "ranked"]
     assert [r["slice"] for r in ranked] == frame["slice"].head(RANKED).to_list()
@@ -41,6 +41,7 @@ def test_the_ranking_is_the_frame_s_strongest_evidence_and_the_values_are_the_fo
     assert focus == {f"carrier = {c}" for c in "ABCD"}  # the column of the strongest evidence
     # the stated family travels with every row (what the FDR is controlled over)
     assert {r["fdr_level"] for r in rows} == {0.1} and all(r["family"] for r in rows)
+    assert {r["fdr_method"] for r in rows} == {"e-Benjamini-Hochberg on anytime-valid e-values"}
     assert len({r["key"] for r in rows}) == len(rows)
 
 

@@ -971,9 +971,13 @@ class Monitor:
         p-value threshold. The Monte Carlo check on real data is
         ``tests/validity/test_slice_discovery.py``.
 
-        One look: the p-values are fixed-sample. Reading the frame again as the stream grows,
-        and acting on any flag seen on the way, is several looks, which this control does not
-        cover (narrow the family with ``since=`` instead, or act on one planned look).
+        One look, or any: the p-values are fixed-sample. Reading the frame again as the stream
+        grows, and acting on any flag seen on the way, is several looks, which BH on them does
+        not cover. ``method="e-bh"`` does: each slice's ``e_value`` is a test supermartingale in
+        its labelled rows (a mixture of likelihood ratios against shortfalls of 0.01 to 0.4,
+        :func:`~calwatch.engine.metrics.discovery.shortfall_e_values`), and e-BH over them
+        controls the FDR under any dependence at whatever moment the frame is read and acted on
+        (with ``since=`` fixed in advance), for some power at one planned look.
 
         Parameters
         ----------
@@ -993,17 +997,20 @@ class Monitor:
             Slices with fewer labelled rows are not tested (nor counted in the family).
         level : float
             The FDR level ``q`` (default 0.1).
-        method : {"bh", "by"}
-            Benjamini–Hochberg (default) or Benjamini–Yekutieli.
+        method : {"bh", "by", "e-bh"}
+            Benjamini–Hochberg (default) or Benjamini–Yekutieli on the p-values, or e-BH on the
+            anytime-valid e-values (re-read as the stream grows without inflating the FDR).
 
         Returns
         -------
         polars.DataFrame
-            One row per (calibrator, slice) tested, smallest p-value first: ``calibrator``,
+            One row per (calibrator, slice) tested, strongest evidence first (smallest p-value;
+            largest e-value for ``method="e-bh"``): ``calibrator``,
             ``slice`` (in words), ``by`` (its column or pair), ``n_rows``, ``n_labelled``,
             ``n_covered``, ``coverage`` with its exact 95% Clopper–Pearson interval
             ``coverage_lo``/``coverage_hi``, ``target``, ``mean_set_size``, ``p_value``,
-            ``q_value`` (the BH-adjusted p-value: the smallest level that flags it), ``flagged``;
+            ``e_value`` (anytime-valid evidence of a shortfall: large is strong), ``q_value``
+            (the adjusted value under ``method``: the smallest level that flags it), ``flagged``;
             and the family the control is stated over, the same in every row: ``fdr_method``,
             ``fdr_level``, ``n_tested``, ``first_batch``, ``last_batch`` and ``family`` (in words).
 

@@ -18,8 +18,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from calwatch.engine.metrics.discovery import e_bh, shortfall_e_values, step_up
 from calwatch.engine.metrics.discovery import shortfall_p_values as _p_values
-from calwatch.engine.metrics.discovery import step_up
 from calwatch.engine.metrics.intervals import clopper_pearson
 from calwatch.kinds import kind_of
 from calwatch.shift.on_labels import CORRELATED_ROWS
@@ -32,14 +32,19 @@ if TYPE_CHECKING:
 
 IntArray = npt.NDArray[np.intp]
 #: Names of the multiplicity controls of :meth:`Slicing.slices`.
-METHOD_NAMES = {"bh": "Benjamini-Hochberg", "by": "Benjamini-Yekutieli"}
+METHOD_NAMES = {
+    "bh": "Benjamini-Hochberg",
+    "by": "Benjamini-Yekutieli",
+    "e-bh": "e-Benjamini-Hochberg on anytime-valid e-values",
+}
 #: Columns of :meth:`Monitor.slices`, with their types.
 SLICES_SCHEMA: dict[str, Any] = {
     "calibrator": pl.String, "slice": pl.String, "by": pl.String, "n_rows": pl.Int64,
     "n_labelled": pl.Int64, "n_covered": pl.Int64, "coverage": pl.Float64, "coverage_lo": pl.Float64,
     "coverage_hi": pl.Float64, "target": pl.Float64, "mean_set_size": pl.Float64, "p_value": pl.Float64,
-    "q_value": pl.Float64, "flagged": pl.Boolean, "fdr_method": pl.String, "fdr_level": pl.Float64,
-    "n_tested": pl.Int64, "first_batch": pl.Int64, "last_batch": pl.Int64, "family": pl.String,
+    "e_value": pl.Float64, "q_value": pl.Float64, "flagged": pl.Boolean, "fdr_method": pl.String,
+    "fdr_level": pl.Float64, "n_tested": pl.Int64, "first_batch": pl.Int64, "last_batch": pl.Int64,
+    "family": pl.String,
 }  # fmt: skip
 #: Confidence of the exact interval around each slice's coverage.
 INTERVAL_CONFIDENCE = 0.95
@@ -248,7 +253,11 @@ class Slicing:
         names = [k for p in parts for k in p["calibrator"]]
         k_tested = len(names)
         p_values = _p_values(joined["n_covered"], joined["n_labelled"], joined["target"])
-        flagged, adjusted = step_up(p_values, float(level), method)
+        e_values = shortfall_e_values(joined["n_covered"], joined["n_labelled"], joined["target"])
+        if method == "e-bh":
+            flagged, adjusted = e_bh(e_values, float(level))
+        else:
+            flagged, adjusted = step_up(p_values, float(level), method)
         lo, hi = clopper_pearson(joined["n_covered"], joined["n_labelled"], INTERVAL_CONFIDENCE)
         table_of = encoding.cell_tables()
         family = (
@@ -274,6 +283,7 @@ class Slicing:
                 "target": joined["target"].astype(np.float64),
                 "mean_set_size": joined["size_sum"] / np.maximum(joined["n_rows"], 1),
                 "p_value": p_values,
+                "e_value": e_values,
                 "q_value": adjusted,
                 "flagged": flagged,
                 "fdr_method": [METHOD_NAMES[method]] * k_tested,
@@ -285,7 +295,8 @@ class Slicing:
             },
             schema=SLICES_SCHEMA,
         )
-        return frame.with_row_index("_order").sort(["p_value", "_order"]).drop("_order")
+        evidence = pl.col("p_value") if method != "e-bh" else -pl.col("e_value")  # strongest first
+        return frame.with_row_index("_order").sort([evidence, pl.col("_order")]).drop("_order")
 
     def _caution(self) -> str:
         """Why the rows may not be independent, as the binomial tests assume ("" when nothing says so).

@@ -1,8 +1,10 @@
 """The "Where it fails" view: slices of the data whose coverage falls short, found at a stated FDR.
 
 Two panels read the ``slices`` dataset (rows of :meth:`Monitor.slices
-<calwatch.monitor.Monitor.slices>`, the monitor's exact per-slice counts tested with
-Benjamini–Hochberg):
+<calwatch.monitor.Monitor.slices>` with ``method="e-bh"``: a live view is read again after every
+batch, so its flags come from e-BH on the anytime-valid e-values, whose FDR holds whenever the
+panel is read and acted on; BH on fixed-sample p-values, :meth:`Monitor.slices`'s default for
+one planned look, would flag a null slice at some look far more often than its level):
 
 - ``where_it_fails``: the slices ranked by their evidence of a shortfall: each one's coverage
   with its exact 95% interval against its target, the flagged ones (rejected at the stated FDR
@@ -30,11 +32,14 @@ if TYPE_CHECKING:
 RANKED = 12
 #: Slices need this many labelled rows to be tested (as :meth:`Monitor.slices` by default).
 MIN_ROWS = 30
+#: The multiplicity control of a view read after every batch: e-BH on anytime-valid e-values.
+METHOD = "e-bh"
 #: The Vega signal naming the column whose values ``slice_values`` shows ("": the focus column).
 SLICE_COLUMN = "slice_column"
 _FIELDS = (
     "calibrator", "slice", "by", "n_labelled", "n_covered", "coverage", "coverage_lo", "coverage_hi",
-    "target", "p_value", "q_value", "flagged", "fdr_method", "fdr_level", "n_tested", "family",
+    "target", "p_value", "e_value", "q_value", "flagged", "fdr_method", "fdr_level", "n_tested",
+    "family",
 )  # fmt: skip
 
 
@@ -43,7 +48,7 @@ def slice_rows(monitor: Monitor) -> list[dict[str, Any]]:
     if getattr(monitor, "_slices", None) is None or monitor.calibration_ is None or not monitor.n_batches:
         return []
     try:
-        frame = monitor.slices(min_rows=MIN_ROWS)
+        frame = monitor.slices(min_rows=MIN_ROWS, method=METHOD)
     except ValueError:  # no set calibrator, or nothing to test yet
         return []
     if frame.is_empty():
@@ -56,8 +61,8 @@ def slice_rows(monitor: Monitor) -> list[dict[str, Any]]:
         r["shortfall"] = None if coverage is None or target is None else float(target) - float(coverage)
     out: list[dict[str, Any]] = []
     for calibrator in dict.fromkeys(r["calibrator"] for r in rows):
-        mine = [r for r in rows if r["calibrator"] == calibrator]  # smallest p-value first
-        shown = mine[:RANKED]  # the strongest evidence first: BH flags the smallest p-values
+        mine = [r for r in rows if r["calibrator"] == calibrator]  # strongest evidence first
+        shown = mine[:RANKED]  # the strongest evidence first: e-BH flags the largest e-values
         first_by = str(mine[0]["by"])
         focus = first_by.split(" & ")[0]  # a pair's first column
         for rank, r in enumerate(shown):
@@ -81,6 +86,7 @@ def _tooltip() -> list[alt.Tooltip]:
         alt.Tooltip("target:Q", format=".3f"),
         alt.Tooltip("n_labelled:Q", format=",", title="labelled rows"),
         alt.Tooltip("p_value:Q", format=".2g", title="p-value (coverage ≥ target)"),
+        alt.Tooltip("e_value:Q", format=".3g", title="e-value (anytime-valid)"),
         alt.Tooltip("q_value:Q", format=".2g", title="q-value"),
         alt.Tooltip("flagged:N"),
         alt.Tooltip("family:N", title="FDR controlled over"),

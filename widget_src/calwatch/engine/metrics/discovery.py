@@ -16,6 +16,10 @@ BoolArray = npt.NDArray[np.bool_]
 #: The multiplicity controls :func:`step_up` knows: Benjamini–Hochberg (valid under positive
 #: regression dependence, PRDS) and Benjamini–Yekutieli (valid under any dependence).
 METHODS = ("bh", "by")
+#: The shortfalls ``δ = t − q`` the e-values of :func:`shortfall_e_values` bet on, equally weighted.
+SHORTFALLS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
+#: The e-values are capped at ``exp(690) ≈ 1e300`` (finite, and rejected at any level anyway).
+LOG_E_MAX = 690.0
 
 
 def shortfall_p_values(covered: npt.ArrayLike, labelled: npt.ArrayLike, target: npt.ArrayLike) -> FloatArray:
@@ -67,6 +71,118 @@ def shortfall_p_values(covered: npt.ArrayLike, labelled: npt.ArrayLike, target: 
     tested = (n > 0) & (k < n)
     p[tested] = bdtr(k[tested], n[tested], t[tested])
     return np.clip(p, 0.0, 1.0)
+
+
+def shortfall_e_values(
+    covered: npt.ArrayLike,
+    labelled: npt.ArrayLike,
+    target: npt.ArrayLike,
+    shortfalls: tuple[float, ...] = SHORTFALLS,
+) -> FloatArray:
+    """Anytime-valid e-values against "coverage ≥ target": a mixture of likelihood ratios.
+
+    For a coverage ``q < t`` the likelihood ratio of ``k`` covered rows out of ``n``,
+
+        L_q(n, k) = (q/t)^k · ((1 − q)/(1 − t))^(n − k),
+
+    grows by the factor ``q/t`` for a covered row and ``(1 − q)/(1 − t)`` for a missed one. If
+    each new labelled row is covered with probability ``c ≥ t`` given the rows before it, that
+    factor has expectation ``c·q/t + (1 − c)(1 − q)/(1 − t) ≤ 1`` (equal at ``c = t``, falling
+    in ``c`` since ``q < t``): ``L_q`` is a nonnegative supermartingale starting at 1, a *test
+    supermartingale*, whatever order the labels come in. So is the average over
+    ``q = t − δ`` for the shortfalls ``δ`` (those with ``q > 0``), the e-value returned, and by
+    Ville's inequality ``P(sup_n E_n ≥ 1/u) ≤ u``: it may be read after every batch, and acted
+    on at whatever moment it crosses, without inflating the error (Ramdas et al. 2023, "Game-
+    theoretic statistics and safe anytime-valid inference"). It depends on ``(n, k)`` only, so
+    pooled batches and late labels give it exactly.
+
+    The price of reading it at any time is power at a fixed one: the exact binomial p-value of
+    :func:`shortfall_p_values` is sharper for one planned look.
+
+    Parameters
+    ----------
+    covered, labelled : array-like of int
+        ``k`` and ``n`` per slice (``0 ≤ k ≤ n``).
+    target : float or array-like of float
+        The promised coverage ``t`` per slice, in (0, 1).
+    shortfalls : tuple of float
+        The shortfalls ``δ > 0`` mixed, equally weighted (default :data:`SHORTFALLS`).
+
+    Returns
+    -------
+    ndarray of float64
+        One e-value per slice; 1.0 where ``n == 0``; at most ``exp(LOG_E_MAX)``.
+
+    Examples
+    --------
+    One missed row at ``t = 0.9``: each ``q = 0.9 − δ`` gives ``(1 − q)/0.1``, i.e. 1.1, 1.2,
+    1.5, 2, 3 and 5 (mean 2.3); a covered row gives ``q/0.9`` (mean ≈ 0.86: evidence for the null).
+
+    >>> [round(float(e), 4) for e in shortfall_e_values([0, 1], [1, 1], 0.9)]
+    [2.3, 0.8556]
+    """
+    k = np.atleast_1d(np.asarray(covered, dtype=np.int64))
+    n = np.atleast_1d(np.asarray(labelled, dtype=np.int64))
+    t = np.broadcast_to(np.asarray(target, dtype=np.float64), n.shape)
+    if k.shape != n.shape or np.any(k < 0) or np.any(k > n):
+        msg = "covered and labelled must have one shape and 0 ≤ covered ≤ labelled"
+        raise ValueError(msg)
+    if np.any(~((t > 0.0) & (t < 1.0))):
+        msg = "target must lie in (0, 1)"
+        raise ValueError(msg)
+    if not shortfalls or any(not 0.0 < d < 1.0 for d in shortfalls):
+        msg = f"shortfalls must be numbers in (0, 1); got {shortfalls!r}"
+        raise ValueError(msg)
+    delta = np.asarray(shortfalls, dtype=np.float64)[:, None]
+    q = t[None, :] - delta
+    usable = q > 0.0  # a shortfall larger than the target has no coverage to bet on
+    safe_q = np.where(usable, q, 0.5)
+    log_l = k * np.log(safe_q / t) + (n - k) * np.log((1.0 - safe_q) / (1.0 - t))
+    log_l = np.where(usable, log_l, -np.inf)
+    top = log_l.max(axis=0)
+    weights = usable.sum(axis=0)
+    log_e = top + np.log(np.exp(log_l - top).sum(axis=0) / weights)
+    e = np.exp(np.minimum(log_e, LOG_E_MAX))  # beyond ~1e300 all evidence is overwhelming alike
+    e[n == 0] = 1.0
+    return np.asarray(e, dtype=np.float64)
+
+
+def e_bh(e_values: npt.ArrayLike, level: float) -> tuple[BoolArray, FloatArray]:
+    """Which hypotheses the e-Benjamini–Hochberg procedure rejects at ``level``, and their adjusted values.
+
+    With the ``m`` e-values sorted in decreasing order, ``e_(1) ≥ … ≥ e_(m)``, e-BH rejects the
+    ``r`` largest, ``r`` the largest ``i`` with ``e_(i) ≥ m/(i·q)``. It controls the false
+    discovery rate at ``q·m₀/m ≤ q`` under *any* dependence among the e-values (Wang & Ramdas
+    2022, "False discovery rate control with e-values", JRSS-B 84(3)), and with e-values of
+    test supermartingales read at a stopping time (each is an e-value there), at whatever
+    moment the family is read and acted on.
+
+    The adjusted value of a hypothesis, the smallest level that rejects it, is
+    ``min_{j ≥ i} min(1, m/(j·e_(j)))``: rejected at ``q`` exactly when it is ``≤ q``.
+
+    Examples
+    --------
+    >>> rejected, adjusted = e_bh([40.0, 5.0, 12.0, 0.5], 0.1)  # m/(i·q): 40, 20, 13.3, 10
+    >>> rejected.tolist(), [round(float(a), 4) for a in adjusted]
+    ([True, False, False, False], [0.1, 0.2667, 0.1667, 1.0])
+    """
+    if not (isinstance(level, int | float) and 0.0 < float(level) < 1.0):
+        msg = f"level must be a number in (0, 1); got {level!r}"
+        raise ValueError(msg)
+    e = np.atleast_1d(np.asarray(e_values, dtype=np.float64))
+    m = e.shape[0]
+    if m == 0:
+        return np.zeros(0, dtype=bool), np.zeros(0, dtype=np.float64)
+    if np.any(np.isnan(e)) or np.any(e < 0):
+        msg = "e-values must be numbers ≥ 0"
+        raise ValueError(msg)
+    order = np.argsort(-e, kind="stable")
+    with np.errstate(divide="ignore"):
+        ranked = m / (np.arange(1, m + 1) * e[order])
+    adjusted_sorted = np.minimum(np.minimum.accumulate(ranked[::-1])[::-1], 1.0)
+    adjusted = np.empty(m, dtype=np.float64)
+    adjusted[order] = adjusted_sorted
+    return adjusted <= float(level), adjusted
 
 
 def step_up(p_values: npt.ArrayLike, level: float, method: str = "bh") -> tuple[BoolArray, FloatArray]:
@@ -126,4 +242,4 @@ def step_up(p_values: npt.ArrayLike, level: float, method: str = "bh") -> tuple[
     return adjusted <= float(level), adjusted
 
 
-__all__ = ["METHODS", "shortfall_p_values", "step_up"]
+__all__ = ["METHODS", "SHORTFALLS", "e_bh", "shortfall_e_values", "shortfall_p_values", "step_up"]
