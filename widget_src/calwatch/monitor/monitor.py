@@ -23,6 +23,7 @@ from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.conformal.group_conditional import GroupConditionalConformal
 from calwatch.engine.errors import NotFittedError
 from calwatch.kinds import KINDS, kind_of
+from calwatch.monitor.attach import Attach
 from calwatch.monitor.autosave import AutoSave
 from calwatch.monitor.intake import Intake
 from calwatch.monitor.labels import LabelJoin, LabelReport
@@ -340,6 +341,10 @@ class Monitor:
     @property
     def _slice_fix(self) -> SliceFix:
         return SliceFix(self)
+
+    @property
+    def _attach(self) -> Attach:
+        return Attach(self)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -1102,6 +1107,40 @@ class Monitor:
         return self._slice_fix.slice_calibrator(
             by, calibrator=calibrator, alpha=alpha, method=method, probs=probs, y=y, meta=meta
         )
+
+    @guarded
+    def attach(self, name: str, calibrator: Any) -> None:
+        """Add a fitted set calibrator to a monitor that has already streamed, with its whole history.
+
+        Every batch's statistics for it are computed from the batch's rows (probabilities, ids,
+        labels, slice codes) as ``observe`` and ``label`` would have, and the slice counts gain
+        its coverage, so ``summary()``, ``slices()`` and ``rows()`` are those of a monitor built
+        with it and fed the same stream. The step after :meth:`slice_calibrator` and
+        :meth:`what_if_slices` (:mod:`calwatch.monitor.attach`).
+
+        Parameters
+        ----------
+        name : str
+            Its name (not one of :attr:`calibrators`).
+        calibrator : calibrator
+            A fitted set-valued calibrator; with ``groups_from=``, its groups come from each
+            row's slice codes.
+
+        Raises
+        ------
+        ValueError
+            A batch whose rows are no longer in memory (it left the window, or came from a
+            table): start a monitor with the calibrator instead; a name taken; a calibrator that
+            changes as labels arrive (``cw.Adaptive``); slice columns the monitor lacks.
+        TypeError
+            Not a set calibrator of a classifier.
+
+        Notes
+        -----
+        The attached calibrator gets no shift detectors (those were fitted at ``calibrate``):
+        its coverage is counted and shown, not tested for drift.
+        """
+        self._attach.attach(name, calibrator)
 
     @guarded
     def what_if_slices(
