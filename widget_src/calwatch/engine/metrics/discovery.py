@@ -22,6 +22,22 @@ SHORTFALLS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
 LOG_E_MAX = 690.0
 
 
+def _checked_counts(
+    covered: npt.ArrayLike, labelled: npt.ArrayLike, target: npt.ArrayLike
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], FloatArray]:
+    """``k``, ``n`` and ``t`` as arrays of one shape, checked (``0 ≤ k ≤ n``, ``0 < t < 1``)."""
+    k = np.atleast_1d(np.asarray(covered, dtype=np.int64))
+    n = np.atleast_1d(np.asarray(labelled, dtype=np.int64))
+    t = np.broadcast_to(np.asarray(target, dtype=np.float64), n.shape)
+    if k.shape != n.shape or np.any(k < 0) or np.any(k > n):
+        msg = "covered and labelled must have one shape and 0 ≤ covered ≤ labelled"
+        raise ValueError(msg)
+    if np.any(~((t > 0.0) & (t < 1.0))):
+        msg = "target must lie in (0, 1)"
+        raise ValueError(msg)
+    return k, n, t
+
+
 def shortfall_p_values(covered: npt.ArrayLike, labelled: npt.ArrayLike, target: npt.ArrayLike) -> FloatArray:
     """Exact one-sided p-values against "coverage ≥ target": ``P(Bin(n, target) ≤ k)``.
 
@@ -58,15 +74,7 @@ def shortfall_p_values(covered: npt.ArrayLike, labelled: npt.ArrayLike, target: 
     """
     from scipy.special import bdtr  # on first use: `import calwatch` stays fast
 
-    k = np.atleast_1d(np.asarray(covered, dtype=np.int64))
-    n = np.atleast_1d(np.asarray(labelled, dtype=np.int64))
-    t = np.broadcast_to(np.asarray(target, dtype=np.float64), n.shape)
-    if k.shape != n.shape or np.any(k < 0) or np.any(k > n):
-        msg = "covered and labelled must have one shape and 0 ≤ covered ≤ labelled"
-        raise ValueError(msg)
-    if np.any(~((t > 0.0) & (t < 1.0))):
-        msg = "target must lie in (0, 1)"
-        raise ValueError(msg)
+    k, n, t = _checked_counts(covered, labelled, target)
     p = np.ones(n.shape, dtype=np.float64)
     tested = (n > 0) & (k < n)
     p[tested] = bdtr(k[tested], n[tested], t[tested])
@@ -121,15 +129,7 @@ def shortfall_e_values(
     >>> [round(float(e), 4) for e in shortfall_e_values([0, 1], [1, 1], 0.9)]
     [2.3, 0.8556]
     """
-    k = np.atleast_1d(np.asarray(covered, dtype=np.int64))
-    n = np.atleast_1d(np.asarray(labelled, dtype=np.int64))
-    t = np.broadcast_to(np.asarray(target, dtype=np.float64), n.shape)
-    if k.shape != n.shape or np.any(k < 0) or np.any(k > n):
-        msg = "covered and labelled must have one shape and 0 ≤ covered ≤ labelled"
-        raise ValueError(msg)
-    if np.any(~((t > 0.0) & (t < 1.0))):
-        msg = "target must lie in (0, 1)"
-        raise ValueError(msg)
+    k, n, t = _checked_counts(covered, labelled, target)
     if not shortfalls or any(not 0.0 < d < 1.0 for d in shortfalls):
         msg = f"shortfalls must be numbers in (0, 1); got {shortfalls!r}"
         raise ValueError(msg)
