@@ -170,25 +170,31 @@ export interface ClassCoverageRow extends KeyedRow {
 }
 
 /**
- * `slice_coverage`: a picked slice's coverage per window batch and set calibrator (key
- * `<slice>|<batch>|<calibrator>`), only batches with a labelled row of the slice. The kernel
- * sends the series of the slices views picked (`SliceFilterMessage`); each view draws its own
- * (the Vega signal `slice_filter`) on the coverage chart.
+ * `slice_coverage`: a picked slice's mean set size and coverage per window batch and set
+ * calibrator (key `<slice>|<batch>|<calibrator>`), only batches with a row of the slice. The
+ * kernel sends the series of the slices views picked (`SliceFilterMessage`); each view draws its
+ * own (the Vega signal `slice_filter`) on the coverage and mean-set-size charts.
  */
 export interface SliceCoverageRow extends KeyedRow {
   batch: number;
   /** The batch's name (its index when observed without one). */
   name: string;
   calibrator: string;
+  /** The calibrator's legend label (as in `batches`). */
+  label: string;
   /** The slice in the words of `mon.slices()`: "carrier = B", "carrier = B & origin = JFK". */
   slice: string;
   target: number | null;
+  /** The slice's rows in the batch, labelled or not, and the mean size of their sets. */
+  n_rows: number;
+  mean_set_size: number | null;
   n_labelled: number;
   n_covered: number;
-  coverage: number;
+  /** Null without a labelled row of the slice in the batch. */
+  coverage: number | null;
   /** Exact (Clopper–Pearson) 95% interval. */
-  coverage_lo: number;
-  coverage_hi: number;
+  coverage_lo: number | null;
+  coverage_hi: number | null;
 }
 
 /** A calibrator's state in the health strip (the rule: `calwatch.views.health.health`). */

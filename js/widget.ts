@@ -213,13 +213,13 @@ export function renderView(
   timelineVega.className = "calwatch-vega";
   timelineEl.append(timelineCaption, timelineVega);
   const notes = createNotes(model, doc);
-  /** The slice the row table is filtered to ("" = none): the coverage chart draws its series too. */
+  /** The slice the row table is filtered to ("" = none): the coverage and set-size charts draw its series too. */
   let sliceFilter = "";
   const onSlice = (slice: string) => {
     sliceFilter = slice;
     root.dataset.sliceFilter = slice;
     for (const item of items) void item.chart.setSignals(filterSignals());
-    // The kernel computes its coverage per window batch (`slice_coverage`) and keeps it current.
+    // The kernel computes its coverage and set size per window batch (`slice_coverage`) and keeps them current.
     const msg: SliceFilterMessage = { kind: "slice-filter", view: viewId, slice_filter: slice };
     model.send(msg);
   };

@@ -237,6 +237,8 @@ def test_a_click_on_a_slice_filters_the_row_table_to_its_rows(page, tmp_path, ar
 
 #: The coverage chart's points of the picked slice (its hover text names the slice).
 SLICE_SERIES = '[data-chart="coverage"] svg g.mark-symbol.role-mark path[aria-label^="slice: "]'
+#: The same on the mean-set-size chart (the Sets tab).
+SLICE_SIZES = '[data-chart="set_size"] svg g.mark-symbol.role-mark path[aria-label^="slice: "]'
 
 
 def _texts(page: Any, selector: str) -> list[str]:
@@ -244,15 +246,24 @@ def _texts(page: Any, selector: str) -> list[str]:
     return texts
 
 
-def _slice_points(page: Any) -> list[str]:
-    labels: list[str] = page.eval_on_selector_all(SLICE_SERIES, ARIA_LABELS)
+def _slice_points(page: Any, selector: str = SLICE_SERIES) -> list[str]:
+    labels: list[str] = page.eval_on_selector_all(selector, ARIA_LABELS)
     return labels
+
+
+def _sizes_tab(page: Any) -> None:
+    """Open the Sets tab, its mean-set-size chart drawn."""
+    page.locator(f"{ROOT} button.calwatch-tab", has_text="Sets").click()
+    page.wait_for_selector('[data-chart="set_size"] svg g.mark-symbol.role-mark path', timeout=TIMEOUT_MS)
 
 
 def test_a_click_on_a_slice_adds_its_coverage_per_window_batch_to_the_coverage_chart(
     page, tmp_path, artifacts_dir
 ):
-    """Issue "Where it fails", 3: the coverage-over-time chart filters to the slice clicked, too."""
+    """Issue "Where it fails", 3: the coverage-over-time chart filters to the slice clicked, too.
+
+    And the mean-set-size chart (Sets tab): the slice's mean set size per window batch.
+    """
     mon = _planted()
     widget = mon.widget()
     weakest = mon.slices()["slice"][0]
@@ -264,6 +275,8 @@ def test_a_click_on_a_slice_adds_its_coverage_per_window_batch_to_the_coverage_c
     page.locator(f"{ROOT} button.calwatch-tab", has_text="Coverage").click()
     page.wait_for_selector('[data-chart="coverage"] svg g.mark-symbol.role-mark path', timeout=TIMEOUT_MS)
     assert _slice_points(page) == []
+    _sizes_tab(page)
+    assert _slice_points(page, SLICE_SIZES) == []
 
     page.locator(f"{ROOT} button.calwatch-tab", has_text="Slices").click()
     page.wait_for_selector(RANKED_POINTS, timeout=TIMEOUT_MS)
@@ -291,8 +304,32 @@ def test_a_click_on_a_slice_adds_its_coverage_per_window_batch_to_the_coverage_c
     )
     page.locator(ROOT).screenshot(path=str(artifacts_dir / "slice-coverage-over-time-view.png"))
 
-    # ✕ slice: the series goes (and the kernel sends tombstones for its rows)
+    # the mean-set-size chart: the slice's mean set size per window batch (all its rows)
+    _sizes_tab(page)
+    wait_until(lambda: len(_slice_points(page, SLICE_SIZES)) == len(batches), "a size point per window batch")
+    sizes = _slice_points(page, SLICE_SIZES)
+    assert all(f"slice: {weakest};" in p for p in sizes), sizes[:2]
+    in_first = mon.rows().filter((pl.col("batch") == 0) & (pl.col("slice_carrier") == weakest))
+    assert first["n_rows"] == in_first.height
+    assert first["mean_set_size"] == pytest.approx(in_first["size_lac"].mean())
+    size_0 = next(p for p in sizes if "batch (window): 0;" in p)
+    assert f"slice mean size: {first['mean_set_size']:.3f}" in size_0, size_0
+    assert f"rows of the slice: {in_first.height}" in size_0, size_0
+    title = _texts(page, '[data-chart="set_size"] svg .role-title-text')
+    assert any("window batches only" in t and weakest in t for t in title), title
+    legend = _texts(page, '[data-chart="set_size"] svg .role-legend-label text')
+    assert weakest in legend, legend
+    page.wait_for_timeout(200)
+    page.locator(f'{ROOT} [data-chart="set_size"]').screenshot(
+        path=str(artifacts_dir / "slice-set-size-over-time.png")
+    )
+
+    # ✕ slice: the series go (and the kernel sends tombstones for its rows)
     page.locator(f"{TABLE} button.calwatch-rows-unslice").click()
+    wait_until(lambda: _slice_points(page, SLICE_SIZES) == [], "the slice's sizes removed")
+    title = _texts(page, '[data-chart="set_size"] svg .role-title-text')
+    assert not any("window batches only" in t for t in title), title
+    page.locator(f"{ROOT} button.calwatch-tab", has_text="Coverage").click()
     wait_until(lambda: _slice_points(page) == [], "the slice series removed")
     assert asked[-2:][0] == {"kind": "slice-filter", "view": view, "slice_filter": ""}  # then the rows
     assert widget.replay_payload()["slice_coverage"] == []
@@ -308,6 +345,9 @@ def test_a_click_on_a_slice_adds_its_coverage_per_window_batch_to_the_coverage_c
     page.locator(f"{ROOT} button.calwatch-tab", has_text="Coverage").click()
     page.wait_for_timeout(300)
     assert _slice_points(page) == []
+    _sizes_tab(page)
+    page.wait_for_timeout(300)
+    assert _slice_points(page, SLICE_SIZES) == []
     errors = [m for m in page.console_messages_ if m.startswith(("[console.error]", "[pageerror]"))]
     assert not errors, errors
 

@@ -24,6 +24,9 @@ from calwatch.views.charts.parts import (
 
 #: The coverage chart's title.
 COVERAGE_TITLE = "Coverage vs target (dashed)"
+#: The set-size chart's title and y axis title.
+SET_SIZE_TITLE = "Mean set size"
+SET_SIZE_AXIS = "mean set size"
 
 
 def coverage_chart(batches: Source = None) -> ChartSpec:
@@ -80,11 +83,17 @@ def class_coverage_chart(class_coverage: Source = None) -> ChartSpec:
 
 def set_size_chart(batches: Source = None) -> ChartSpec:
     """Mean prediction-set size per batch."""
-    base = base_chart(batches, "batches", kind="sets")
-    return titled_chart(
-        base.mark_line(point=True).encode(
+    return titled_chart(alt.layer(*set_size_layers(batches)), SET_SIZE_TITLE)
+
+
+def set_size_layers(batches: Source = None) -> tuple[alt.Chart, ...]:
+    """The set-size chart's layers (a slice's series goes on top: :mod:`calwatch.views.slice_history`)."""
+    line = (
+        base_chart(batches, "batches", kind="sets")
+        .mark_line(point=True)
+        .encode(
             x=batch_axis("batch_mid"),
-            y=alt.Y("mean_set_size:Q", title="mean set size", scale=alt.Scale(zero=False)),
+            y=alt.Y("mean_set_size:Q", title=SET_SIZE_AXIS, scale=alt.Scale(zero=False)),
             color=series_color("label"),
             tooltip=[
                 alt.Tooltip("name:N", title="batch"),
@@ -94,10 +103,9 @@ def set_size_chart(batches: Source = None) -> ChartSpec:
                 alt.Tooltip("full_share:Q", format=".1%", title="full sets"),
                 alt.Tooltip("n_rows:Q", title="rows"),
             ],
-        ),
-        "Mean set size",
-        span=x_span(base_chart(batches, "batches")),
+        )
     )
+    return (x_span(base_chart(batches, "batches")), line)
 
 
 def set_shares_chart(batches: Source = None) -> ChartSpec:

@@ -546,8 +546,11 @@ def specs(kinds: Sequence[str], panels: Sequence[str]) -> dict[str, dict[str, An
 @functools.lru_cache(maxsize=16)
 def _specs_json(kinds: tuple[str, ...], panels: tuple[str, ...]) -> str:
     out = {name: with_view_filters(spec) for name, spec in charts.live_specs(list(kinds)).items()}
-    if "where_it_fails" in panels and "coverage" in out:  # a monitor that slices: a slice's own series
-        out["coverage"] = with_view_filters(slice_history.coverage_spec())
+    if "where_it_fails" in panels:  # a monitor that slices: a slice's own series
+        if "coverage" in out:
+            out["coverage"] = with_view_filters(slice_history.coverage_spec())
+        if "set_size" in out:
+            out["set_size"] = with_view_filters(slice_history.set_size_spec())
     for name in panels:
         out[name] = PANEL_SPECS[name]()
     out["timeline"] = timeline_spec()
