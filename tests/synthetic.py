@@ -72,3 +72,28 @@ def three_set_monitor(P_cal, y_cal, row_log, *, window=250):
         window=window,
         row_log=row_log,
     ).calibrate(probs=P_cal, y=y_cal)
+
+
+def planted_slice_monitor(n=5000, seed=3, *, named_ids=False):
+    """A monitor that slices by carrier and origin, where carrier B's labels go random after calibration.
+
+    "carrier = B" (about a quarter of the rows) falls far short of 90%; the other slices are as the
+    calibrated model gives them. 1,000 calibration rows, then eight labelled batches of 500;
+    ``named_ids`` names the rows ``b<batch>-<i>`` (else the monitor numbers them).
+    """
+    import polars as pl
+
+    import calwatch as cw
+
+    rng = np.random.default_rng(seed)
+    P, y = softmax_data(n, seed=seed)
+    meta = pl.DataFrame({"carrier": rng.choice(list("ABCD"), n), "origin": rng.choice(["EWR", "JFK"], n)})
+    late = (np.arange(n) >= 1000) & (meta["carrier"].to_numpy() == "B")
+    y[late] = rng.integers(0, P.shape[1], late.sum())
+    mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)}, shift=None)
+    mon.calibrate(probs=P[:1000], y=y[:1000], meta=meta[:1000])
+    for b in range(8):
+        rows = slice(1000 + 500 * b, 1500 + 500 * b)
+        ids = [f"b{b}-{i}" for i in range(500)] if named_ids else None
+        mon.observe(probs=P[rows], y=y[rows], meta=meta[rows], ids=ids)
+    return mon

@@ -7,7 +7,7 @@ import pytest
 import calwatch as cw
 from calwatch.views import charts
 
-from ..synthetic import PET_CLASSES, pets_monitor, softmax_data
+from ..synthetic import PET_CLASSES, pets_monitor, planted_slice_monitor, softmax_data
 from .helpers import MARKS, TIMEOUT_MS, route_offline
 
 pytestmark = pytest.mark.ui
@@ -221,20 +221,7 @@ def test_batch_axes_label_named_batches_by_their_names(page, tmp_path, artifacts
 def test_where_it_fails_ranks_slices_and_a_click_shows_that_column_s_values(page, tmp_path, artifacts_dir):
     # "For whom does it fail?": the Slices tab ranks the slices tested by mon.slices() (flagged in
     # red at the stated FDR) and shows one column's values; a click on a slice picks its column.
-    import numpy as np
-    import polars as pl
-
-    rng = np.random.default_rng(3)
-    n = 5000
-    probs, y = softmax_data(n, seed=3)
-    meta = pl.DataFrame({"carrier": rng.choice(list("ABCD"), n), "origin": rng.choice(["EWR", "JFK"], n)})
-    late = (np.arange(n) >= 1000) & (meta["carrier"].to_numpy() == "B")
-    y[late] = rng.integers(0, probs.shape[1], late.sum())
-    mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)}, shift=None)
-    mon.calibrate(probs=probs[:1000], y=y[:1000], meta=meta[:1000])
-    for b in range(8):
-        rows = slice(1000 + 500 * b, 1500 + 500 * b)
-        mon.observe(probs=probs[rows], y=y[rows], meta=meta[rows])
+    mon = planted_slice_monitor()
     report = mon.report(tmp_path / "slices.html")
     for width in (1000, 250):
         page.set_viewport_size({"width": width, "height": 1000})

@@ -22,14 +22,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 import pytest
 
 import calwatch as cw
 from calwatch.widget import MonitorWidget
 
-from ..synthetic import softmax_data
+from ..synthetic import planted_slice_monitor
 from .helpers import TIMEOUT_MS, route_offline, wait_until
 
 pytestmark = pytest.mark.ui
@@ -86,22 +85,6 @@ document.body.dataset.rendered = "true";
 </script>
 </body></html>
 """
-
-
-def _planted() -> cw.Monitor:
-    """Carrier B's labels go random after calibration: "carrier = B" falls short (as the report test)."""
-    rng = np.random.default_rng(3)
-    n = 5000
-    probs, y = softmax_data(n, seed=3)
-    meta = pl.DataFrame({"carrier": rng.choice(list("ABCD"), n), "origin": rng.choice(["EWR", "JFK"], n)})
-    late = (np.arange(n) >= 1000) & (meta["carrier"].to_numpy() == "B")
-    y[late] = rng.integers(0, probs.shape[1], late.sum())
-    mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)}, shift=None)
-    mon.calibrate(probs=probs[:1000], y=y[:1000], meta=meta[:1000])
-    for b in range(8):
-        rows = slice(1000 + 500 * b, 1500 + 500 * b)
-        mon.observe(probs=probs[rows], y=y[rows], meta=meta[rows], ids=[f"b{b}-{i}" for i in range(500)])
-    return mon
 
 
 def _bridged_page(page: Any, widget: MonitorWidget, path: Path) -> list[dict[str, Any]]:
@@ -170,7 +153,7 @@ def _ids(page: Any) -> list[str]:
 
 
 def test_a_click_on_a_slice_filters_the_row_table_to_its_rows(page, tmp_path, artifacts_dir):
-    mon = _planted()
+    mon = planted_slice_monitor(named_ids=True)
     widget = mon.widget()
     rows = mon.rows()
     weakest = mon.slices()["slice"][0]
@@ -264,7 +247,7 @@ def test_a_click_on_a_slice_adds_its_coverage_per_window_batch_to_the_coverage_c
 
     And the mean-set-size chart (Sets tab): the slice's mean set size per window batch.
     """
-    mon = _planted()
+    mon = planted_slice_monitor(named_ids=True)
     widget = mon.widget()
     weakest = mon.slices()["slice"][0]
     # every batch is in the window and labelled: a point per batch with rows of carrier = B
@@ -353,7 +336,7 @@ def test_a_click_on_a_slice_adds_its_coverage_per_window_batch_to_the_coverage_c
 
 
 def test_in_the_report_a_click_on_a_slice_only_picks_its_column(page, tmp_path):
-    mon = _planted()
+    mon = planted_slice_monitor(named_ids=True)
     report = mon.report(tmp_path / "slices.html")
     page.set_viewport_size({"width": 1000, "height": 1000})
     route_offline(page)

@@ -2,33 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
-import polars as pl
-
 import calwatch as cw
 from calwatch.views import dashboard
 from calwatch.views.where_it_fails import RANKED, slice_rows
 
-from ..synthetic import softmax_data
-
-
-def _planted(n=5000, seed=3):
-    rng = np.random.default_rng(seed)
-    P, y = softmax_data(n, seed=seed)
-    meta = pl.DataFrame({"carrier": rng.choice(list("ABCD"), n), "origin": rng.choice(["EWR", "JFK"], n)})
-    late = (np.arange(n) >= 1000) & (meta["carrier"].to_numpy() == "B")
-    y = y.copy()
-    y[late] = rng.integers(0, P.shape[1], late.sum())  # carrier B's labels go random after calibration
-    mon = cw.Monitor(calibrators={"lac": cw.SplitConformalClassifier(score="lac", alpha=0.1)}, shift=None)
-    mon.calibrate(probs=P[:1000], y=y[:1000], meta=meta[:1000])
-    for b in range(8):
-        rows = slice(1000 + 500 * b, 1500 + 500 * b)
-        mon.observe(probs=P[rows], y=y[rows], meta=meta[rows])
-    return mon
+from ..synthetic import planted_slice_monitor, softmax_data
 
 
 def test_the_ranking_is_the_frame_s_strongest_evidence_and_the_values_are_the_focus_column_s():
-    mon = _planted()
+    mon = planted_slice_monitor()
     frame = mon.slices(method="e-bh")  # a live view is re-read after every batch: anytime-valid flags
     rows = slice_rows(mon)
     ranked = [r for r in rows if r["view"] == "ranked"]
@@ -46,7 +28,7 @@ def test_the_ranking_is_the_frame_s_strongest_evidence_and_the_values_are_the_fo
 
 
 def test_the_panels_show_for_a_monitor_that_slices_only():
-    mon = _planted()
+    mon = planted_slice_monitor()
     assert {"where_it_fails", "slice_values"} <= set(dashboard.panels_for(mon))
     plain = cw.Monitor(shift=None)
     P, y = softmax_data(300, seed=1)
