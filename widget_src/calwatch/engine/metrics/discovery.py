@@ -158,7 +158,9 @@ def e_bh(e_values: npt.ArrayLike, level: float) -> tuple[BoolArray, FloatArray]:
     moment the family is read and acted on.
 
     The adjusted value of a hypothesis, the smallest level that rejects it, is
-    ``min_{j ≥ i} min(1, m/(j·e_(j)))``: rejected at ``q`` exactly when it is ``≤ q``.
+    ``min_{j ≥ i} min(1, m/(j·e_(j)))``: rejected at ``q`` exactly when it is ``≤ q``. That is
+    BH's step-up on ``p_j = min(1, 1/e_j)`` (an e-value's reciprocal is a valid p-value, and BH
+    on these is e-BH), so :func:`step_up` computes it; only the validity argument differs.
 
     Examples
     --------
@@ -166,23 +168,12 @@ def e_bh(e_values: npt.ArrayLike, level: float) -> tuple[BoolArray, FloatArray]:
     >>> rejected.tolist(), [round(float(a), 4) for a in adjusted]
     ([True, False, False, False], [0.1, 0.2667, 0.1667, 1.0])
     """
-    if not (isinstance(level, int | float) and 0.0 < float(level) < 1.0):
-        msg = f"level must be a number in (0, 1); got {level!r}"
-        raise ValueError(msg)
     e = np.atleast_1d(np.asarray(e_values, dtype=np.float64))
-    m = e.shape[0]
-    if m == 0:
-        return np.zeros(0, dtype=bool), np.zeros(0, dtype=np.float64)
     if np.any(np.isnan(e)) or np.any(e < 0):
         msg = "e-values must be numbers ≥ 0"
         raise ValueError(msg)
-    order = np.argsort(-e, kind="stable")
     with np.errstate(divide="ignore"):
-        ranked = m / (np.arange(1, m + 1) * e[order])
-    adjusted_sorted = np.minimum(np.minimum.accumulate(ranked[::-1])[::-1], 1.0)
-    adjusted = np.empty(m, dtype=np.float64)
-    adjusted[order] = adjusted_sorted
-    return adjusted <= float(level), adjusted
+        return step_up(np.minimum(1.0, 1.0 / e), level, "bh")
 
 
 def step_up(p_values: npt.ArrayLike, level: float, method: str = "bh") -> tuple[BoolArray, FloatArray]:
