@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from calwatch.kinds.admit import AdmitKind
 from calwatch.kinds.base import CalibratorKind, RowResults
 from calwatch.kinds.regression import RegressionKind
 from calwatch.kinds.risk import RiskKind
 from calwatch.kinds.selective import SelectiveKind
 from calwatch.kinds.sets import AdaptiveKind, SetsKind
-from calwatch.stream.records import BatchStats
+from calwatch.stream.records import NO_LABEL, BatchRows, BatchStats
 
 #: Every kind, in the order they claim calibrators (the fallback, plain sets, last).
 KINDS: list[CalibratorKind[Any, Any]] = [
@@ -77,6 +80,34 @@ def find_kind(calibrator: Any) -> CalibratorKind[Any, Any] | None:
     return next((kind for kind in KINDS if kind.claims(calibrator)), None)
 
 
+def stored_hits(
+    rows: BatchRows, key: str, calibrator: Any
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+    """A set calibrator's kept results on a batch's rows: labelled rows, sets holding the label, sizes.
+
+    Returns ``(labelled, covered, sizes)``, each of length ``m``: ``covered`` is False where a row
+    has no label yet. Read from the results the monitor kept with the rows (nothing is
+    recomputed), as the slice views and previews count them.
+
+    Raises
+    ------
+    TypeError
+        If the calibrator predicts no sets.
+    """
+    kind = kind_of(calibrator)
+    results = kind.results_of(rows, key, calibrator)
+    sizes = kind.set_sizes(results)
+    if sizes is None:
+        msg = f"calibrator {key!r} predicts no sets"
+        raise TypeError(msg)
+    labelled = rows.labels != NO_LABEL
+    covered = np.zeros(labelled.shape, dtype=np.bool_)
+    where = np.flatnonzero(labelled)
+    if where.size:
+        covered[where] = kind.covered(results.take(where), rows.labels[where])
+    return labelled, covered, np.asarray(sizes, dtype=np.int64)
+
+
 def kind_named(name: str) -> CalibratorKind[Any, Any]:
     """The kind whose statistics are saved as ``name`` in ``batches.parquet``.
 
@@ -101,4 +132,5 @@ __all__ = [
     "kind_named",
     "kind_of",
     "register",
+    "stored_hits",
 ]

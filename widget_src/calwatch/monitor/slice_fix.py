@@ -43,7 +43,7 @@ from calwatch.core.models import ModelOutputs
 from calwatch.engine.conformal.classifier import SplitConformalClassifier
 from calwatch.engine.conformal.group_conditional import GroupConditionalConformal, GroupScoreName
 from calwatch.engine.metrics.intervals import clopper_pearson
-from calwatch.kinds import kind_of
+from calwatch.kinds import kind_of, stored_hits
 from calwatch.stream.records import NO_LABEL
 from calwatch.stream.slice_counts import CalibrationRows, SliceStore
 from calwatch.stream.slice_groups import categories_of, category_words, column_indices, groups_for
@@ -191,10 +191,9 @@ class SliceFix:
             codes = rows.slice_codes[labelled]
             slices.append(categories_of(store.encoding, codes, columns))
             for key in keys:
-                cal = self.m._calibrators[key]
-                results = kind_of(cal).results_of(rows, key, cal).take(labelled)
-                covered[key].append(np.asarray(kind_of(cal).covered(results, labels), dtype=np.bool_))
-                sizes[key].append(np.asarray(kind_of(cal).set_sizes(results), dtype=np.int64))
+                _, hits, set_sizes = stored_hits(rows, key, self.m._calibrators[key])
+                covered[key].append(hits[labelled])
+                sizes[key].append(set_sizes[labelled])
             ids = None if rows.ids is None else [rows.ids[i] for i in labelled.tolist()]
             outputs = ModelOutputs(probs=rows.probs[labelled], ids=ids)
             results = kind.apply(name, probe, outputs, groups_for(probe, store.encoding, codes))

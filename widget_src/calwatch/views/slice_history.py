@@ -28,8 +28,7 @@ import polars as pl
 
 from calwatch.core.guard import one_moment
 from calwatch.engine.metrics.intervals import clopper_pearson
-from calwatch.kinds import kind_of
-from calwatch.stream.records import NO_LABEL
+from calwatch.kinds import kind_of, stored_hits
 from calwatch.views.charts import parts
 from calwatch.views.charts.data import calibrator_labels
 from calwatch.views.charts.sets import (
@@ -129,16 +128,8 @@ def slice_coverage(monitor: Monitor, slices: Sequence[str]) -> pl.DataFrame:
         counts = {w: int(mask.sum()) for w, mask in inside.items()}
         if not any(counts.values()):
             continue
-        is_labelled = rows.labels != NO_LABEL
-        labelled = np.flatnonzero(is_labelled)
         for key in keys:
-            cal = calibrators[key]
-            kind = kind_of(cal)
-            results = kind.results_of(rows, key, cal)
-            sizes = kind.set_sizes(results)
-            covered = np.zeros(is_labelled.shape, dtype=bool)
-            if labelled.size:
-                covered[labelled] = kind.covered(results.take(labelled), rows.labels[labelled])
+            is_labelled, covered, sizes = stored_hits(rows, key, calibrators[key])
             for words, mask in inside.items():
                 if not counts[words]:
                     continue
@@ -151,7 +142,7 @@ def slice_coverage(monitor: Monitor, slices: Sequence[str]) -> pl.DataFrame:
                 out["slice"].append(words)
                 out["target"].append(targets[key])
                 out["n_rows"].append(counts[words])
-                out["mean_set_size"].append(None if sizes is None else float(np.mean(sizes[mask])))
+                out["mean_set_size"].append(float(np.mean(sizes[mask])))
                 out["n_labelled"].append(int(ours.sum()))
                 out["n_covered"].append(int(covered[ours].sum()))
     if not out["key"]:
