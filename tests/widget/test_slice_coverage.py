@@ -154,6 +154,10 @@ def bridged(monkeypatch):
     widget = mon.widget()
     messages: list[dict] = []
     monkeypatch.setattr(widget, "send", lambda content, buffers=None: messages.append(content))
+    # As in a script: no kernel loop to defer window refreshes to, every update sent as it comes
+    # (whatever an earlier test in this process left behind).
+    monkeypatch.setattr(widget, "_loop", None)
+    monkeypatch.setattr(widget._outbox, "interval_s", 0.0)
     return mon, widget, messages
 
 

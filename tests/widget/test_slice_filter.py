@@ -168,9 +168,9 @@ def test_a_widget_made_after_the_stream_replays_the_slices_tested():
     """A monitor shown after its stream (or loaded) has its Slices tab before the next batch."""
     from calwatch.views.where_it_fails import slice_rows
 
-    from .test_where_it_fails import _planted
+    from ..synthetic import planted_slice_monitor
 
-    mon = _planted()
+    mon = planted_slice_monitor()
     widget = mon.widget()
     replayed = widget.replay_payload()["slices"]
     assert replayed and [r["key"] for r in replayed] == [r["key"] for r in slice_rows(mon)]
