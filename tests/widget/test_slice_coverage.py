@@ -158,6 +158,7 @@ def bridged(monkeypatch):
     # (whatever an earlier test in this process left behind).
     monkeypatch.setattr(widget, "_loop", None)
     monkeypatch.setattr(widget._outbox, "interval_s", 0.0)
+    monkeypatch.setattr(widget, "_window_due", lambda: True)  # the refresh pace is tested elsewhere
     return mon, widget, messages
 
 
